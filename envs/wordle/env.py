@@ -1,0 +1,188 @@
+"""``llmgym/Wordle-v0``: guess a five-letter word in six tries.
+
+The reference environment: every later one copies its shape. The agent
+guesses with the ``guess`` tool or by replying with the word; each valid
+guess gets green/yellow/grey feedback.
+
+Rewards (components in ``info["reward_components"]``):
+
+============== ====== ===== ========================================================
+name           weight when  value
+============== ====== ===== ========================================================
+information    0.2    turn  new facts the guess revealed: newly placed letters
+                            (green) + newly found letters, over 10; at most 1.0
+                            over an episode
+invalid_guess  -0.1   turn  1 when the turn made no valid guess (a non-word, wrong
+                            length, malformed tool call, prose)
+solved         1.0    end   1 when the word was found
+speed          0.5    end   when solved: 1.0 in one guess, down to 1/6 in six
+format_error   0      turn  metric: malformed tool-call format
+============== ====== ===== ========================================================
+
+How it could be gamed, and why that does not pay: guessing non-words packed
+with common letters (``eeaar``) would reveal letters cheaply; only dictionary
+words get feedback, so such guesses earn nothing and cost ``invalid_guess``.
+Fishing for information without trying to solve is capped at 0.2 per episode,
+far below ``solved`` + ``speed``. Claiming success in prose is just an invalid
+guess. Repeating a guess reveals nothing new, so it earns nothing.
+``tests/envs/test_wordle.py`` checks that such cheating policies score below
+the honest scripted solver.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any
+
+from llmgym.env import LLMEnv
+from llmgym.rubric import Reward, Rubric, TurnContext, format_error
+from llmgym.tools import ToolError, tool
+
+__all__ = ["WordleEnv", "score_guess", "load_words"]
+
+WORD_LENGTH = 5
+_PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=None)
+def load_words() -> tuple[tuple[str, ...], frozenset[str]]:
+    """The answer list (common words) and the set of valid guesses, read once per process."""
+    data = files("llmgym.envs.wordle") / "data"
+    answers = tuple(data.joinpath("answers.txt").read_text().split())
+    guesses = frozenset(data.joinpath("guesses.txt").read_text().split()) | frozenset(answers)
+    return answers, guesses
+
+
+def score_guess(guess: str, answer: str) -> str:
+    """Wordle feedback: ``G`` right letter right spot, ``Y`` in the word elsewhere, ``x`` not (more) in it.
+
+    Repeated letters are scored the way the game does: greens first, then
+    yellows only while unmatched copies remain in the answer.
+
+    Example:
+        >>> score_guess("crane", "react"), score_guess("eerie", "there")
+        ('YYYxY', 'YxGxG')
+    """
+    result = ["x"] * WORD_LENGTH
+    remaining: dict[str, int] = {}
+    for i, (g, a) in enumerate(zip(guess, answer)):
+        if g == a:
+            result[i] = "G"
+        else:
+            remaining[a] = remaining.get(a, 0) + 1
+    for i, g in enumerate(guess):
+        if result[i] != "G" and remaining.get(g, 0) > 0:
+            result[i] = "Y"
+            remaining[g] -= 1
+    return "".join(result)
+
+
+class WordleEnv(LLMEnv):
+    """Guess the hidden five-letter word in six tries, with green/yellow/grey feedback.
+
+    Args:
+        max_guesses: valid guesses allowed (the game's six).
+        max_turns: turn budget including invalid attempts.
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ``reset(options={"answer": "crane"})`` fixes the word.
+    """
+
+    description = "Guess a five-letter word in six tries from green/yellow/grey feedback (guess tool or plain text)."
+    system_prompt = (
+        "You are playing Wordle. Find the hidden five-letter English word in at most 6 guesses. "
+        "After each guess you get feedback for each letter: G = right letter in the right spot, "
+        "Y = the letter is in the word but elsewhere, x = the letter is not in the word. "
+        "Guesses must be real English words. Guess by calling the guess tool, or reply with just the word."
+    )
+
+    def __init__(self, max_guesses: int = 6, max_turns: int = 10, **kwargs: Any):
+        super().__init__(max_turns=max_turns, **kwargs)
+        self.max_guesses = max_guesses
+        self.answers, self.valid_words = load_words()
+        self.answer = ""
+        self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        answer = (options or {}).get("answer")
+        if answer is None:
+            answer = self.answers[int(self.np_random.integers(len(self.answers)))]
+        elif not isinstance(answer, str) or answer.lower() not in self.valid_words:
+            raise ValueError(f"options['answer'] must be a valid five-letter word, got {answer!r}")
+        self.answer = answer.lower()
+        self.guesses = []
+        return f"Guess the five-letter word. You have {self.max_guesses} guesses."
+
+    @tool
+    def guess(self, word: str) -> str:
+        """Guess the hidden word.
+
+        Args:
+            word: a five-letter English word.
+        """
+        word = word.strip().lower()
+        if len(word) != WORD_LENGTH or not word.isalpha():
+            raise ToolError(f"{word[:20]!r} is not five letters; guess a five-letter word")
+        if word not in self.valid_words:
+            raise ToolError(f"{word!r} is not in the word list; guess a real English word")
+        if len(self.guesses) >= self.max_guesses:
+            raise ToolError("no guesses left")
+        feedback = score_guess(word, self.answer)
+        self.guesses.append((word, feedback, len(self.turn_contexts) + 1))
+        left = self.max_guesses - len(self.guesses)
+        if feedback == "G" * WORD_LENGTH:
+            return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} guesses!"
+        if left == 0:
+            return f"{word.upper()} {' '.join(feedback)}\nOut of guesses. The word was {self.answer.upper()}."
+        return f"{word.upper()} {' '.join(feedback)}\n{left} guesses left."
+
+    def on_text(self, text: str) -> str:
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        match = _PLAIN_GUESS.match(lines[-1]) if lines else None
+        if match is None:
+            return (
+                "No guess found. Reply with just a five-letter word, or call "
+                '<tool_call>{"name": "guess", "arguments": {"word": "..."}}</tool_call>'
+            )
+        result = self.guess.call({"word": match.group(1)})
+        return result.content
+
+    def is_done(self) -> bool:
+        return bool(self.guesses) and (self.solved or len(self.guesses) >= self.max_guesses)
+
+    @property
+    def solved(self) -> bool:
+        """True once the word has been guessed."""
+        return bool(self.guesses) and self.guesses[-1][1] == "G" * WORD_LENGTH
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([
+            Reward(self._information, weight=0.2, name="information"),
+            Reward(self._invalid_guess, weight=-0.1, name="invalid_guess"),
+            Reward(lambda ctx: 1.0 if self.solved else 0.0, weight=1.0, when="end", name="solved"),
+            Reward(self._speed, weight=0.5, when="end", name="speed"),
+            Reward(format_error, weight=0.0),
+        ])
+
+    def _information(self, ctx: TurnContext) -> float:
+        return (self._facts_known(ctx.turn) - self._facts_known(ctx.turn - 1)) / (2 * WORD_LENGTH)
+
+    def _facts_known(self, up_to_turn: int) -> int:
+        """Placed letters plus letters known to be in the word, after ``up_to_turn`` turns."""
+        greens: set[int] = set()
+        letters: set[str] = set()
+        for word, feedback, turn in self.guesses:
+            if turn <= up_to_turn:
+                greens |= {i for i, mark in enumerate(feedback) if mark == "G"}
+                letters |= {word[i] for i, mark in enumerate(feedback) if mark != "x"}
+        return len(greens) + len(letters)
+
+    def _invalid_guess(self, ctx: TurnContext) -> float:
+        return 0.0 if any(turn == ctx.turn for _, _, turn in self.guesses) else 1.0
+
+    def _speed(self, ctx: TurnContext) -> float:
+        if not self.solved:
+            return 0.0
+        return (self.max_guesses + 1 - len(self.guesses)) / self.max_guesses

@@ -1,0 +1,62 @@
+"""The ``llmgym`` command line.
+
+Each subcommand is a module in this package with ``add_parser(subparsers)``
+that sets ``func`` on its parser. The CLI is the one place where the parts
+are wired together: commands import ``llmgym.wrappers`` or
+``llmgym.trainers`` lazily, inside the command, so ``import llmgym`` stays
+light and a missing extra only matters to the command that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "COMMANDS"]
+
+#: Subcommand modules, in the order ``llmgym --help`` lists them.
+COMMANDS = ["list_envs"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmgym",
+        description="Gymnasium for LLM agents: list, evaluate, serve and train on text-and-tool environments.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmgym {_version()}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"llmgym.cli.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as err:
+        print(f"llmgym: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("llmgym: interrupted", file=sys.stderr)
+        return 130
+
+
+def _version() -> str:
+    from llmgym import __version__
+
+    return __version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

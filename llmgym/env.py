@@ -1,0 +1,236 @@
+"""The base class of every llmgym environment.
+
+Holds :class:`LLMEnv`, a ``gymnasium.Env[str, str]``: the observation is the
+text the agent reads this turn, the action is assistant text (tool calls in
+the text protocol) or an OpenAI assistant-message ``dict``. Subclasses supply
+the task (:meth:`LLMEnv.setup`), tools (methods decorated with
+:func:`llmgym.tool`), an answer to plain text (:meth:`LLMEnv.on_text`), when
+the task is over (:meth:`LLMEnv.is_done`) and a :class:`~llmgym.Rubric`.
+The base class does the rest: parsing, argument validation, error
+observations, chat history, turn and token budgets, per-turn rewards.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from llmgym.episode import Episode
+from llmgym.messages import Message, system, tool_result, user
+from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action
+from llmgym.rubric import THINK_RE, Rubric, TurnContext
+from llmgym.spaces import Text
+from llmgym.tools import BoundTool, Tool, ToolResult
+
+__all__ = ["LLMEnv"]
+
+
+class LLMEnv(gym.Env[str, str], ABC):
+    """A text environment whose actions are assistant messages and tool calls.
+
+    Args:
+        max_turns: turn budget; reaching it ends the episode with ``truncated=True``.
+        max_tokens: budget of action tokens over the episode (``None``: no budget).
+        max_action_chars: longer actions are refused with an error observation.
+        max_tool_calls: tool calls honoured per turn; further ones get an error.
+        render_mode: ``None`` or ``"ansi"`` (``render()`` returns the transcript).
+
+    Subclasses set ``description`` (one line, shown by ``llmgym list``) and
+    ``system_prompt``, and implement :meth:`setup`; they usually override
+    :meth:`on_text`, :meth:`is_done` and :meth:`build_rubric`.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    description: ClassVar[str] = ""
+    system_prompt: str = "You are a helpful agent."
+
+    def __init__(
+        self,
+        max_turns: int = 10,
+        max_tokens: int | None = None,
+        max_action_chars: int = 32_768,
+        max_tool_calls: int = 8,
+        render_mode: str | None = None,
+    ):
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.max_action_chars = max_action_chars
+        self.max_tool_calls = max_tool_calls
+        self.render_mode = render_mode
+        self.observation_space = Text(max_length=65_536)
+        self.action_space = Text(max_length=max_action_chars)
+        self.tools: dict[str, BoundTool] = {
+            attr.name: getattr(self, name)
+            for klass in reversed(type(self).__mro__)
+            for name, attr in vars(klass).items()
+            if isinstance(attr, Tool)
+        }
+        self.tool_schemas: list[dict[str, Any]] = [t.schema for t in self.tools.values()]
+        self.rubric: Rubric = self.build_rubric()
+        self.messages: list[Message] = []
+        self.turn_contexts: list[TurnContext] = []
+        self.turn_rewards: list[float] = []
+        self.turn_components: list[dict[str, float]] = []
+        self.tokens_used = 0
+        self.seed_used: int | None = None
+        self._over = True
+
+    # -- what subclasses provide -------------------------------------------------
+
+    @abstractmethod
+    def setup(self, options: dict[str, Any] | None) -> str:
+        """Start a new task with ``self.np_random`` and return the first user message."""
+
+    def on_text(self, text: str) -> str:
+        """Answer an action with no tool calls (default: remind the agent of its tools)."""
+        if not self.tools:
+            return ""
+        names = ", ".join(self.tools)
+        return (
+            f"No tool was called. Call one of: {names}, e.g. "
+            f'{TOOL_CALL_OPEN}{{"name": "{next(iter(self.tools))}", "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
+        )
+
+    def is_done(self) -> bool:
+        """True once the task is over (solved, failed, answered)."""
+        return False
+
+    def build_rubric(self) -> Rubric:
+        """The rubric that scores each turn (default: none, every reward is 0)."""
+        return Rubric([])
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` for the token budget and length rewards.
+
+        The default estimates ~4 characters per token (no tokenizer needed);
+        assign a real tokenizer's counter to ``env.unwrapped.count_tokens`` for
+        exact budgets.
+        """
+        return (len(text) + 3) // 4
+
+    # -- the Gymnasium API -----------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.seed_used = seed
+        self.turn_contexts, self.turn_rewards, self.turn_components = [], [], []
+        self.tokens_used = 0
+        self._over = False
+        prompt = self.setup(options)
+        self.messages = [system(self.system_prompt), user(prompt)]
+        return self._clip(prompt), self._info({})
+
+    def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._over:
+            raise RuntimeError("the episode is over: call reset() before step()")
+        turn = len(self.turn_contexts) + 1
+        text = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None
+        if text is not None and not isinstance(text, str):
+            text = ""
+        if isinstance(text, str) and len(text) > self.max_action_chars:
+            parsed = ParsedAction(
+                "", [], [f"your message has {len(text)} characters; the limit is {self.max_action_chars}"],
+                {"role": "assistant", "content": text},
+            )
+        else:
+            parsed = parse_action(action, id_prefix=f"call_{turn}")
+        text = parsed.message.get("content") or ""
+        self.messages.append(parsed.message)
+        tokens = self.count_tokens(text)
+        self.tokens_used += tokens
+        format_errors = list(parsed.errors)
+        tool_results: list[tuple[str, ToolResult]] = []
+        replies: list[str] = []
+        for index, call in enumerate(parsed.tool_calls):
+            handler = self.tools.get(call.name)
+            if index >= self.max_tool_calls:
+                result = ToolResult(f"Error: at most {self.max_tool_calls} tool calls per turn", ok=False)
+            elif handler is None:
+                result = ToolResult(f"Error: unknown tool {call.name[:64]!r}; available: {', '.join(self.tools) or 'none'}", ok=False)
+                format_errors.append(result.content)
+            elif self.is_done():
+                result = ToolResult("Error: the task is already over; this call was not run", ok=False)
+            else:
+                result = handler.call(call.arguments)
+                if not result.ok and result.content.startswith(f"Error: invalid arguments for {call.name}"):
+                    format_errors.append(result.content)
+            tool_results.append((call.name, result))
+            self.messages.append(tool_result(call, result.content))
+            replies.append(result.content if len(parsed.tool_calls) == 1 else f"[{call.name}] {result.content}")
+        if parsed.errors:
+            feedback = "Format error: " + "; ".join(parsed.errors)
+            if TOOL_CALL_OPEN not in feedback:
+                feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
+            replies.append(feedback)
+        elif not parsed.tool_calls:
+            reply = self.on_text(parsed.content)
+            if reply:
+                replies.append(reply)
+        observation = self._clip("\n".join(replies))
+        if parsed.errors or (not parsed.tool_calls and observation):
+            self.messages.append(user(observation))
+        terminated = bool(self.is_done())
+        truncated = not terminated and (
+            turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
+        )
+        thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
+        ctx = TurnContext(
+            env=self, turn=turn, action_text=text, parsed=parsed, tool_results=tool_results,
+            format_errors=format_errors, action_tokens=tokens, thinking_tokens=thinking,
+            done=terminated or truncated, terminated=terminated, history=self.turn_contexts,
+        )
+        reward, components = self.rubric.score(ctx)
+        self.turn_contexts = [*self.turn_contexts, ctx]
+        self.turn_rewards.append(reward)
+        self.turn_components.append(components)
+        self._over = terminated or truncated
+        return observation, float(reward), terminated, bool(truncated), self._info(components)
+
+    def render(self) -> str | None:
+        """The transcript so far as text (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        lines = []
+        for message in self.messages:
+            calls = "".join(
+                f"\n  -> {c['function']['name']}({c['function']['arguments']})" for c in message.get("tool_calls", [])
+            )
+            lines.append(f"[{message['role']}] {message.get('content') or ''}{calls}")
+        return "\n".join(lines) + "\n"
+
+    # -- records -----------------------------------------------------------------
+
+    def episode(self, env_id: str | None = None) -> Episode:
+        """The episode so far as an :class:`~llmgym.Episode` record."""
+        spec_id = env_id or (self.spec.id if self.spec is not None else type(self).__name__)
+        return Episode(
+            env_id=spec_id,
+            seed=self.seed_used,
+            messages=list(self.messages),
+            tools=self.tool_schemas,
+            turn_rewards=list(self.turn_rewards),
+            reward_components=[dict(c) for c in self.turn_components],
+            terminated=bool(self._over and self.is_done()),
+            truncated=bool(self._over and not self.is_done()),
+        )
+
+    def _info(self, components: dict[str, float]) -> dict[str, Any]:
+        return {
+            "messages": list(self.messages),
+            "tools": self.tool_schemas,
+            "reward_components": components,
+            "turn": len(self.turn_contexts),
+        }
+
+    def _clip(self, text: str) -> str:
+        limit = self.observation_space.max_length
+        if len(text) <= limit:
+            return text
+        note = f"\n[observation truncated: {len(text)} characters]"
+        return text[: limit - len(note)] + note

@@ -1,0 +1,177 @@
+"""Episode records: what happened in one episode, in a form trainers and files share.
+
+Holds :class:`Episode` and JSONL helpers (:func:`save_jsonl`,
+:func:`load_jsonl`, :class:`JSONLWriter`). An episode keeps the chat
+messages, the reward of every turn and its components, and, when the policy
+provided them, the token ids it generated with a mask (1 = policy token,
+0 = prompt/env/tool token) and their log-probs. Timing lives here, never in
+``info``, so environments stay deterministic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["Episode", "save_jsonl", "load_jsonl", "iter_jsonl", "JSONLWriter"]
+
+
+@dataclass
+class Episode:
+    """One episode.
+
+    Attributes:
+        env_id: the registered id (``llmgym/Wordle-v0``).
+        seed: the seed given to ``reset``.
+        messages: the chat, OpenAI format.
+        tools: the tool schemas the agent was offered.
+        turn_rewards: the reward of each turn.
+        reward_components: each turn's unweighted components by name.
+        terminated: the task ended (solved, failed, answered).
+        truncated: a turn or token budget ended it.
+        token_ids: prompt and generated tokens of the whole episode, in order.
+        mask: 1 for tokens the policy generated, 0 for the rest; same length as ``token_ids``.
+        logprobs: the policy's log-prob of each token (0.0 where ``mask`` is 0).
+        turn_spans: ``[start, end)`` of each turn's generated tokens in ``token_ids``.
+        group: which GRPO group the episode belongs to (episodes of one seed share it).
+        policy: a name for the policy that played.
+        timing: seconds spent in the env, in the policy, in total.
+        metadata: anything else (model name, sampling settings, thinking tokens...).
+    """
+
+    env_id: str
+    seed: int | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    reward_components: list[dict[str, float]] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    token_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    group: int | None = None
+    policy: str = ""
+    timing: dict[str, float] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_reward(self) -> float:
+        """The sum of the turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def num_turns(self) -> int:
+        """How many turns the agent took."""
+        return len(self.turn_rewards)
+
+    def component_totals(self) -> dict[str, float]:
+        """Each reward component summed over the turns."""
+        totals: dict[str, float] = {}
+        for components in self.reward_components:
+            for name, value in components.items():
+                totals[name] = totals.get(name, 0.0) + value
+        return totals
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data = dataclasses.asdict(self)
+        data["turn_spans"] = [list(span) for span in self.turn_spans]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        """Rebuild an episode from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: a key is unknown or ``env_id`` is missing.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown episode fields {sorted(unknown)}")
+        if "env_id" not in data:
+            raise ValueError("an episode needs env_id")
+        data = dict(data)
+        data["turn_spans"] = [tuple(span) for span in data.get("turn_spans", [])]
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> Episode:
+        """Read one line of :meth:`to_json` output.
+
+        Example:
+            >>> ep = Episode("llmgym/Wordle-v0", seed=3, turn_rewards=[0.5, 1.0])
+            >>> Episode.from_json(ep.to_json()) == ep, ep.total_reward
+            (True, 1.5)
+        """
+        return cls.from_dict(json.loads(line))
+
+
+class JSONLWriter:
+    """Appends episodes to a JSONL file, one flushed line each, so a crash loses nothing.
+
+    Use as a context manager; ``append=True`` continues an existing file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], append: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a" if append else "w", encoding="utf-8")
+
+    def write(self, episode: Episode) -> None:
+        """Write one episode and flush it to disk."""
+        self._file.write(episode.to_json() + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> JSONLWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def save_jsonl(episodes: list[Episode], path: str | os.PathLike[str]) -> None:
+    """Write episodes to ``path`` (replacing it), one JSON line each."""
+    with JSONLWriter(path, append=False) as writer:
+        for episode in episodes:
+            writer.write(episode)
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
+    """Episodes from a JSONL file, skipping a last line cut short by a crash.
+
+    Raises:
+        ValueError: a line other than the last is not a valid episode.
+    """
+    with open(path, encoding="utf-8") as file:
+        lines = file.read().split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield Episode.from_json(line)
+        except (json.JSONDecodeError, ValueError, TypeError) as err:
+            if number == len(lines):
+                return  # a half-written last line: the run was killed mid-write
+            raise ValueError(f"{path}:{number}: not an episode ({err})") from None
+
+
+def load_jsonl(path: str | os.PathLike[str]) -> list[Episode]:
+    """All episodes in a JSONL file."""
+    return list(iter_jsonl(path))

@@ -1,0 +1,136 @@
+"""Reading an agent's action: text, tool calls, and what was wrong with them.
+
+Holds :func:`parse_action`, which accepts either assistant text (tool calls
+written in the text protocol ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``,
+one or more) or an OpenAI assistant message ``dict`` with native
+``tool_calls``. It never raises for the agent's mistakes: problems are listed
+in :attr:`ParsedAction.errors` so the environment can answer them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgym.messages import Message, ToolCall, assistant
+
+__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
+_ALLOWED_KEYS = frozenset({"name", "arguments"})
+
+
+@dataclass
+class ParsedAction:
+    """An action taken apart: prose, tool calls, problems, and the message to record."""
+
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    message: Message = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing about the format was wrong."""
+        return not self.errors
+
+
+def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[ToolCall], list[str]]:
+    """Split assistant text into prose, tool calls and format errors.
+
+    Example:
+        >>> prose, calls, errors = parse_text_tool_calls(
+        ...     'Trying crane. <tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
+        >>> prose, calls[0].name, calls[0].arguments, errors
+        ('Trying crane.', 'guess', {'word': 'crane'}, [])
+        >>> parse_text_tool_calls('<tool_call>{"name": "guess"')[2]
+        ['a <tool_call> block is not closed with </tool_call>']
+    """
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for index, match in enumerate(_BLOCK.finditer(text)):
+        call, error = _read_block(match.group(1), f"{id_prefix}_{index}")
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(error)
+    prose = _BLOCK.sub("", text)
+    if TOOL_CALL_OPEN in prose:
+        errors.append(f"a {TOOL_CALL_OPEN} block is not closed with {TOOL_CALL_CLOSE}")
+    elif TOOL_CALL_CLOSE in prose:
+        errors.append(f"a {TOOL_CALL_CLOSE} has no matching {TOOL_CALL_OPEN}")
+    return prose.strip(), calls, errors
+
+
+def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
+    body = raw.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as err:
+        return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {_clip(body)}"
+    if not isinstance(data, dict):
+        return None, f"tool call must be a JSON object with name and arguments, got {_clip(body)}"
+    extra = set(data) - _ALLOWED_KEYS
+    if extra:
+        return None, f"tool call has unexpected keys {sorted(extra)}; use only name and arguments"
+    try:
+        return ToolCall.from_openai({"id": call_id, "function": data}), ""
+    except ValueError as err:
+        return None, str(err)
+
+
+def parse_action(action: str | dict[str, Any], id_prefix: str = "call") -> ParsedAction:
+    """Parse an action: assistant text, or an OpenAI assistant message dict.
+
+    Native ``tool_calls`` in a dict are used as they are; when a dict has
+    none, its content is read with the text protocol.
+
+    Raises:
+        TypeError: the action is neither ``str`` nor ``dict`` (a programming error).
+
+    Example:
+        >>> parsed = parse_action({"role": "assistant", "content": None, "tool_calls": [
+        ...     {"id": "c1", "type": "function", "function": {"name": "guess", "arguments": '{"word": "slate"}'}}]})
+        >>> parsed.tool_calls[0].arguments, parsed.ok
+        ({'word': 'slate'}, True)
+    """
+    if isinstance(action, str):
+        prose, calls, errors = parse_text_tool_calls(action, id_prefix)
+        return ParsedAction(prose, calls, errors, assistant(action, calls))
+    if not isinstance(action, dict):
+        raise TypeError(f"an action must be str or an OpenAI assistant message dict, got {type(action).__name__}")
+    content = action.get("content")
+    errors: list[str] = []
+    if content is None:
+        content = ""
+    elif not isinstance(content, str):
+        errors.append("message content must be a string")
+        content = ""
+    native = action.get("tool_calls") or []
+    if not isinstance(native, list):
+        return ParsedAction(content, [], errors + ["tool_calls must be a list"], assistant(content))
+    if not native:
+        prose, calls, text_errors = parse_text_tool_calls(content, id_prefix)
+        return ParsedAction(prose, calls, errors + text_errors, assistant(content, calls))
+    calls = []
+    for index, entry in enumerate(native):
+        try:
+            call = ToolCall.from_openai(entry)
+        except ValueError as err:
+            errors.append(str(err))
+            continue
+        call.id = call.id or f"{id_prefix}_{index}"
+        calls.append(call)
+    return ParsedAction(content.strip(), calls, errors, assistant(content, calls))
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

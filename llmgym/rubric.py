@@ -1,0 +1,169 @@
+"""Rubrics: weighted, named reward functions evaluated every turn and at the end.
+
+Holds :class:`TurnContext` (what a reward function sees), :class:`Reward`
+(one named, weighted function), :class:`Rubric` (a set of them) and a small
+library of reusable components. Every reward function has one signature,
+``fn(ctx: TurnContext) -> float``. Weight 0 logs a metric without paying it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from llmgym.parsing import ParsedAction
+from llmgym.tools import ToolResult
+
+if TYPE_CHECKING:
+    from llmgym.env import LLMEnv
+
+__all__ = [
+    "TurnContext",
+    "Reward",
+    "Rubric",
+    "format_error",
+    "turn_efficiency",
+    "length_penalty",
+    "thinking_penalty",
+    "tool_error_rate",
+    "THINK_RE",
+]
+
+THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+
+
+@dataclass
+class TurnContext:
+    """Everything a reward function may look at for one turn.
+
+    Attributes:
+        env: the environment (its task state: the target word, the answer...).
+        turn: 1-based number of this turn.
+        action_text: the assistant text of this turn.
+        parsed: the parsed action (prose, tool calls, format errors).
+        tool_results: ``(name, result)`` for each tool call made this turn.
+        format_errors: problems with the action's format, tool names or arguments.
+        action_tokens: tokens the action used (see ``LLMEnv.count_tokens``).
+        thinking_tokens: tokens inside ``<think>...</think>``.
+        done: the episode ends this turn (terminated or truncated).
+        terminated: the task is over.
+        history: the contexts of earlier turns, oldest first.
+    """
+
+    env: LLMEnv
+    turn: int
+    action_text: str
+    parsed: ParsedAction
+    tool_results: list[tuple[str, ToolResult]] = field(default_factory=list)
+    format_errors: list[str] = field(default_factory=list)
+    action_tokens: int = 0
+    thinking_tokens: int = 0
+    done: bool = False
+    terminated: bool = False
+    history: list[TurnContext] = field(default_factory=list)
+
+
+RewardFn = Callable[[TurnContext], float]
+
+
+@dataclass
+class Reward:
+    """A named reward function with a weight.
+
+    Args:
+        fn: ``fn(ctx) -> float``.
+        weight: multiplies the value in the turn's reward; 0 = metric only.
+        when: ``"turn"`` evaluates every turn; ``"end"`` only on the last turn.
+        name: the component's name in ``info["reward_components"]`` (default: the function's).
+    """
+
+    fn: RewardFn
+    weight: float = 1.0
+    when: Literal["turn", "end"] = "turn"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.when not in ("turn", "end"):
+            raise ValueError(f"when must be 'turn' or 'end', got {self.when!r}")
+        self.name = self.name or getattr(self.fn, "__name__", "reward")
+
+
+class Rubric:
+    """A weighted set of named reward functions.
+
+    Example:
+        >>> rubric = Rubric([Reward(lambda ctx: 1.0, weight=0.5, name="always"),
+        ...                  Reward(lambda ctx: 2.0, when="end", name="final")])
+        >>> [r.name for r in rubric.rewards]
+        ['always', 'final']
+    """
+
+    def __init__(self, rewards: list[Reward]):
+        names = [r.name for r in rewards]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ValueError(f"reward names must be unique, repeated: {sorted(duplicates)}")
+        self.rewards = list(rewards)
+
+    def score(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
+        """This turn's reward and its components (unweighted values, by name)."""
+        components: dict[str, float] = {}
+        total = 0.0
+        for reward in self.rewards:
+            if reward.when == "end" and not ctx.done:
+                continue
+            value = float(reward.fn(ctx))
+            if not math.isfinite(value):
+                raise ValueError(f"reward {reward.name!r} returned {value}; rewards must be finite")
+            components[reward.name] = value
+            total += reward.weight * value
+        return total, components
+
+    def weights(self) -> dict[str, float]:
+        """Each component's weight, by name."""
+        return {r.name: r.weight for r in self.rewards}
+
+
+def format_error(ctx: TurnContext) -> float:
+    """1.0 when the turn's action was malformed (bad tool-call JSON, unknown tool, bad arguments), else 0.
+
+    Give it a negative weight to charge a format penalty.
+    """
+    return 1.0 if ctx.format_errors else 0.0
+
+
+def turn_efficiency(ctx: TurnContext) -> float:
+    """At the end: 1.0 when done in one turn, falling linearly to 0 at the turn budget."""
+    budget = max(ctx.env.max_turns, 1)
+    return max(0.0, 1.0 - (ctx.turn - 1) / budget)
+
+
+def length_penalty(budget_tokens: int) -> RewardFn:
+    """Per turn: how far the action ran over ``budget_tokens``, as a fraction of the budget.
+
+    The seeds' cost knob: give it a negative weight so replies longer than the
+    budget cost reward in proportion.
+    """
+
+    def length_penalty(ctx: TurnContext) -> float:
+        return max(0, ctx.action_tokens - budget_tokens) / budget_tokens
+
+    return length_penalty
+
+
+def thinking_penalty(budget_tokens: int) -> RewardFn:
+    """Per turn: reasoning (``<think>``) tokens over ``budget_tokens``, as a fraction of it (overthinking)."""
+
+    def thinking_penalty(ctx: TurnContext) -> float:
+        return max(0, ctx.thinking_tokens - budget_tokens) / budget_tokens
+
+    return thinking_penalty
+
+
+def tool_error_rate(ctx: TurnContext) -> float:
+    """At the end: the fraction of the episode's tool calls that failed (0 when none were made)."""
+    results = [r for c in [*ctx.history, ctx] for _, r in c.tool_results]
+    return sum(not r.ok for r in results) / len(results) if results else 0.0
+

@@ -1,0 +1,184 @@
+"""Tools: plain Python functions an agent may call.
+
+Holds the :func:`tool` decorator and :class:`Tool`. A tool's JSON schema is
+derived from its type hints and Google-style docstring; its arguments are
+validated by a compiled pydantic model before the function runs. Whatever
+goes wrong inside a call (bad arguments, an exception in the body) comes back
+as a :class:`ToolResult` with ``ok=False`` and a message the agent can act on.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, get_type_hints
+
+import docstring_parser
+import pydantic
+
+__all__ = ["Tool", "ToolResult", "ToolError", "tool"]
+
+
+class ToolError(Exception):
+    """Raise inside a tool to send the agent an error message (the call counts as failed)."""
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returned: the text the agent sees and whether it worked."""
+
+    content: str
+    ok: bool = True
+    value: Any = None
+
+
+class Tool:
+    """A function with a JSON schema and argument validation.
+
+    Use the :func:`tool` decorator rather than building one by hand. A tool
+    defined on an environment class binds to the instance like a method.
+
+    Example:
+        >>> @tool
+        ... def add(a: int, b: int = 0) -> int:
+        ...     '''Add two integers.
+        ...
+        ...     Args:
+        ...         a: the first number.
+        ...         b: the second number.
+        ...     '''
+        ...     return a + b
+        >>> add.schema["function"]["parameters"]["required"]
+        ['a']
+        >>> add.call({"a": 2, "b": 3}).content
+        '5'
+        >>> add.call({"a": "two"}).ok
+        False
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, max_output_chars: int = 8192):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.max_output_chars = max_output_chars
+        doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+        self.description = " ".join(
+            part for part in (doc.short_description, doc.long_description) if part
+        ).strip()
+        param_docs = {p.arg_name: p.description or "" for p in doc.params}
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        params = list(inspect.signature(fn).parameters.values())
+        if params and params[0].name == "self":
+            params = params[1:]
+        for param in params:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {self.name!r}: *args/**kwargs are not supported; name every argument")
+            if param.name not in hints:
+                raise TypeError(f"tool {self.name!r}: argument {param.name!r} needs a type hint")
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (hints[param.name], pydantic.Field(default, description=param_docs.get(param.name) or None))
+        self._model = pydantic.create_model(
+            f"{self.name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+        parameters = self._model.model_json_schema()
+        _strip_titles(parameters)
+        parameters.setdefault("properties", {})
+        parameters.setdefault("required", [])
+        self.parameters = parameters
+        functools.update_wrapper(self, fn)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The tool in OpenAI function-calling format."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated arguments, converted to the annotated types.
+
+        Raises:
+            ToolError: the arguments do not match the schema.
+        """
+        if not isinstance(arguments, dict):
+            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        try:
+            model = self._model.model_validate(arguments)
+        except pydantic.ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5]
+            )
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
+        return {key: getattr(model, key) for key in model.model_fields_set | _defaults(self._model)}
+
+    def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
+        """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
+        try:
+            kwargs = self.validate(arguments)
+            value = self.fn(bound_to, **kwargs) if bound_to is not None else self.fn(**kwargs)
+        except ToolError as err:
+            return ToolResult(f"Error: {err}", ok=False)
+        except Exception as err:  # the agent's input broke the tool body: report it, keep the episode alive
+            return ToolResult(f"Error: {self.name} failed: {type(err).__name__}: {err}", ok=False)
+        content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        if len(content) > self.max_output_chars:
+            content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
+        return ToolResult(content, ok=True, value=value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return BoundTool(self, instance)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+class BoundTool:
+    """A :class:`Tool` defined on a class, bound to one instance."""
+
+    def __init__(self, tool: Tool, instance: Any):
+        self.tool, self.instance = tool, instance
+        self.name, self.schema = tool.name, tool.schema
+
+    def call(self, arguments: dict[str, Any]) -> ToolResult:
+        return self.tool.call(arguments, bound_to=self.instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tool.fn(self.instance, *args, **kwargs)
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_output_chars: int = 8192) -> Any:
+    """Make a function (or an environment method) a :class:`Tool`.
+
+    Works bare (``@tool``) or with options (``@tool(name="search")``).
+    """
+    if fn is None:
+        return lambda f: Tool(f, name=name, max_output_chars=max_output_chars)
+    return Tool(fn, name=name, max_output_chars=max_output_chars)
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(model: type[pydantic.BaseModel]) -> frozenset[str]:
+    return frozenset(name for name, f in model.model_fields.items() if not f.is_required())
+
+
+def _strip_titles(schema: Any) -> None:
+    """Drop pydantic's auto-generated ``title`` keys (noise in a prompt), never a property named title."""
+    if isinstance(schema, dict):
+        schema.pop("title", None)
+        for key, value in schema.items():
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                for sub in value.values():
+                    _strip_titles(sub)
+            else:
+                _strip_titles(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _strip_titles(value)
