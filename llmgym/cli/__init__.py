@@ -1,7 +1,8 @@
 """The ``llmgym`` command line.
 
 Each subcommand is a module in this package with ``add_parser(subparsers)``
-that sets ``func`` on its parser. The CLI is the one place where the parts
+that sets ``func`` on its parser; modules are found automatically, listed
+alphabetically. The CLI is the one place where the parts
 are wired together: commands import ``llmgym.wrappers`` or
 ``llmgym.trainers`` lazily, inside the command, so ``import llmgym`` stays
 light and a missing extra only matters to the command that needs it.
@@ -11,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 
-__all__ = ["main", "COMMANDS"]
-
-#: Subcommand modules, in the order ``llmgym --help`` lists them.
-COMMANDS = ["list_envs"]
+__all__ = ["main", "CLIError"]
 
 
 class CLIError(Exception):
@@ -30,8 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmgym {_version()}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"llmgym.cli.{name}").add_parser(subparsers)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "add_parser"):
+            module.add_parser(subparsers)
     return parser
 
 
