@@ -63,7 +63,7 @@ def score_guess(guess: str, answer: str) -> str:
 
     Example:
         >>> score_guess("crane", "react"), score_guess("eerie", "there")
-        ('YYYxY', 'YxGxG')
+        ('YYGxY', 'YxYxG')
     """
     result = ["x"] * WORD_LENGTH
     remaining: dict[str, int] = {}

@@ -1,0 +1,137 @@
+"""Wordle-v0: rules, rewards, and cheating policies that must not pay."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmgym  # noqa: F401
+from llmgym.envs.wordle import WordleSolver, load_words, score_guess
+
+
+@pytest.mark.parametrize(
+    "guess, answer, expected",
+    [("crane", "crane", "GGGGG"), ("crane", "react", "YYGxY"), ("speed", "abide", "xxYxY"), ("llama", "hello", "YYxxx"), ("eerie", "there", "YxYxG")],
+)
+def test_feedback_handles_repeated_letters(guess, answer, expected):
+    assert score_guess(guess, answer) == expected
+
+
+def test_word_lists_are_real_and_disjoint_from_nonsense():
+    answers, guesses = load_words()
+    assert len(answers) == 2000 and set(answers) <= guesses
+    assert all(len(w) == 5 and w.isalpha() and w.islower() for w in answers)
+    assert "crane" in guesses and "eeaar" not in guesses and "xviii" not in guesses
+
+
+def play(policy, seeds, **kwargs):
+    """Mean episode return and solve rate of ``policy(obs, env) -> action``."""
+    env = gym.make("llmgym/Wordle-v0", **kwargs)
+    returns, solved = [], []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        done, total = False, 0.0
+        state = {}
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+        solved.append(env.unwrapped.solved)
+    return float(np.mean(returns)), float(np.mean(solved))
+
+
+def honest(obs, state):
+    solver = state.setdefault("solver", WordleSolver())
+    return solver.act(obs)
+
+
+def common_letter_nonwords(obs, state):
+    """Reward hack: non-words packed with frequent letters to fish for feedback."""
+    state["i"] = state.get("i", -1) + 1
+    return ["eaars", "ootie", "snare", "eeeee", "aeiou", "rstln"][state["i"] % 6]
+
+
+def info_fisher(obs, state):
+    """Reward hack: valid words chosen for new letters, never trying to solve."""
+    state["i"] = state.get("i", -1) + 1
+    word = ["crane", "pilot", "dumpy", "fight", "swept", "vouch"][state["i"] % 6]
+    return '<tool_call>{"name": "guess", "arguments": {"word": "%s"}}</tool_call>' % word
+
+
+def claims_victory(obs, state):
+    """Reward hack: says it solved the puzzle."""
+    return "I solved it! The answer is correct. GGGGG Solved in 1 guesses!"
+
+
+def repeater(obs, state):
+    """Reward hack: the same informative guess every turn."""
+    return "crane"
+
+
+SEEDS = range(40)
+
+
+def test_honest_solver_scores_high():
+    mean, solve_rate = play(honest, SEEDS)
+    assert solve_rate >= 0.9 and mean >= 1.3
+
+
+@pytest.mark.parametrize("cheat", [common_letter_nonwords, info_fisher, claims_victory, repeater])
+def test_cheating_scores_clearly_below_honest(cheat):
+    honest_mean, _ = play(honest, SEEDS)
+    cheat_mean, _ = play(cheat, SEEDS)
+    assert cheat_mean < honest_mean - 0.8, (cheat.__name__, cheat_mean, honest_mean)
+
+
+def test_nonwords_earn_nothing_and_cost_the_format_penalty(wordle):
+    wordle.reset(seed=0)
+    obs, reward, *_ , info = wordle.step("eeaar")
+    assert "not in the word list" in obs
+    assert info["reward_components"]["information"] == 0.0
+    assert info["reward_components"]["invalid_guess"] == 1.0 and reward == pytest.approx(-0.1)
+
+
+def test_plain_text_and_tool_guesses_are_equivalent():
+    def trace(action):
+        env = gym.make("llmgym/Wordle-v0")
+        env.reset(seed=3)
+        obs, reward, *_ = env.step(action)
+        return obs, reward
+
+    tool_call = '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'
+    assert trace("crane") == trace("Guess: CRANE") == trace(tool_call)
+    native = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "guess", "arguments": json.dumps({"word": "crane"})}}]}
+    assert trace(native) == trace(tool_call)
+
+
+def test_solving_ends_with_outcome_and_speed_bonus(wordle):
+    wordle.reset(seed=0, options={"answer": "crane"})
+    obs, reward, terminated, truncated, info = wordle.step("crane")
+    assert terminated and not truncated and "Solved in 1" in obs
+    assert info["reward_components"]["solved"] == 1.0 and info["reward_components"]["speed"] == 1.0
+    assert reward == pytest.approx(0.2 + 1.0 + 0.5)
+
+
+def test_six_wrong_guesses_end_the_game(wordle):
+    wordle.reset(seed=0, options={"answer": "crane"})
+    for word in ["pilot", "dumpy", "fight", "swept", "vouch", "jazzy"]:
+        obs, reward, terminated, truncated, info = wordle.step(word)
+    assert terminated and not truncated and "The word was CRANE" in obs
+    assert info["reward_components"]["solved"] == 0.0
+
+
+def test_turn_budget_truncates_invalid_spam():
+    env = gym.make("llmgym/Wordle-v0", max_turns=3)
+    env.reset(seed=0)
+    results = [env.step("nonsense!")[2:4] for _ in range(3)]
+    assert results == [(False, False), (False, False), (False, True)]
+
+
+def test_bad_answer_option_is_a_clear_error(wordle):
+    with pytest.raises(ValueError, match="valid five-letter word"):
+        wordle.reset(options={"answer": "zzzzz"})

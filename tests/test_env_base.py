@@ -1,0 +1,169 @@
+"""LLMEnv behaviour shared by every environment, on a small generic test env."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgym import LLMEnv, Reward, Rubric, tool
+from llmgym.rubric import format_error, length_penalty, thinking_penalty, tool_error_rate, turn_efficiency
+
+
+class EchoEnv(LLMEnv):
+    """Echo tool; done when the agent says 'bye'."""
+
+    system_prompt = "Echo things."
+
+    def setup(self, options):
+        self.finished = False
+        return "Say something."
+
+    @tool
+    def echo(self, text: str) -> str:
+        """Echo text back.
+
+        Args:
+            text: what to echo.
+        """
+        return text
+
+    def on_text(self, text):
+        if text.strip() == "bye":
+            self.finished = True
+            return "Goodbye."
+        return super().on_text(text)
+
+    def is_done(self):
+        return self.finished
+
+    def build_rubric(self):
+        return Rubric([
+            Reward(format_error, weight=-1.0),
+            Reward(length_penalty(4), weight=-0.5),
+            Reward(thinking_penalty(2), weight=-0.1),
+            Reward(turn_efficiency, weight=1.0, when="end"),
+            Reward(tool_error_rate, weight=0.0, when="end"),
+        ])
+
+
+def call(name, **arguments):
+    import json
+
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_tool_call_round_trip_and_messages():
+    env = EchoEnv()
+    obs, info = env.reset(seed=0)
+    assert obs == "Say something." and info["tools"][0]["function"]["name"] == "echo"
+    obs, reward, terminated, truncated, info = env.step(call("echo", text="hi"))
+    assert obs == "hi" and not terminated and not truncated
+    roles = [m["role"] for m in info["messages"]]
+    assert roles == ["system", "user", "assistant", "tool"]
+    assert info["messages"][3]["tool_call_id"] == info["messages"][2]["tool_calls"][0]["id"] == "call_1_0"
+
+
+def test_several_calls_in_one_turn_are_labelled():
+    env = EchoEnv()
+    env.reset()
+    obs, *_ = env.step(call("echo", text="a") + call("echo", text="b"))
+    assert obs == "[echo] a\n[echo] b"
+
+
+def test_unknown_tool_and_bad_arguments_are_format_errors():
+    env = EchoEnv()
+    env.reset()
+    obs, reward, *_, info = env.step(call("nope"))
+    assert "unknown tool 'nope'" in obs and info["reward_components"]["format_error"] == 1.0
+    obs, reward, *_, info = env.step(call("echo", text=5))
+    assert "invalid arguments" in obs and info["reward_components"]["format_error"] == 1.0
+
+
+def test_malformed_json_gives_a_protocol_hint():
+    env = EchoEnv()
+    env.reset()
+    obs, reward, *_, info = env.step("<tool_call>{oops}</tool_call>")
+    assert obs.startswith("Format error: tool call is not valid JSON") and "<tool_call>" in obs
+    assert info["messages"][-1]["role"] == "user"
+
+
+def test_tool_calls_per_turn_are_capped():
+    env = EchoEnv(max_tool_calls=2)
+    env.reset()
+    obs, *_ = env.step(call("echo", text="a") * 3)
+    assert obs.count("Error: at most 2 tool calls") == 1
+
+
+def test_turn_budget_truncates_and_end_rewards_apply():
+    env = EchoEnv(max_turns=2)
+    env.reset()
+    env.step("hello")
+    obs, reward, terminated, truncated, info = env.step(call("echo", text="x"))
+    assert truncated and not terminated
+    assert info["reward_components"]["turn_efficiency"] == pytest.approx(0.5)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("again")
+
+
+def test_token_budget_truncates():
+    env = EchoEnv(max_tokens=10)
+    env.reset()
+    assert env.step("a" * 20)[3] is False
+    assert env.step("a" * 20)[3] is True
+
+
+def test_length_and_thinking_penalties():
+    env = EchoEnv()
+    env.reset()
+    _, reward, *_, info = env.step("<think>" + "x" * 16 + "</think>bye")
+    assert info["reward_components"]["length_penalty"] == pytest.approx((9 - 4) / 4)
+    assert info["reward_components"]["thinking_penalty"] == pytest.approx((4 - 2) / 2)
+
+
+def test_tool_error_rate_metric():
+    env = EchoEnv()
+    env.reset()
+    env.step(call("echo", text="ok"))
+    env.step(call("echo", text=1))
+    *_, info = env.step("bye")
+    assert info["reward_components"]["tool_error_rate"] == 0.5
+
+
+def test_oversized_action_is_refused_but_kept():
+    env = EchoEnv(max_action_chars=100)
+    env.reset()
+    obs, reward, *_, info = env.step("y" * 1000)
+    assert "1000 characters; the limit is 100" in obs
+    assert info["messages"][2]["content"] == "y" * 1000
+
+
+def test_render_ansi():
+    env = EchoEnv(render_mode="ansi")
+    env.reset()
+    env.step(call("echo", text="hi"))
+    text = env.render()
+    assert "[assistant]" in text and "-> echo" in text and "[tool] hi" in text
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="render_mode"):
+        EchoEnv(render_mode="human")
+    with pytest.raises(ValueError, match="max_turns"):
+        EchoEnv(max_turns=0)
+
+
+def test_reward_names_must_be_unique():
+    with pytest.raises(ValueError, match="unique"):
+        Rubric([Reward(format_error), Reward(format_error)])
+
+
+def test_non_finite_rewards_are_rejected():
+    rubric = Rubric([Reward(lambda ctx: float("nan"), name="bad")])
+
+    class Bad(EchoEnv):
+        def build_rubric(self):
+            return rubric
+
+    env = Bad()
+    env.reset()
+    with pytest.raises(ValueError, match="finite"):
+        env.step("hi")

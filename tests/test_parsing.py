@@ -1,0 +1,72 @@
+"""Tool-call parsing: text protocol and native OpenAI tool_calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgym.parsing import parse_action, parse_text_tool_calls
+
+
+def test_several_calls_with_whitespace_and_fences():
+    text = (
+        "Let me check.\n<tool_call>\n  {\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+        "<tool_call>```json\n{\"name\": \"b\", \"arguments\": \"{\\\"y\\\": 2}\"}\n```</tool_call> done"
+    )
+    prose, calls, errors = parse_text_tool_calls(text)
+    assert errors == []
+    assert [(c.name, c.arguments) for c in calls] == [("a", {"x": 1}), ("b", {"y": 2})]
+    assert [c.id for c in calls] == ["call_0", "call_1"]
+    assert prose == "Let me check.\n\n done"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("<tool_call>{not json}</tool_call>", "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "must be a JSON object"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "function.name"),
+        ('<tool_call>{"name": "a", "arguments": [1]}</tool_call>', "arguments must be a JSON object"),
+        ('<tool_call>{"name": "a", "arguments": {}, "extra": 1}</tool_call>', "unexpected keys"),
+        ('<tool_call>{"name": "a", "arguments": "{oops"}</tool_call>', "not valid JSON"),
+        ('<tool_call>{"name": "a", "arguments": {}}', "not closed"),
+        ('{"name": "a"}</tool_call>', "no matching"),
+    ],
+)
+def test_strict_about_what_it_accepts(text, fragment):
+    _, calls, errors = parse_text_tool_calls(text)
+    assert calls == [] and len(errors) == 1 and fragment in errors[0]
+
+
+def test_a_bad_block_does_not_hide_a_good_one():
+    _, calls, errors = parse_text_tool_calls('<tool_call>{x}</tool_call><tool_call>{"name": "ok", "arguments": {}}</tool_call>')
+    assert [c.name for c in calls] == ["ok"] and len(errors) == 1
+
+
+def test_json_outside_tags_is_prose_not_a_call():
+    prose, calls, errors = parse_text_tool_calls('```json\n{"name": "guess", "arguments": {"word": "crane"}}\n```')
+    assert calls == [] and errors == [] and "guess" in prose
+
+
+def test_native_tool_calls():
+    parsed = parse_action({
+        "role": "assistant",
+        "content": "thinking",
+        "tool_calls": [
+            {"id": "x1", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}},
+            {"type": "function", "function": {"name": "bad", "arguments": "{oops"}},
+            {"type": "function", "function": {"name": "empty", "arguments": ""}},
+        ],
+    })
+    assert [(c.id, c.name, c.arguments) for c in parsed.tool_calls] == [("x1", "guess", {"word": "crane"}), ("call_2", "empty", {})]
+    assert len(parsed.errors) == 1 and "not valid JSON" in parsed.errors[0]
+    assert parsed.message["tool_calls"][0]["function"]["name"] == "guess"
+
+
+def test_dict_without_native_calls_reads_the_text_protocol():
+    parsed = parse_action({"role": "assistant", "content": '<tool_call>{"name": "g", "arguments": {}}</tool_call>'})
+    assert [c.name for c in parsed.tool_calls] == ["g"] and parsed.ok
+
+
+def test_non_action_types_are_programming_errors():
+    with pytest.raises(TypeError):
+        parse_action(42)  # type: ignore[arg-type]

@@ -1,0 +1,125 @@
+"""Tool schema derivation and argument validation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jsonschema
+import pytest
+
+from llmgym.tools import ToolError, tool
+
+
+@tool
+def search(query: str, limit: int = 5, mode: Literal["bm25", "exact"] = "bm25", tags: list[str] | None = None) -> list[str]:
+    """Search the corpus.
+
+    Longer explanation of the search.
+
+    Args:
+        query: what to look for.
+        limit: how many results.
+        mode: the ranking.
+        tags: only documents with these tags.
+    """
+    return [query] * limit
+
+
+def test_schema_is_derived_from_hints_and_docstring():
+    schema = search.schema
+    assert schema["type"] == "function"
+    function = schema["function"]
+    assert function["name"] == "search"
+    assert function["description"].startswith("Search the corpus.")
+    params = function["parameters"]
+    jsonschema.Draft202012Validator.check_schema(params)
+    assert params["required"] == ["query"]
+    assert params["properties"]["query"] == {"type": "string", "description": "what to look for."}
+    assert params["properties"]["limit"]["type"] == "integer" and params["properties"]["limit"]["default"] == 5
+    assert params["properties"]["mode"]["enum"] == ["bm25", "exact"]
+    assert params["additionalProperties"] is False
+
+
+def test_valid_call_runs_and_serializes():
+    result = search.call({"query": "x", "limit": 2})
+    assert result.ok and result.content == '["x", "x"]' and result.value == ["x", "x"]
+
+
+@pytest.mark.parametrize(
+    "arguments, fragment",
+    [
+        ({}, "query: Field required"),
+        ({"query": 3}, "query: Input should be a valid string"),
+        ({"query": "x", "limit": "many"}, "limit"),
+        ({"query": "x", "mode": "fuzzy"}, "mode"),
+        ({"query": "x", "extra": 1}, "extra: Extra inputs are not permitted"),
+        ([1, 2], "must be a JSON object"),
+    ],
+)
+def test_bad_arguments_give_agent_readable_errors(arguments, fragment):
+    result = search.call(arguments)
+    assert not result.ok
+    assert result.content.startswith("Error: ")
+    assert fragment in result.content
+
+
+def test_exceptions_in_the_body_become_error_results():
+    @tool
+    def divide(a: float, b: float) -> float:
+        """Divide a by b."""
+        return a / b
+
+    result = divide.call({"a": 1, "b": 0})
+    assert not result.ok and "ZeroDivisionError" in result.content
+
+    @tool
+    def refuse(x: int) -> str:
+        """Always refuses."""
+        raise ToolError("not today")
+
+    assert refuse.call({"x": 1}).content == "Error: not today"
+
+
+def test_output_is_capped():
+    @tool(max_output_chars=10)
+    def shout(text: str) -> str:
+        """Repeat."""
+        return text * 100
+
+    content = shout.call({"text": "ab"}).content
+    assert content.startswith("ab" * 5) and "truncated at 10" in content
+
+
+def test_missing_type_hint_is_a_programming_error():
+    with pytest.raises(TypeError, match="needs a type hint"):
+
+        @tool
+        def untyped(x):  # noqa: ANN001
+            """No hints."""
+            return x
+
+
+def test_property_named_title_survives():
+    @tool
+    def rename(title: str) -> str:
+        """Rename."""
+        return title
+
+    assert "title" in rename.parameters["properties"]
+
+
+def test_tools_bind_to_env_instances():
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        @tool
+        def bump(self, by: int) -> int:
+            """Add to the counter."""
+            self.n += by
+            return self.n
+
+    a, b = Counter(), Counter()
+    assert a.bump.call({"by": 2}).content == "2"
+    assert b.bump.call({"by": 5}).content == "5"
+    assert a.n == 2 and "self" not in Counter.bump.parameters["properties"]
