@@ -1,0 +1,376 @@
+"""The rollout engine: many episodes at once, recorded token-exactly, streamed to JSONL.
+
+Holds :func:`rollout` (blocking) and :func:`arollout` (async), which play a
+policy on an environment for a list of seeds, ``group_size`` episodes per
+seed (a GRPO group), and :func:`summarize`, which turns episodes into the
+numbers ``llmgym eval`` prints. Token bookkeeping lives in
+:mod:`llmgym.rollout_tokens`, statistics in :mod:`llmgym.rollout_stats`.
+
+How a run works: ``max_concurrency`` workers (asyncio tasks) each own one env
+instance and take (seed, index-in-group) jobs from a queue. Each turn awaits
+``policy.agenerate(request)``; a local batched policy groups the requests of
+concurrent episodes itself, a server policy keeps up to ``max_concurrency``
+requests in flight. ``env.step`` runs in the event loop (it is fast). Every
+finished episode is written to the JSONL file at once (flushed), so a crash
+loses nothing, and ``resume=True`` skips the (seed, index) pairs already in
+the file.
+
+A policy error on one episode does not stop the run: the episode is recorded
+with ``metadata["error"]`` and the run goes on (a policy does its own
+retries). A policy that breaks the token-prefix contract raises
+:class:`TokenMismatchError`, because training on such tokens would be wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+
+from llmgym.env import LLMEnv
+from llmgym.episode import Episode, JSONLWriter, iter_jsonl
+from llmgym.messages import Message, assistant, user
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.rollout_stats import summarize
+from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
+
+__all__ = ["rollout", "arollout", "summarize", "episode_key", "TokenMismatchError", "EnvSource"]
+
+#: An env id for ``gymnasium.make`` or a function that builds a fresh env.
+EnvSource = Union[str, Callable[[], gym.Env]]
+#: ``progress(done, total, episode)``: called after every finished episode.
+ProgressFn = Callable[[int, int, Episode], None]
+
+
+def episode_key(episode: Episode) -> tuple[int | None, int]:
+    """The (seed, index in its group) pair that identifies an episode within a run.
+
+    Example:
+        >>> episode_key(Episode("llmgym/Wordle-v0", seed=4, metadata={"group_index": 1}))
+        (4, 1)
+    """
+    return episode.seed, int(episode.metadata.get("group_index", 0))
+
+
+def rollout(
+    env: EnvSource,
+    policy: Policy,
+    *,
+    seeds: Sequence[int] | int,
+    group_size: int = 1,
+    max_concurrency: int = 32,
+    sampling: SamplingParams | None = None,
+    jsonl_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool | ProgressFn = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[Episode]:
+    """Play ``policy`` on ``env`` for every seed, ``group_size`` times each; return the episodes.
+
+    Args:
+        env: a registered env id (made with ``gymnasium.make(env, **env_kwargs)``)
+            or a function returning a fresh env.
+        policy: any :class:`~llmgym.policy.Policy`.
+        seeds: the reset seeds, or an int ``n`` for seeds ``0..n-1``. Seeds must be distinct.
+        group_size: episodes per seed (GRPO's G); episodes of one seed share ``Episode.group``.
+        max_concurrency: episodes in flight at once (one env instance each).
+        sampling: sampling settings for every turn (default :class:`SamplingParams`).
+            With ``sampling.seed`` set, each turn gets its own seed derived from
+            it, the episode's seed, its index in the group and the turn, so
+            runs repeat exactly and the episodes of a group still differ.
+        jsonl_path: stream every finished episode to this JSONL file.
+        resume: keep the episodes already in ``jsonl_path`` and run only the
+            missing (seed, index) pairs; episodes recorded as failed are run again.
+        progress: ``True`` shows a rich progress bar on stderr; a callable is
+            called as ``progress(done, total, episode)`` after each episode.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+
+    Returns:
+        One :class:`~llmgym.Episode` per (seed, index), ordered by seed then
+        index; episodes resumed from the file included.
+
+    Raises:
+        ValueError: bad arguments, a JSONL file from another environment, or a
+            policy that breaks the token-prefix contract (:class:`TokenMismatchError`).
+
+    Example:
+        >>> from llmgym.policy import Generation
+        >>> class Crane(Policy):
+        ...     async def agenerate(self, request):
+        ...         return Generation({"role": "assistant", "content": "crane"})
+        >>> episodes = rollout("llmgym/Wordle-v0", Crane(), seeds=[0, 1], group_size=2)
+        >>> [(e.seed, e.group, e.metadata["group_index"]) for e in episodes]
+        [(0, 0, 0), (0, 0, 1), (1, 1, 0), (1, 1, 1)]
+    """
+    coro = arollout(
+        env, policy, seeds=seeds, group_size=group_size, max_concurrency=max_concurrency,
+        sampling=sampling, jsonl_path=jsonl_path, resume=resume, progress=progress, env_kwargs=env_kwargs,
+    )
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Called from inside a running loop (a notebook): run in a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def arollout(
+    env: EnvSource,
+    policy: Policy,
+    *,
+    seeds: Sequence[int] | int,
+    group_size: int = 1,
+    max_concurrency: int = 32,
+    sampling: SamplingParams | None = None,
+    jsonl_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool | ProgressFn = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[Episode]:
+    """The async form of :func:`rollout` (same arguments), for callers with an event loop."""
+    seed_list = _check_seeds(seeds)
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if resume and jsonl_path is None:
+        raise ValueError("resume=True needs jsonl_path: the file to resume from")
+    make_env = _env_factory(env, env_kwargs)
+    env_id = env if isinstance(env, str) else None
+    sampling = sampling or SamplingParams()
+    groups = {seed: position for position, seed in enumerate(seed_list)}
+
+    done: dict[tuple[int | None, int], Episode] = {}
+    if resume and Path(jsonl_path).exists():
+        for episode in iter_jsonl(jsonl_path):
+            if env_id is not None and episode.env_id != env_id:
+                raise ValueError(
+                    f"{jsonl_path} holds episodes of {episode.env_id!r}, not {env_id!r}: "
+                    "resume a run of the same environment or write to another file"
+                )
+            key = episode_key(episode)
+            if key[0] in groups and key[1] < group_size and "error" not in episode.metadata:
+                done[key] = episode
+    jobs = [(seed, index) for seed in seed_list for index in range(group_size) if (seed, index) not in done]
+    total = len(seed_list) * group_size
+
+    results = dict(done)
+    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
+    writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
+    reporter = _Progress(progress, total, initial=len(done))
+
+    async def worker() -> None:
+        instance = make_env()
+        try:
+            while True:
+                try:
+                    seed, index = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
+                results[(seed, index)] = episode
+                if writer is not None:
+                    writer.write(episode)
+                reporter.advance(episode)
+        finally:
+            instance.close()
+
+    workers = [asyncio.create_task(worker()) for _ in range(min(max_concurrency, len(jobs)))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        reporter.close()
+        if writer is not None:
+            writer.close()
+    return [results[(seed, index)] for seed in seed_list for index in range(group_size)]
+
+
+async def _play(
+    env: gym.Env, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int, group: int,
+) -> Episode:
+    """One episode: reset, then generate and step until the env says it is over."""
+    start = time.perf_counter()
+    env_seconds = policy_seconds = 0.0
+    tokens = TokenRecord()
+    thinking: list[int] = []
+    finish_reasons: list[str] = []
+    generated_tokens: int | None = None
+    error: str | None = None
+    model: str | None = None
+
+    tick = time.perf_counter()
+    observation, info = env.reset(seed=seed)
+    env_seconds += time.perf_counter() - tick
+    messages: list[Message] = list(info.get("messages") or [user(str(observation))])
+    tools = list(info.get("tools") or [])
+    rewards: list[float] = []
+    components: list[dict[str, float]] = []
+    terminated = truncated = False
+    turn = 0
+    while not (terminated or truncated):
+        turn += 1
+        request = PolicyRequest(
+            messages=list(messages), tools=tools, sampling=_turn_sampling(sampling, seed, index, turn),
+            prefix_token_ids=tokens.prefix(),
+        )
+        tick = time.perf_counter()
+        try:
+            generation = await policy.agenerate(request)
+        except (asyncio.CancelledError, TokenMismatchError):
+            raise
+        except Exception as err:  # one episode's failure must not end the run
+            error = f"{type(err).__name__}: {err}"
+            policy_seconds += time.perf_counter() - tick
+            break
+        policy_seconds += time.perf_counter() - tick
+        if not isinstance(generation, Generation):
+            raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
+        tokens.add(generation, turn, request.prefix_token_ids)
+        thinking.append(int(generation.thinking_tokens))
+        finish_reasons.append(generation.finish_reason)
+        count = _count_generated(generation)
+        if count is not None:
+            generated_tokens = (generated_tokens or 0) + count
+        model = model or generation.metadata.get("model")
+
+        tick = time.perf_counter()
+        observation, reward, terminated, truncated, info = env.step(_action(generation.message))
+        env_seconds += time.perf_counter() - tick
+        rewards.append(float(reward))
+        components.append(dict(info.get("reward_components") or {}))
+        if "messages" in info:
+            messages = list(info["messages"])
+        else:  # a plain Gymnasium env: keep the chat ourselves
+            messages += [_assistant_message(generation.message), user(str(observation))]
+        terminated, truncated = bool(terminated), bool(truncated)
+
+    base = env.unwrapped
+    if isinstance(base, LLMEnv):
+        episode = base.episode(env_id)
+    else:
+        spec_id = env.spec.id if env.spec is not None else type(base).__name__
+        episode = Episode(
+            env_id=env_id or spec_id, seed=seed, messages=messages, tools=tools,
+            turn_rewards=rewards, reward_components=components, terminated=terminated, truncated=truncated,
+        )
+    episode.seed = seed
+    episode.group = group
+    episode.policy = getattr(policy, "name", type(policy).__name__)
+    tokens.fill(episode)
+    episode.timing = {
+        "env_s": env_seconds,
+        "policy_s": policy_seconds,
+        "wall_s": time.perf_counter() - start,
+    }
+    episode.metadata.update({
+        "group_index": index,
+        "sampling": dataclasses.asdict(sampling),
+        "thinking_tokens": sum(thinking),
+        "turn_thinking_tokens": thinking,
+        "finish_reasons": finish_reasons,
+        "generated_tokens": generated_tokens,
+    })
+    if model is not None:
+        episode.metadata["model"] = model
+    if error is not None:
+        episode.metadata["error"] = error
+    return episode
+
+
+def _check_seeds(seeds: Sequence[int] | int) -> list[int]:
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        if seeds < 0:
+            raise ValueError(f"seeds as a count must be >= 0, got {seeds}")
+        return list(range(int(seeds)))
+    seed_list = [int(s) for s in seeds]
+    if len(set(seed_list)) != len(seed_list):
+        raise ValueError("seeds must be distinct; use group_size to play one seed several times")
+    return seed_list
+
+
+def _env_factory(env: EnvSource, env_kwargs: dict[str, Any] | None) -> Callable[[], gym.Env]:
+    if isinstance(env, str):
+        gym.spec(env)  # an unknown id fails here, before any worker starts
+        kwargs = dict(env_kwargs or {})
+        return lambda: gym.make(env, **kwargs)
+    if env_kwargs:
+        raise ValueError("env_kwargs only apply to an env id; pass them to your env factory instead")
+    if not callable(env):
+        raise TypeError(f"env must be an env id or a function returning an env, got {type(env).__name__}")
+    return env
+
+
+def _turn_sampling(sampling: SamplingParams, seed: int, index: int, turn: int) -> SamplingParams:
+    """This turn's sampling: the same settings, with a seed of its own when ``sampling.seed`` is set."""
+    if sampling.seed is None:
+        return sampling
+    entropy = [sampling.seed % 2**32, seed % 2**32, index, turn]
+    turn_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
+    return dataclasses.replace(sampling, seed=turn_seed)
+
+
+def _action(message: Message) -> str | dict[str, Any]:
+    """The env action: the message itself when it carries native tool calls, else its text."""
+    if message.get("tool_calls"):
+        return message
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def _assistant_message(message: Message) -> Message:
+    if message.get("tool_calls"):
+        return dict(message)
+    return assistant(str(message.get("content") or ""))
+
+
+def _count_generated(generation: Generation) -> int | None:
+    """Generated tokens of one turn: the ids, else the backend's usage count, else unknown."""
+    if generation.token_ids is not None:
+        return len(generation.token_ids)
+    usage = generation.metadata.get("completion_tokens")
+    return int(usage) if isinstance(usage, (int, float)) and not isinstance(usage, bool) else None
+
+
+class _Progress:
+    """Reports finished episodes to a rich progress bar or a callback."""
+
+    def __init__(self, progress: bool | ProgressFn, total: int, initial: int):
+        self.callback = progress if callable(progress) else None
+        self.total, self.done = total, initial
+        self.bar = None
+        if progress is True:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TextColumn("mean reward {task.fields[mean]}"),
+                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+            )
+            self.rewards: list[float] = []
+            self.task = self.bar.add_task("rollout", total=total, completed=initial, mean="-")
+            self.bar.start()
+
+    def advance(self, episode: Episode) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.rewards.append(episode.total_reward)
+            self.bar.update(self.task, advance=1, mean=f"{np.mean(self.rewards):.3f}")
+        if self.callback is not None:
+            self.callback(self.done, self.total, episode)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
