@@ -183,10 +183,10 @@ class LLMEnv(gym.Env[str, str], ABC):
         ctx = TurnContext(
             env=self, turn=turn, action_text=text, parsed=parsed, tool_results=tool_results,
             format_errors=format_errors, action_tokens=tokens, thinking_tokens=thinking,
-            done=terminated or truncated, terminated=terminated, history=self.turn_contexts,
+            done=terminated or truncated, terminated=terminated, history=self.turn_contexts[:],
         )
         reward, components = self.rubric.score(ctx)
-        self.turn_contexts = [*self.turn_contexts, ctx]
+        self.turn_contexts.append(ctx)
         self.turn_rewards.append(reward)
         self.turn_components.append(components)
         self._over = terminated or truncated

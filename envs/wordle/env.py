@@ -104,6 +104,9 @@ class WordleEnv(LLMEnv):
         self.answers, self.valid_words = load_words()
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
+        self._greens: set[int] = set()
+        self._letters: set[str] = set()
+        self._facts_after: dict[int, int] = {}
 
     def setup(self, options: dict[str, Any] | None) -> str:
         answer = (options or {}).get("answer")
@@ -113,6 +116,8 @@ class WordleEnv(LLMEnv):
             raise ValueError(f"options['answer'] must be a valid five-letter word, got {answer!r}")
         self.answer = answer.lower()
         self.guesses = []
+        self._greens, self._letters = set(), set()
+        self._facts_after = {}  # turn -> placed letters + letters known in the word, after that turn
         return f"Guess the five-letter word. You have {self.max_guesses} guesses."
 
     @tool
@@ -130,7 +135,11 @@ class WordleEnv(LLMEnv):
         if len(self.guesses) >= self.max_guesses:
             raise ToolError("no guesses left")
         feedback = score_guess(word, self.answer)
-        self.guesses.append((word, feedback, len(self.turn_contexts) + 1))
+        turn = len(self.turn_contexts) + 1
+        self.guesses.append((word, feedback, turn))
+        self._greens |= {i for i, mark in enumerate(feedback) if mark == "G"}
+        self._letters |= {word[i] for i, mark in enumerate(feedback) if mark != "x"}
+        self._facts_after[turn] = len(self._greens) + len(self._letters)
         left = self.max_guesses - len(self.guesses)
         if feedback == "G" * WORD_LENGTH:
             return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} guesses!"
@@ -167,17 +176,8 @@ class WordleEnv(LLMEnv):
         ])
 
     def _information(self, ctx: TurnContext) -> float:
-        return (self._facts_known(ctx.turn) - self._facts_known(ctx.turn - 1)) / (2 * WORD_LENGTH)
-
-    def _facts_known(self, up_to_turn: int) -> int:
-        """Placed letters plus letters known to be in the word, after ``up_to_turn`` turns."""
-        greens: set[int] = set()
-        letters: set[str] = set()
-        for word, feedback, turn in self.guesses:
-            if turn <= up_to_turn:
-                greens |= {i for i, mark in enumerate(feedback) if mark == "G"}
-                letters |= {word[i] for i, mark in enumerate(feedback) if mark != "x"}
-        return len(greens) + len(letters)
+        before = max((facts for turn, facts in self._facts_after.items() if turn < ctx.turn), default=0)
+        return (self._facts_after.get(ctx.turn, before) - before) / (2 * WORD_LENGTH)
 
     def _invalid_guess(self, ctx: TurnContext) -> float:
         return 0.0 if any(turn == ctx.turn for _, _, turn in self.guesses) else 1.0

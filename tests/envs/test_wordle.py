@@ -135,3 +135,12 @@ def test_turn_budget_truncates_invalid_spam():
 def test_bad_answer_option_is_a_clear_error(wordle):
     with pytest.raises(ValueError, match="valid five-letter word"):
         wordle.reset(options={"answer": "zzzzz"})
+
+
+def test_information_counts_only_new_facts_across_invalid_turns(wordle):
+    wordle.reset(seed=0, options={"answer": "crane"})
+    first = wordle.step("crate")[4]["reward_components"]["information"]  # C R A E placed: 4 greens + 4 letters
+    assert first == pytest.approx(8 / 10)
+    assert wordle.step("zzzzz")[4]["reward_components"]["information"] == 0.0
+    assert wordle.step("crate")[4]["reward_components"]["information"] == 0.0
+    assert wordle.step("crane")[4]["reward_components"]["information"] == pytest.approx(2 / 10)
