@@ -61,6 +61,8 @@ class ToolCall:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as err:
                 raise ValueError(f"tool call {function['name']!r}: arguments are not valid JSON ({err.msg})") from None
+            except RecursionError:
+                raise ValueError(f"tool call {function['name']!r}: arguments are nested too deeply") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"tool call {function['name']!r}: arguments must be a JSON object")
         return cls(name=function["name"], arguments=arguments, id=str(data.get("id") or ""))

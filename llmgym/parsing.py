@@ -76,6 +76,8 @@ def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
         data = json.loads(body)
     except json.JSONDecodeError as err:
         return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {_clip(body)}"
+    except RecursionError:
+        return None, "tool call JSON is nested too deeply"
     if not isinstance(data, dict):
         return None, f"tool call must be a JSON object with name and arguments, got {_clip(body)}"
     extra = set(data) - _ALLOWED_KEYS
