@@ -1,0 +1,204 @@
+"""Group-relative advantages with turn-level credit assignment.
+
+Holds :func:`compute_advantages` and its result :class:`Advantages`, plus
+:func:`turn_spans_of`. The formula (also in ``docs/training.md``), for the
+episodes ``i`` of one group ``g`` (same env seed), with ``R_i`` the episode's
+total reward and ``r_{i,t}`` its reward on turn ``t``::
+
+    A_i        = (R_i - mean_{j in g} R_j) / (s_g + eps)
+    A_{i,t}    = (r_{i,t} - mean_{j in g_t} r_{j,t}) / (s_{g,t} + eps)
+    adv(token) = A_i + lambda * A_{i,t}      for the tokens the policy generated on turn t
+
+``g_t`` is the set of the group's episodes that reached turn ``t``. The scale
+``s`` is the sample standard deviation (``ddof=1``, as TRL) of the same
+values in the group (``scale_rewards="group"``), of the whole batch's values
+(``"batch"``: all episodes, or all episodes that reached turn ``t``); with
+``"none"`` (Dr. GRPO) the centred values are not divided at all. A turn
+index only one episode of the group reached has ``A_{i,t} = 0``. With ``lambda = 0`` this is plain GRPO; for single-turn
+envs ``A_{i,1} = A_i``, so the advantage is ``(1 + lambda) * A_i``.
+
+A group whose episodes all have the same total reward and (when
+``lambda != 0``) the same reward on every turn carries no signal: its
+episodes are left out of the loss and counted in ``zero_signal_groups``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmgym.episode import Episode
+
+__all__ = ["Advantages", "compute_advantages", "turn_spans_of"]
+
+
+@dataclass
+class Advantages:
+    """Advantages of a batch of episodes.
+
+    Attributes:
+        token_advantages: per episode, one value per token of ``token_ids``
+            (0 where ``mask`` is 0).
+        outcome: per episode, the outcome advantage ``A_i``.
+        turn: per episode, the turn advantages ``A_{i,t}``, one per turn.
+        keep: per episode, whether it enters the loss (its group has signal
+            and it is not a masked truncated episode).
+        groups: how many groups the batch holds.
+        zero_signal_groups: how many of them carry no signal.
+        stats: summary numbers for logging.
+    """
+
+    token_advantages: list[np.ndarray]
+    outcome: np.ndarray
+    turn: list[np.ndarray]
+    keep: list[bool]
+    groups: int
+    zero_signal_groups: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def turn_spans_of(episode: Episode) -> list[tuple[int, int]]:
+    """The ``[start, end)`` spans of each turn's generated tokens.
+
+    ``episode.turn_spans`` when recorded, else the runs of ``mask == 1``.
+
+    Example:
+        >>> turn_spans_of(Episode("x", token_ids=[5, 6, 7, 8, 9, 10], mask=[0, 1, 1, 0, 1, 0]))
+        [(1, 3), (4, 5)]
+    """
+    if episode.turn_spans:
+        return [tuple(span) for span in episode.turn_spans]
+    spans, start = [], None
+    for index, bit in enumerate([*episode.mask, 0]):
+        if bit and start is None:
+            start = index
+        elif not bit and start is not None:
+            spans.append((start, index))
+            start = None
+    return spans
+
+
+def _scale(values: np.ndarray, mode: str, batch_std: float, eps: float) -> float:
+    """The divisor of the centred values: ``std + eps``, or exactly 1 for ``"none"``."""
+    if mode == "none":
+        return 1.0
+    if mode == "batch":
+        return batch_std + eps
+    return (float(values.std(ddof=1)) if len(values) > 1 else 0.0) + eps
+
+
+def _std(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def compute_advantages(
+    episodes: list[Episode],
+    scale_rewards: str = "group",
+    turn_lambda: float = 1.0,
+    mask_truncated: bool = False,
+    eps: float = 1e-4,
+) -> Advantages:
+    """Outcome plus turn-level advantages for every token of every episode.
+
+    Args:
+        episodes: the batch; ``episode.group`` says which episodes share a seed
+            (``None`` groups by ``(env_id, seed)``). Each needs ``token_ids``
+            and ``mask`` from a token-returning policy.
+        scale_rewards: ``"group"``, ``"batch"`` or ``"none"`` (see the module docstring).
+        turn_lambda: weight of the turn-level advantage.
+        mask_truncated: leave truncated episodes out of the loss.
+        eps: added to the scale before dividing.
+
+    Returns:
+        The advantages, which episodes to keep, and counts for logging.
+
+    Raises:
+        ValueError: an episode has no tokens, a mask of the wrong length, or
+            (with ``turn_lambda != 0``) a different number of turn spans than turn rewards.
+
+    Example:
+        >>> def ep(group, rewards):
+        ...     return Episode("x", group=group, turn_rewards=rewards,
+        ...                    token_ids=[1, 2, 3], mask=[0, 1, 1], turn_spans=[(1, 3)])
+        >>> adv = compute_advantages([ep(0, [1.0]), ep(0, [0.0]), ep(1, [1.0]), ep(1, [1.0])],
+        ...                          turn_lambda=0.0)
+        >>> [round(float(a), 3) for a in adv.outcome], adv.keep, adv.zero_signal_groups
+        ([0.707, -0.707, 0.0, 0.0], [True, True, False, False], 1)
+    """
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    spans: list[list[tuple[int, int]]] = []
+    for index, episode in enumerate(episodes):
+        if not episode.token_ids:
+            raise ValueError(
+                f"episode {index} (seed {episode.seed}) has no token_ids: generate with a policy that "
+                "returns tokens (returns_tokens=True), e.g. TransformersPolicy"
+            )
+        if len(episode.mask) != len(episode.token_ids):
+            raise ValueError(f"episode {index}: mask has {len(episode.mask)} entries for {len(episode.token_ids)} tokens")
+        episode_spans = turn_spans_of(episode)
+        if turn_lambda != 0 and len(episode_spans) != len(episode.turn_rewards):
+            raise ValueError(
+                f"episode {index}: {len(episode_spans)} turn spans but {len(episode.turn_rewards)} turn rewards; "
+                "turn-level credit needs one span per turn (or set turn_lambda=0)"
+            )
+        spans.append(episode_spans)
+
+    members: dict[object, list[int]] = defaultdict(list)
+    for index, episode in enumerate(episodes):
+        key = episode.group if episode.group is not None else (episode.env_id, episode.seed)
+        members[key].append(index)
+
+    totals = np.array([e.total_reward for e in episodes], dtype=np.float64)
+    max_turns = max((e.num_turns for e in episodes), default=0)
+    batch_std = _std(list(totals))
+    turn_batch_std = [_std([e.turn_rewards[t] for e in episodes if e.num_turns > t]) for t in range(max_turns)]
+
+    outcome = np.zeros(len(episodes))
+    turn = [np.zeros(e.num_turns) for e in episodes]
+    keep = [True] * len(episodes)
+    zero_signal = 0
+    for indices in members.values():
+        values = totals[indices]
+        outcome[indices] = (values - values.mean()) / _scale(values, scale_rewards, batch_std, eps)
+        has_signal = np.ptp(values) > 1e-12
+        for t in range(max_turns):
+            reached = [i for i in indices if episodes[i].num_turns > t]
+            rewards = np.array([episodes[i].turn_rewards[t] for i in reached])
+            if len(reached) < 2:
+                continue
+            scale = _scale(rewards, scale_rewards, turn_batch_std[t], eps)
+            for i, value in zip(reached, (rewards - rewards.mean()) / scale):
+                turn[i][t] = value
+            has_signal = has_signal or (turn_lambda != 0 and np.ptp(rewards) > 1e-12)
+        if not has_signal:
+            zero_signal += 1
+            outcome[indices] = 0.0
+            for i in indices:
+                turn[i][:] = 0.0
+                keep[i] = False
+
+    token_advantages = []
+    for index, episode in enumerate(episodes):
+        mask = np.asarray(episode.mask, dtype=np.float64)
+        values = mask * outcome[index]
+        for t, (start, end) in enumerate(spans[index]):
+            if t < len(turn[index]):
+                values[start:end] += turn_lambda * turn[index][t] * mask[start:end]
+        token_advantages.append(values)
+        if mask_truncated and episode.truncated:
+            keep[index] = False
+
+    kept = [a[np.asarray(e.mask, dtype=bool)] for a, e, k in zip(token_advantages, episodes, keep) if k]
+    flat = np.concatenate(kept) if kept else np.zeros(0)
+    stats = {
+        "advantage/mean": float(flat.mean()) if flat.size else 0.0,
+        "advantage/std": float(flat.std()) if flat.size else 0.0,
+        "advantage/abs_max": float(np.abs(flat).max()) if flat.size else 0.0,
+        "advantage/outcome_abs_mean": float(np.abs(outcome).mean()) if len(outcome) else 0.0,
+        "episodes/kept": float(sum(keep)),
+        "groups/zero_signal_fraction": zero_signal / max(len(members), 1),
+    }
+    return Advantages(token_advantages, outcome, turn, keep, len(members), zero_signal, stats)

@@ -1,0 +1,227 @@
+"""Configuration dataclasses of the trainers, documented field by field.
+
+Holds :class:`GRPOConfig` (the GRPO trainer), :class:`SFTConfig` (the SFT
+warm-up) and :func:`load_config`, which reads either from a TOML file (flat
+keys named like the fields; unknown keys are an error, not silently ignored).
+
+Example:
+    >>> config = GRPOConfig(env_id="llmgym/Wordle-v0", steps=2, group_size=4)
+    >>> config.loss_aggregation, config.scale_rewards
+    ('token_mean', 'group')
+    >>> GRPOConfig(group_size=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: group_size must be >= 2 (GRPO compares episodes within a group), got 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["GRPOConfig", "SFTConfig", "load_config", "LOSS_AGGREGATIONS", "REWARD_SCALINGS"]
+
+LOSS_AGGREGATIONS = ("sequence_mean", "token_mean", "dr_grpo")
+REWARD_SCALINGS = ("group", "batch", "none")
+
+
+@dataclass
+class GRPOConfig:
+    """Everything a GRPO run needs; a TOML file with the same keys builds one."""
+
+    # -- what to train, where -------------------------------------------------
+    env_id: str = "llmgym/Wordle-v0"
+    """The registered environment id, made with ``gymnasium.make``."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for ``gymnasium.make`` (``max_turns``...)."""
+    model: str = "smollm2"
+    """``load_model`` name or path (``smollm2``, a local checkpoint); ``tiny-random`` builds a tiny random Llama."""
+    out: str = "runs/grpo"
+    """Run folder: metrics.jsonl, checkpoints/, reward plot, final weights."""
+    seed: int = 0
+    """Seeds the env-seed sampler, torch and the LoRA init; same seed, same run."""
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``..."""
+
+    # -- sampling episodes ------------------------------------------------------
+    steps: int = 50
+    """Optimizer rounds: each samples a batch of groups, then updates the policy."""
+    prompts_per_step: int = 4
+    """Env seeds (groups) per step, over all ranks together."""
+    group_size: int = 8
+    """Episodes per seed (G); advantages compare episodes within a group."""
+    seed_pool: int = 1_000_000
+    """Env seeds are drawn uniformly from ``[0, seed_pool)``; a small pool repeats tasks."""
+    max_new_tokens: int = 128
+    """Most tokens generated per turn."""
+    temperature: float = 1.0
+    """Sampling temperature; the trainer scores tokens under the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    resample_zero_signal: int = 0
+    """Extra rollout rounds per step to replace groups with no signal (all rewards equal)."""
+
+    # -- advantages -----------------------------------------------------------
+    scale_rewards: str = "group"
+    """Divide centred rewards by the group's std (``group``), the batch's std (``batch``) or not at all (``none``, Dr. GRPO)."""
+    turn_lambda: float = 1.0
+    """Weight of the turn-level advantage added to the outcome advantage of each turn's tokens (0 = plain GRPO)."""
+    mask_truncated: bool = False
+    """Leave episodes cut by a turn or token budget out of the loss (they still count in group statistics)."""
+
+    # -- loss -----------------------------------------------------------------
+    loss_aggregation: str = "token_mean"
+    """``sequence_mean`` (GRPO), ``token_mean`` (DAPO) or ``dr_grpo`` (sum over a constant ``max_loss_tokens``)."""
+    max_loss_tokens: int | None = None
+    """Dr. GRPO's constant normalizer; ``None`` = ``max_new_tokens`` x the env's ``max_turns``."""
+    epsilon_low: float = 0.2
+    """Lower clip: the ratio is clipped below at ``1 - epsilon_low``."""
+    epsilon_high: float = 0.28
+    """Upper clip: the ratio is clipped above at ``1 + epsilon_high`` (DAPO's clip-higher)."""
+    beta: float = 0.0
+    """Weight of the k3 KL to a frozen reference; 0 loads no reference model."""
+    is_cap: float | None = 2.0
+    """Cap of the truncated importance weight trainer/generator (corrects inference mismatch); ``None`` disables it."""
+    num_iterations: int = 1
+    """Optimizer steps on each batch of episodes (PPO epochs, mu); > 1 makes the clip matter."""
+
+    # -- optimization ---------------------------------------------------------
+    learning_rate: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    micro_batch_size: int = 4
+    """Episodes per forward/backward; gradients accumulate over the whole batch before a step."""
+    max_grad_norm: float | None = 1.0
+    """Gradient clipping norm; ``None`` disables clipping."""
+    bf16: bool = True
+    """bf16 autocast on CUDA (ignored on CPU, where training stays fp32)."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of every weight."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input."""
+    lora_target_modules: list[str] | str = "all-linear"
+    """Modules that get adapters: a list of names or peft's ``all-linear``."""
+
+    # -- generation backend -----------------------------------------------------
+    base_url: str | None = None
+    """An OpenAI-compatible server (vLLM, ``llmgym serve``) to generate on; ``None`` = in-process with the trained weights."""
+    api_key: str = "EMPTY"
+    """Key sent to ``base_url``."""
+    lora_name: str = "llmgym-grpo"
+    """Name the adapter is loaded under on the server (needs ``lora=True``)."""
+    concurrency: int = 16
+    """Concurrent requests in flight to ``base_url``."""
+
+    # -- logging and checkpoints ------------------------------------------------
+    save_every: int = 25
+    """Checkpoint every this many steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept; older ones are deleted."""
+    plot: bool = True
+    """Write ``rewards.png`` (reward and KL curves) at each checkpoint."""
+    progress: bool = True
+    """Show a rich progress bar (rank 0)."""
+    tensorboard: bool = False
+    """Also log metrics to TensorBoard in ``out/tensorboard`` (needs ``tensorboard``)."""
+    torch_threads: int | None = None
+    """``torch.set_num_threads`` on CPU; ``None`` keeps torch's default."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (GRPO compares episodes within a group), got {self.group_size}")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss_aggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}")
+        if self.scale_rewards not in REWARD_SCALINGS:
+            raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "micro_batch_size", "num_iterations", "save_every", "seed_pool"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.epsilon_low < 0 or self.epsilon_high < 0 or self.beta < 0:
+            raise ValueError("epsilon_low, epsilon_high and beta must be >= 0")
+        if self.is_cap is not None and self.is_cap <= 0:
+            raise ValueError(f"is_cap must be > 0 or None, got {self.is_cap}")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0 for GRPO (it needs diverse samples and finite log-probs)")
+        if self.base_url is not None and not self.lora:
+            raise ValueError("generating on base_url needs lora=True: the server receives the trained LoRA adapter each step")
+
+
+@dataclass
+class SFTConfig:
+    """An SFT warm-up run on recorded episodes."""
+
+    episodes: str = ""
+    """Episodes JSONL to learn from (``llmgym eval`` output, a teacher's episodes...)."""
+    model: str = "smollm2"
+    """``load_model`` name or path; ``tiny-random`` builds a tiny random Llama."""
+    out: str = "runs/sft"
+    """Run folder: metrics.jsonl and the final weights."""
+    min_reward: float | None = None
+    """Keep only episodes whose total reward is at least this; ``None`` keeps all."""
+    epochs: int = 1
+    """Passes over the kept episodes."""
+    learning_rate: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    batch_size: int = 8
+    """Episodes per optimizer step."""
+    micro_batch_size: int = 4
+    """Episodes per forward/backward; gradients accumulate up to ``batch_size``."""
+    max_grad_norm: float | None = 1.0
+    """Gradient clipping norm; ``None`` disables clipping."""
+    max_length: int = 2048
+    """Episodes longer than this many tokens are cut (their policy tokens beyond it are not trained on)."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of every weight."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator."""
+    lora_target_modules: list[str] | str = "all-linear"
+    """Modules that get adapters."""
+    bf16: bool = True
+    """bf16 autocast on CUDA."""
+    device: str = "auto"
+    """``auto``, ``cpu``, ``cuda``..."""
+    seed: int = 0
+    """Shuffling and init seed."""
+    progress: bool = True
+    """Show a rich progress bar."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "micro_batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+ConfigT = TypeVar("ConfigT", GRPOConfig, SFTConfig)
+
+
+def load_config(path: str | Path, cls: type[ConfigT] = GRPOConfig, **overrides: Any) -> ConfigT:  # type: ignore[assignment]
+    """Build a config from a TOML file with flat keys named like the fields.
+
+    Args:
+        path: the TOML file.
+        cls: :class:`GRPOConfig` or :class:`SFTConfig`.
+        **overrides: fields that win over the file (command-line flags).
+
+    Raises:
+        ValueError: the file has a key that is not a field of ``cls``.
+    """
+    with open(path, "rb") as file:
+        data = tomllib.load(file)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{path}: unknown {cls.__name__} keys {unknown}; valid keys: {sorted(names)}")
+    data.update(overrides)
+    return cls(**data)

@@ -1,0 +1,196 @@
+"""Token log-probs and the GRPO policy loss.
+
+Holds :class:`TokenScorer` (an ``nn.Module`` wrapping a causal LM that returns
+the log-prob of each given token, computing the vocabulary projection only at
+the positions the loss needs) and :func:`grpo_loss` (clipped ratio with
+separate low/high epsilons, truncated importance weights against the
+generator's log-probs, optional k3 KL, three aggregation variants).
+
+Every tensor is ``[batch, time]`` and aligned with the token ids: position
+``p`` holds the log-prob of token ``p`` given tokens ``< p``; position 0 and
+unmasked positions hold 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["TokenScorer", "LossTerms", "grpo_loss", "sft_loss"]
+
+
+class TokenScorer(nn.Module):
+    """Log-probs of the given tokens under a causal LM (wrap this in DDP, not the LM).
+
+    Args:
+        model: a transformers causal LM (or a peft model around one).
+        temperature: logits are divided by it, matching the sampling distribution.
+
+    The decoder runs on the whole sequence, but the vocabulary projection (the
+    largest activation for small models) only on positions where
+    ``target_mask`` is set. Models without ``get_decoder()`` fall back to the
+    full logits.
+    """
+
+    def __init__(self, model: nn.Module, temperature: float = 1.0):
+        super().__init__()
+        self.model = model
+        self.temperature = temperature
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-prob (and, if asked, entropy, without gradient) at each masked position.
+
+        Args:
+            input_ids: ``[B, T]`` token ids.
+            attention_mask: ``[B, T]`` 1 for real tokens, 0 for padding.
+            target_mask: ``[B, T]`` 1 where a log-prob is wanted (never position 0).
+            with_entropy: also return the entropy of the next-token distribution.
+        """
+        selected = target_mask[:, 1:].bool()
+        targets = input_ids[:, 1:][selected]
+        hf_model = _unwrap(self.model)
+        decoder = hf_model.get_decoder() if hasattr(hf_model, "get_decoder") else None
+        head = hf_model.get_output_embeddings() if hasattr(hf_model, "get_output_embeddings") else None
+        if decoder is not None and head is not None and decoder is not hf_model:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            logits = head(hidden[:, :-1][selected])
+        else:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][selected]
+        logits = logits.float() / self.temperature
+        log_z = torch.logsumexp(logits, dim=-1)
+        chosen = logits.gather(-1, targets[:, None]).squeeze(-1) - log_z
+        zeros = torch.zeros(input_ids.shape[0], 1, dtype=chosen.dtype, device=chosen.device)
+        logp = torch.cat([zeros, torch.zeros_like(selected, dtype=chosen.dtype).masked_scatter(selected, chosen)], dim=1)
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)
+                values = log_z - (probs * logits).sum(-1)
+                entropy = torch.cat([zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1)
+        return logp, entropy
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (LoRA layers stay injected in it)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+@dataclass
+class LossTerms:
+    """Sums over the masked tokens of a micro-batch, for logging (divide by ``tokens``)."""
+
+    tokens: float
+    clipped: float
+    kl: float
+    is_weight: float
+    ratio: float
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    generator_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    beta: float = 0.0,
+    is_cap: float | None = 2.0,
+    aggregation: str = "token_mean",
+    num_sequences: int | None = None,
+    num_tokens: float | None = None,
+    max_tokens: int | None = None,
+) -> tuple[torch.Tensor, LossTerms]:
+    """The clipped GRPO surrogate of one micro-batch, normalized for the whole batch.
+
+    Per masked token, with ``rho = exp(logp - old_logp)`` and
+    ``w = min(exp(old_logp - generator_logp), is_cap)`` (detached)::
+
+        loss_tok = -w * min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)
+                   + beta * (exp(ref - logp) - (ref - logp) - 1)
+
+    Aggregation over the batch (``num_sequences``, ``num_tokens`` count the
+    whole batch, so micro-batches' losses sum to the batch loss):
+    ``sequence_mean`` averages each sequence's tokens, then the sequences;
+    ``token_mean`` divides the token sum by ``num_tokens``; ``dr_grpo``
+    divides it by ``num_sequences * max_tokens``.
+
+    Args:
+        logp: ``[B, T]`` log-probs under the policy being trained (with gradient).
+        old_logp: log-probs under the policy before this step's updates (detached).
+        advantages: per-token advantages.
+        mask: 1 for policy tokens that enter the loss.
+        generator_logp: log-probs the generator reported; ``None`` disables the correction.
+        ref_logp: log-probs under the frozen reference (needed when ``beta > 0``).
+        epsilon_low: lower clip range.
+        epsilon_high: upper clip range.
+        beta: k3 KL weight.
+        is_cap: truncation of the importance weight; ``None`` disables the correction.
+        aggregation: ``"sequence_mean"``, ``"token_mean"`` or ``"dr_grpo"``.
+        num_sequences: sequences in the whole batch (default: this micro-batch's).
+        num_tokens: masked tokens in the whole batch (default: this micro-batch's).
+        max_tokens: Dr. GRPO's constant (required for ``dr_grpo``).
+
+    Example:
+        >>> logp = torch.tensor([[0.0, -1.0, -2.0]], requires_grad=True)
+        >>> loss, terms = grpo_loss(logp, logp.detach(), torch.tensor([[0.0, 1.0, 1.0]]),
+        ...                         torch.tensor([[0.0, 1.0, 1.0]]))
+        >>> round(loss.item(), 4), terms.tokens
+        (-1.0, 2.0)
+    """
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    surrogate = torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    weight = torch.ones_like(logp)
+    if generator_logp is not None and is_cap is not None:
+        weight = torch.clamp(torch.exp(old_logp - generator_logp), max=is_cap).detach()
+    per_token = -weight * surrogate
+    kl = torch.zeros_like(logp)
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs ref_logp, the reference model's log-probs")
+        delta = ref_logp - logp
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + beta * kl
+    num_sequences = num_sequences or logp.shape[0]
+    num_tokens = num_tokens if num_tokens is not None else float(mask.sum())
+    if aggregation == "sequence_mean":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / num_sequences
+    elif aggregation == "token_mean":
+        loss = (per_token * mask).sum() / max(num_tokens, 1.0)
+    elif aggregation == "dr_grpo":
+        if not max_tokens:
+            raise ValueError("dr_grpo aggregation needs max_tokens, the constant normalizer")
+        loss = (per_token * mask).sum() / (num_sequences * max_tokens)
+    else:
+        raise ValueError(f"aggregation must be 'sequence_mean', 'token_mean' or 'dr_grpo', got {aggregation!r}")
+    with torch.no_grad():
+        is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
+        terms = LossTerms(
+            tokens=float(mask.sum()),
+            clipped=float((is_clipped.to(mask.dtype) * mask).sum()),
+            kl=float((kl * mask).sum()),
+            is_weight=float((weight * mask).sum()),
+            ratio=float((ratio * mask).sum()),
+        )
+    return loss, terms
+
+
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor, num_tokens: float | None = None) -> torch.Tensor:
+    """Negative log-likelihood of the masked tokens, averaged over ``num_tokens`` (the whole batch's count).
+
+    Example:
+        >>> round(sft_loss(torch.tensor([[0.0, -1.0, -3.0]]), torch.tensor([[0, 1, 1]])).item(), 3)
+        2.0
+    """
+    mask = mask.to(logp.dtype)
+    num_tokens = num_tokens if num_tokens is not None else float(mask.sum())
+    return -(logp * mask).sum() / max(num_tokens, 1.0)
