@@ -1,0 +1,1 @@
+"""Multi-agent text games (PettingZoo AEC and Parallel)."""

@@ -1,0 +1,314 @@
+"""The shared machinery of llmgym's turn-based text games (PettingZoo AEC).
+
+Holds :class:`TextGameEnv`, a ``pettingzoo.AECEnv`` whose observations are
+text (``{"text": str}``) and whose actions are assistant text or an OpenAI
+assistant-message ``dict``; :class:`ScriptedPlayer`, the interface of the
+built-in opponents; :func:`observation_space` and :func:`play_human`.
+
+A game subclass supplies the rules (:meth:`TextGameEnv.new_game`,
+:meth:`TextGameEnv.read_call`, :meth:`TextGameEnv.read_text`,
+:meth:`TextGameEnv.apply`) and the text the players read; the base class
+does the rest: parsing tool calls with :func:`llmgym.parse_action`, illegal
+moves (a penalty, a retry observation for the same player, a forfeit after
+``max_retries`` retries), the turn order, PettingZoo's reward bookkeeping and
+the end of the game.
+
+Why observations are ``{"text": str}`` and not a bare ``str``: PettingZoo's
+``api_test`` compares ``observation_space.dtype`` with ``observation.dtype``
+(a Python ``str`` has none) unless the observation is a dict, in which case
+only an ``"observation"`` key is checked. A ``Dict`` space with a ``"text"``
+key is plain Gymnasium, contains exactly what the agent reads, and passes.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, ClassVar, Protocol
+
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+
+from llmgym.parsing import parse_action
+from llmgym.spaces import Text
+from llmgym.tools import Tool, ToolError
+
+__all__ = ["TextGameEnv", "ScriptedPlayer", "observation_space", "play_human", "PLAYERS"]
+
+#: Agent names of the two-player games.
+PLAYERS: tuple[str, str] = ("player_0", "player_1")
+
+
+def observation_space(max_chars: int) -> spaces.Dict:
+    """The observation space of every llmgym multi-agent env: ``{"text": Text}``.
+
+    Example:
+        >>> space = observation_space(100)
+        >>> space.contains({"text": "Your move. 🙂"}), space.contains("Your move.")
+        (True, False)
+    """
+    return spaces.Dict({"text": Text(max_length=max_chars)})
+
+
+class ScriptedPlayer(Protocol):
+    """A built-in player: reads the game state an honest player could know and returns an action text."""
+
+    name: str
+
+    def act(self, env: Any, agent: str) -> str:
+        """The action ``agent`` takes now in ``env`` (a game's unwrapped env)."""
+
+
+class TextGameEnv(AECEnv):
+    """A turn-based text game for two players, PettingZoo AEC.
+
+    Args:
+        max_retries: illegal attempts a player may retry in a row; one more forfeits the game.
+        illegal_penalty: reward charged for each illegal attempt (a positive number).
+        max_action_chars: longer actions are illegal attempts (the text is not read).
+        max_observation_chars: the observation space's ``max_length``; longer text is clipped.
+        render_mode: ``None`` or ``"ansi"``.
+
+    Rewards: each illegal attempt costs ``illegal_penalty``; at the end the
+    winner gets +1 and the loser -1 (a draw 0), unless a subclass scores the
+    end itself (:meth:`final_rewards`). A forfeit is a loss.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "text_game_v0", "is_parallelizable": False}
+    #: Tool functions (for schemas and argument validation only; the game reads their arguments).
+    game_tools: ClassVar[tuple[Tool, ...]] = ()
+    #: Forward the prose of an action to the opponent as a chat message.
+    relay_prose: ClassVar[bool] = False
+    #: The system prompt for an LLM playing this game.
+    system_prompt: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        max_retries: int = 2,
+        illegal_penalty: float = 0.1,
+        max_action_chars: int = 8192,
+        max_observation_chars: int = 16384,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if illegal_penalty < 0:
+            raise ValueError(f"illegal_penalty is charged as a negative reward; give a number >= 0, got {illegal_penalty}")
+        self.max_retries = max_retries
+        self.illegal_penalty = float(illegal_penalty)
+        self.max_action_chars = max_action_chars
+        self.render_mode = render_mode
+        self.possible_agents = list(PLAYERS)
+        self.observation_spaces = {a: observation_space(max_observation_chars) for a in self.possible_agents}
+        self.action_spaces = {a: Text(max_length=max_action_chars) for a in self.possible_agents}
+        self.tools = {t.name: t for t in self.game_tools}
+        self.tool_schemas = [t.schema for t in self.game_tools]
+        self.np_random, _ = seeding.np_random(None)
+        self.agents: list[str] = []
+        self.winner: str | None = None
+        self.forfeited: str | None = None
+        self.game_over = True
+        self.history: list[tuple[str, str]] = []  # (agent, move as text) of the legal moves
+
+    # -- what a game provides ------------------------------------------------------
+
+    @abstractmethod
+    def new_game(self, options: dict[str, Any] | None) -> str:
+        """Set up a new game with ``self.np_random``; return the agent who moves first."""
+
+    @abstractmethod
+    def rules(self, agent: str) -> str:
+        """The first text ``agent`` reads: the rules and anything private to it."""
+
+    @abstractmethod
+    def state_text(self, agent: str) -> str:
+        """The position as ``agent`` sees it (board, standing offer...)."""
+
+    @abstractmethod
+    def read_call(self, agent: str, name: str, arguments: dict[str, Any]) -> Any:
+        """The move a validated tool call stands for; raise :class:`~llmgym.ToolError` if illegal."""
+
+    @abstractmethod
+    def read_text(self, agent: str, text: str) -> Any:
+        """The move plain text stands for; raise :class:`~llmgym.ToolError` if there is none or it is illegal."""
+
+    @abstractmethod
+    def apply(self, agent: str, move: Any) -> str:
+        """Play a legal move; return how it reads to both players (``"player_0 played b2"``)."""
+
+    @abstractmethod
+    def next_agent(self, agent: str) -> str | None:
+        """Who moves after ``agent``'s legal move; ``None`` once the game is over (set ``self.winner``)."""
+
+    def final_rewards(self) -> dict[str, float]:
+        """Rewards at the end of a game that was not forfeited (default: +1 / -1, draw 0)."""
+        if self.winner is None:
+            return dict.fromkeys(self.possible_agents, 0.0)
+        return {a: 1.0 if a == self.winner else -1.0 for a in self.possible_agents}
+
+    def your_turn(self, agent: str) -> str:
+        """The line that asks ``agent`` to move."""
+        return f"{self.state_text(agent)}\nYour move, {agent}."
+
+    def result_text(self) -> str:
+        """How the game ended, for both players."""
+        if self.forfeited is not None:
+            return f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal attempts in a row; {self.winner} wins."
+        return f"Game over: {self.winner} wins." if self.winner else "Game over: draw."
+
+    # -- the PettingZoo API --------------------------------------------------------
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> Text:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {"tools": self.tool_schemas} for a in self.agents}
+        self.winner = self.forfeited = None
+        self.game_over = False
+        self.history = []
+        self.retries = dict.fromkeys(self.agents, 0)
+        self.illegal_attempts = dict.fromkeys(self.agents, 0)
+        self.agent_selection = self.new_game(options)
+        self._inbox = {a: [self.rules(a)] for a in self.agents}
+        self._inbox[self.agent_selection].append(self.your_turn(self.agent_selection))
+
+    def observe(self, agent: str) -> dict[str, str]:
+        text = "\n\n".join(self._inbox.get(agent, []))
+        limit = self.observation_spaces[agent]["text"].max_length
+        if len(text) > limit:
+            text = text[-limit:]  # keep the newest text: the position and the request to move
+        return {"text": text}
+
+    def step(self, action: str | dict[str, Any] | None) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        if not isinstance(action, (str, dict)):
+            raise TypeError(
+                f"{agent} is still playing: its action must be str or an assistant message dict, got {type(action).__name__}"
+            )
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        self._inbox[agent] = []
+        move, error, prose = self._read(agent, action)
+        if error is not None:
+            self._illegal(agent, error)
+        else:
+            self._play(agent, move, prose)
+        self._accumulate_rewards()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        if not self.agents and self.game_over:
+            return self.result_text() + "\n"
+        return self.state_text(self.agent_selection) + "\n"
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- internals -----------------------------------------------------------------
+
+    def _read(self, agent: str, action: str | dict[str, Any]) -> tuple[Any, str | None, str]:
+        """``(move, error, prose)`` for an action; ``error`` is ``None`` when the move is legal."""
+        content = action if isinstance(action, str) else action.get("content")
+        if isinstance(content, str) and len(content) > self.max_action_chars:
+            return None, f"your message has {len(content)} characters; the limit is {self.max_action_chars}", ""
+        parsed = parse_action(action)
+        if parsed.errors:
+            return None, "; ".join(parsed.errors), parsed.content
+        try:
+            if len(parsed.tool_calls) > 1:
+                raise ToolError(f"one move per turn: you made {len(parsed.tool_calls)} tool calls")
+            if parsed.tool_calls:
+                call = parsed.tool_calls[0]
+                handler = self.tools.get(call.name)
+                if handler is None:
+                    raise ToolError(f"unknown tool {call.name[:64]!r}; use {', '.join(self.tools)}")
+                return self.read_call(agent, call.name, handler.validate(call.arguments)), None, parsed.content
+            return self.read_text(agent, parsed.content), None, parsed.content
+        except ToolError as err:
+            return None, str(err), parsed.content
+
+    def _illegal(self, agent: str, error: str) -> None:
+        self.retries[agent] += 1
+        self.illegal_attempts[agent] += 1
+        self.rewards[agent] -= self.illegal_penalty
+        if self.retries[agent] > self.max_retries:
+            self.forfeited = agent
+            self.winner = self._other(agent)
+            self._finish({a: 1.0 if a == self.winner else -1.0 for a in self.agents}, f"Illegal move: {error}")
+            return
+        left = self.max_retries + 1 - self.retries[agent]
+        self._inbox[agent].append(
+            f"Illegal move: {error}\nYou are still to move ({left} more illegal attempt{'s' if left != 1 else ''} forfeits the game).\n"
+            + self.your_turn(agent)
+        )
+
+    def _play(self, agent: str, move: Any, prose: str) -> None:
+        self.retries[agent] = 0
+        event = self.apply(agent, move)
+        self.history.append((agent, event))
+        for other in self.agents:
+            if other != agent:
+                self._inbox[other].append(event)
+                if self.relay_prose and prose.strip():
+                    self._inbox[other].append(f"{agent} says: {prose.strip()[:1000]}")
+        following = self.next_agent(agent)
+        if following is None:
+            self._finish(self.final_rewards(), "")
+            return
+        self.agent_selection = following
+        self._inbox[following].append(self.your_turn(following))
+
+    def _finish(self, rewards: dict[str, float], note: str) -> None:
+        self.game_over = True
+        for a in self.agents:
+            self.rewards[a] += rewards[a]
+            self.terminations[a] = True
+            ending = [note] if note and a == self.forfeited else []
+            self._inbox[a].extend([*ending, self.state_text(a), self.result_text()])
+
+    def _other(self, agent: str) -> str:
+        return next(a for a in self.possible_agents if a != agent)
+
+
+def play_human(env: TextGameEnv, human: str = "player_0", opponent: ScriptedPlayer | None = None, seed: int | None = None) -> dict[str, float]:
+    """Play a game in the terminal: you type moves for ``human``, ``opponent`` (or a second human) plays the other side.
+
+    Returns:
+        Each agent's total reward.
+    """
+    env.reset(seed=seed)
+    totals = dict.fromkeys(env.possible_agents, 0.0)
+    for agent in env.agent_iter():
+        observation, reward, terminated, truncated, _ = env.last()
+        totals[agent] += float(reward)
+        if terminated or truncated:
+            if agent == human or opponent is None:
+                print(observation["text"])
+            env.step(None)
+            continue
+        if agent == human or opponent is None:
+            print(f"\n--- {agent} ---\n{observation['text']}")
+            action = input(f"{agent}> ")
+        else:
+            action = opponent.act(env, agent)
+        env.step(action)
+    print(f"\nTotal rewards: {totals}")
+    return totals
+
