@@ -12,7 +12,8 @@ log-probs and turn spans from the policy's generations, and
 
 So a trainer sees exactly the tokens the model produced, never re-tokenized
 text. A policy that breaks rule 3 would silently corrupt training data, so
-:meth:`TokenRecord.add` raises instead.
+:meth:`TokenRecord.add` raises instead. A policy that returns too little to
+place the ids (no prompt ids) gets no token record, with the reason noted.
 """
 
 from __future__ import annotations
@@ -49,10 +50,15 @@ class TokenRecord:
         self.turn_spans: list[tuple[int, int]] = []
         self.has_logprobs = True
         self.active: bool | None = None  # None until the first generation says whether ids come back
+        self.dropped: str | None = None
 
     def prefix(self) -> list[int] | None:
         """``prefix_token_ids`` for the next request (``None`` before the first turn or without ids)."""
-        return list(self.token_ids) if self.active else None
+        return list(self.token_ids) if self.active and self.dropped is None else None
+
+    def _drop(self, reason: str) -> None:
+        self.dropped = reason
+        self.token_ids, self.mask, self.logprobs, self.turn_spans = [], [], [], []
 
     def add(self, generation: Generation, turn: int, prefix: list[int] | None) -> None:
         """Append one turn's prompt delta (mask 0) and generated ids (mask 1).
@@ -62,26 +68,28 @@ class TokenRecord:
             turn: the 1-based turn number (for error messages).
             prefix: the ``prefix_token_ids`` the request carried.
 
+        Incomplete ids (generated ids without the prompt's, or ids on some
+        turns only) cannot be placed exactly: the record is dropped and
+        :meth:`fill` notes why in ``metadata["token_ids_dropped"]``.
+
         Raises:
-            TokenMismatchError: ids on some turns but not others, a prompt that
-                does not start with the prefix, or log-probs of the wrong length.
+            TokenMismatchError: a prompt that does not start with the prefix
+                (ids that contradict each other), or log-probs of the wrong length.
         """
+        if self.dropped is not None:
+            return
         has_ids = generation.token_ids is not None
         if self.active is None:
             self.active = has_ids
         if has_ids != self.active:
-            raise TokenMismatchError(
-                f"turn {turn}: the policy returned token ids on some turns and not on others; "
-                "a token-exact episode needs them on every turn"
-            )
+            self._drop(f"turn {turn}: the policy returned token ids on some turns only")
+            return
         if not has_ids:
             return
         prompt = generation.prompt_token_ids
         if prompt is None:
-            raise TokenMismatchError(
-                f"turn {turn}: the policy returned generated token ids without prompt_token_ids; "
-                "both are needed to place env tokens (mask 0) between turns"
-            )
+            self._drop(f"turn {turn}: generated token ids came without prompt_token_ids")
+            return
         prefix = prefix or []
         if list(prompt[: len(prefix)]) != prefix:
             at = next((i for i, (a, b) in enumerate(zip(prompt, prefix)) if a != b), min(len(prompt), len(prefix)))
@@ -110,6 +118,9 @@ class TokenRecord:
 
     def fill(self, episode: Episode) -> None:
         """Copy the record into ``episode``; log-probs stay empty unless every turn had them."""
+        if self.dropped is not None:
+            episode.metadata["token_ids_dropped"] = self.dropped
+            return
         if not self.active:
             return
         episode.token_ids = list(self.token_ids)
