@@ -1,0 +1,216 @@
+"""llmgym.sandbox: limits, isolation, hostile programs, the warm pool, and the Docker backend (skipped without an engine)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llmgym.sandbox import (
+    DockerSandbox,
+    ExecutionResult,
+    SandboxLimits,
+    SubprocessSandbox,
+    default_hidden_paths,
+    docker_available,
+    make_sandbox,
+)
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="namespaces and the uid drop need root")
+LIMITS = SandboxLimits(wall_time_s=3, cpu_time_s=1, memory_mb=512, max_output_bytes=10_000)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with SubprocessSandbox(LIMITS) as box:
+        yield box
+
+
+def test_runs_code_and_returns_output(sandbox):
+    result = sandbox.run("import sys\nprint(6 * 7)\nprint('warn', file=sys.stderr)")
+    assert result.ok and result.stdout == "42\n" and result.stderr == "warn\n"
+    assert result.exit_code == 0 and not result.timed_out and result.error == ""
+
+
+def test_files_land_in_a_fresh_private_work_dir(sandbox):
+    result = sandbox.run("import os; print(open('data/x.txt').read(), sorted(os.listdir('.')))", files={"data/x.txt": "hi"})
+    assert result.stdout.strip() == "hi ['data']"
+    leftover = sandbox.run("import os; print(sorted(os.listdir('.')))")
+    assert leftover.stdout.strip() == "[]"  # nothing survives from the previous run
+
+
+def test_file_names_cannot_leave_the_work_dir(sandbox):
+    result = sandbox.run("print('ran')", files={"../escape.txt": "x"})
+    assert not result.ok and "leaves the work dir" in result.error
+
+
+def test_program_error_is_reported_with_traceback(sandbox):
+    result = sandbox.run("1 / 0")
+    assert result.exit_code == 1 and "ZeroDivisionError" in result.stderr and "ZeroDivisionError" in result.error
+    assert "_worker.py" not in result.stderr  # the worker's own frames are not shown
+    text = result.to_text()
+    assert text.startswith("stderr:") and "Error: exited with status 1" in text
+
+
+def test_sys_exit_status_is_kept(sandbox):
+    assert sandbox.run("import sys; sys.exit(3)").exit_code == 3
+    assert sandbox.run("import sys; sys.exit(0)").ok
+
+
+def test_infinite_loop_hits_the_cpu_limit(sandbox):
+    result = sandbox.run("while True: pass")
+    assert not result.ok and "CPU time limit" in result.error
+
+
+def test_sleeping_program_hits_the_wall_clock(sandbox):
+    start = time.monotonic()
+    result = sandbox.run("import time; time.sleep(60)", limits=LIMITS.replace(wall_time_s=1))
+    assert result.timed_out and "time limit exceeded" in result.error
+    assert time.monotonic() - start < 5
+
+
+def test_memory_bomb_is_contained(sandbox):
+    result = sandbox.run("x = bytearray(4 * 1024**3)")
+    assert not result.ok and "memory limit exceeded" in result.error
+
+
+def test_huge_output_is_capped(sandbox):
+    result = sandbox.run("while True: print('x' * 1000)")
+    assert result.output_truncated and "output limit exceeded" in result.error
+    assert len(result.stdout) <= LIMITS.max_output_bytes
+
+
+def test_file_size_limit(sandbox):
+    result = sandbox.run("open('big', 'wb').write(b'x' * 40 * 1024 * 1024)", limits=LIMITS.replace(file_size_mb=1))
+    assert not result.ok and "file size limit exceeded" in result.error
+
+
+def test_environment_is_scrubbed(sandbox, monkeypatch):
+    monkeypatch.setenv("LLMGYM_TEST_SECRET", "hunter2")
+    result = sandbox.run("import os; print(dict(os.environ))")
+    assert "hunter2" not in result.stdout and "LLMGYM_TEST_SECRET" not in result.stdout
+
+
+@needs_root
+def test_caller_environ_is_unreadable(sandbox):
+    result = sandbox.run(f"print(open('/proc/{os.getpid()}/environ').read())")
+    assert not result.ok and "Permission denied" in result.stderr
+
+
+@needs_root
+def test_fork_bomb_is_contained(sandbox):
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    result = sandbox.run(bomb, limits=LIMITS.replace(wall_time_s=1.5))
+    assert not result.ok
+    assert sandbox.run("print('still here')").stdout == "still here\n"
+
+
+@needs_root
+def test_escaped_daemon_is_killed_after_the_run(sandbox):
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint(os.getuid())"
+    result = sandbox.run(code)
+    uid = int(result.stdout)
+    time.sleep(0.2)
+    alive = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid_of(p) == uid]
+    assert alive == []
+
+
+def _uid_of(proc: Path) -> int | None:
+    try:
+        return int(next(l for l in (proc / "status").read_text().splitlines() if l.startswith("Uid:")).split()[1])
+    except (OSError, StopIteration):
+        return None
+
+
+@needs_root
+def test_cannot_write_outside_the_work_dir(sandbox, tmp_path):
+    target = tmp_path / "escaped.txt"
+    os.chmod(tmp_path, 0o777)
+    result = sandbox.run(f"open({str(target)!r}, 'w').write('x')\nopen('/tmp/x', 'w').write('x')")
+    assert not result.ok and not target.exists()
+    assert "Permission denied" in result.stderr or "No such file" in result.stderr
+
+
+@needs_root
+def test_no_network(sandbox):
+    result = sandbox.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)")
+    assert not result.ok and ("unreachable" in result.stderr or "OSError" in result.stderr)
+    assert sandbox.isolation()["network_isolated"] is True
+
+
+@needs_root
+def test_killing_the_parent_and_everyone_fails(sandbox):
+    result = sandbox.run("import os; os.kill(os.getppid(), 9)")
+    assert "Operation not permitted" in result.stderr
+    sandbox.run("import os, signal; os.kill(-1, signal.SIGKILL)")
+    assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+@needs_root
+def test_llmgym_sources_are_hidden(sandbox):
+    hidden = default_hidden_paths()
+    assert hidden
+    source = Path(__file__).resolve().parents[1] / "llmgym" / "env.py"
+    result = sandbox.run(f"print(open({str(source)!r}).read()[:20])")
+    assert not result.ok
+    assert not sandbox.run("import llmgym").ok
+
+
+def test_isolation_report_says_what_is_enforced(sandbox):
+    report = sandbox.isolation()
+    assert report["backend"] == "subprocess"
+    assert report["uid_drop"] is ROOT and report["process_limit"] is ROOT
+    assert "RLIMIT_AS" in report["rlimits"]
+
+
+def test_damaged_worker_is_replaced():
+    with SubprocessSandbox(LIMITS, isolate=False) as box:
+        assert box.run("print(1)").ok
+        result = box.run("import os, signal; os.kill(os.getppid(), signal.SIGKILL)")
+        assert "crashed its sandbox worker" in result.error and box.restarts == 1
+        assert box.run("print(2)").stdout == "2\n"
+
+
+def test_pool_runs_calls_concurrently_and_in_milliseconds():
+    with SubprocessSandbox(LIMITS, pool_size=2) as box:
+        box.start()
+        results: list[ExecutionResult] = []
+        threads = [threading.Thread(target=lambda i=i: results.append(box.run(f"print({i})"))) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(r.stdout for r in results) == [f"{i}\n" for i in range(4)]
+        durations = sorted(box.run("pass").duration_s for _ in range(10))
+        assert durations[5] < 0.2  # a warm call is a fork, not an interpreter start
+
+
+def test_cold_mode_and_closed_sandbox():
+    box = SubprocessSandbox(LIMITS, warm=False)
+    assert box.run("print('cold')").stdout == "cold\n"
+    box.close()
+    with pytest.raises(RuntimeError):
+        box.run("print(1)")
+    with pytest.raises(TypeError):
+        SubprocessSandbox().run(b"print(1)")
+
+
+def test_bad_limits_and_backend_names():
+    with pytest.raises(ValueError):
+        SandboxLimits(memory_mb=0)
+    with pytest.raises(ValueError):
+        make_sandbox("vm")
+    with pytest.raises(ValueError):
+        SubprocessSandbox(pool_size=0)
+
+
+@pytest.mark.skipif(not docker_available(), reason="no Docker engine answers")
+def test_docker_backend():
+    with DockerSandbox(LIMITS) as box:
+        assert box.run("print(6 * 7)").stdout == "42\n"
+        assert not box.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)").ok
+        assert "time limit" in box.run("import time; time.sleep(30)", limits=LIMITS.replace(wall_time_s=1)).error
