@@ -1,0 +1,1 @@
+"""File templates for ``llmgym init`` (read with importlib.resources; see :mod:`llmgym.scaffold`)."""
