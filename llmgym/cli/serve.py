@@ -1,0 +1,58 @@
+"""``llmgym serve``: a local model (or a scripted policy) behind an OpenAI-compatible API, like ``vllm serve``."""
+
+from __future__ import annotations
+
+import argparse
+
+from llmgym.cli import CLIError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a model behind an OpenAI-compatible API",
+        description=__doc__ + " Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, "
+        "/v1/load_lora_adapter and /v1/unload_lora_adapter (transformers backend).",
+    )
+    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "scripted"],
+                        help="llama.cpp: fast CPU generation of GGUF models (default); transformers: HF checkpoints, "
+                        "batched, LoRA adapters; scripted: a scripted actor (--model wordle or module:Class), no model")
+    parser.add_argument("--model", default=None,
+                        help="model name or path (.gguf file, checkpoint directory); default: the bundled SmolLM2-135M-Instruct")
+    parser.add_argument("--model-name", default="smollm2-135m", help="the name clients pass as 'model' (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    parser.add_argument("--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise CLIError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.max_batch_size < 1:
+        raise CLIError(f"--max-batch-size must be at least 1, got {args.max_batch_size}")
+    try:
+        from llmgym.wrappers.server import create_app, serve
+    except ImportError as err:
+        raise CLIError(str(err)) from None
+    try:
+        if args.backend == "scripted":
+            from llmgym.wrappers.scripted import load_scripted
+
+            policy = load_scripted(args.model or "wordle")
+        else:
+            from llmgym.wrappers.models import load_policy
+
+            policy = load_policy(args.backend, args.model)
+    except (ImportError, FileNotFoundError, OSError, ValueError) as err:
+        raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
+    try:
+        app = create_app(policy, model_name=args.model_name, max_batch_size=args.max_batch_size)
+        print(f"llmgym serve: {args.model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    except ImportError as err:
+        raise CLIError(str(err)) from None
+    finally:
+        policy.close()
+    return 0

@@ -1,0 +1,406 @@
+"""``llmgym serve``: any llmgym policy behind vLLM's OpenAI-compatible HTTP API.
+
+Holds :func:`create_app` (the FastAPI app) and :func:`serve` (run it with
+uvicorn). Endpoints, as ``vllm serve`` has them:
+
+- ``POST /v1/chat/completions``: chat with ``tools``/``tool_choice``
+  (tools reach the policy, which renders them with its chat template or the
+  text protocol; ``<tool_call>`` blocks in the output come back as OpenAI
+  ``tool_calls`` with ``finish_reason="tool_calls"``), ``stream``,
+  ``logprobs``/``top_logprobs``, ``n``, and vLLM's ``return_token_ids``
+  (``prompt_token_ids`` on the response, ``token_ids`` on each choice) and
+  ``return_tokens_as_token_ids`` (logprob tokens as ``"token_id:123"``).
+- ``POST /v1/completions``: ``prompt`` as text or token ids (transformers backend).
+- ``GET /v1/models``, ``GET /health``.
+- ``POST /v1/load_lora_adapter`` ``{lora_name, lora_path}`` and
+  ``POST /v1/unload_lora_adapter`` ``{lora_name}`` (transformers backend):
+  requests with ``model=<lora_name>`` then use the adapter.
+
+Concurrent requests are batched (see :class:`~llmgym.wrappers.server_backend.ServedModel`).
+Bad input gets a 4xx with an OpenAI-style error body and never takes the
+server down; a client that disconnects only loses its own request.
+Streaming sends the OpenAI chunk sequence once the (batched) generation is
+done, one chunk per token.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at runtime.
+import asyncio
+import json
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.server_backend import ServedModel
+from llmgym.wrappers.server_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    LoadLoRARequest,
+    UnloadLoRARequest,
+    assistant_reply,
+    chat_logprobs,
+    completion_logprobs,
+    flatten_content,
+    parse_body,
+    usage,
+)
+
+__all__ = ["create_app", "serve", "DEFAULT_MAX_TOKENS"]
+
+#: ``max_tokens`` when a request gives none.
+DEFAULT_MAX_TOKENS = 512
+_INSTALL_HINT = 'llmgym serve needs fastapi and uvicorn: pip install "llmgym[serve]"'
+
+
+def create_app(
+    policy_or_backend: Policy | ServedModel,
+    model_name: str = "smollm2-135m",
+    max_batch_size: int = 16,
+    batch_wait_s: float = 0.005,
+) -> Any:
+    """The FastAPI app serving a policy.
+
+    Args:
+        policy_or_backend: an llmgym :class:`~llmgym.policy.Policy`, or a
+            :class:`~llmgym.wrappers.server_backend.ServedModel` already wrapping one.
+        model_name: the name clients pass as ``model``.
+        max_batch_size: most requests generated together.
+        batch_wait_s: how long a batch waits for more requests to join.
+
+    Raises:
+        ImportError: fastapi is missing (names the extra to install).
+    """
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    except ImportError as err:
+        raise ImportError(_INSTALL_HINT) from err
+
+    backend = (
+        policy_or_backend
+        if isinstance(policy_or_backend, ServedModel)
+        else ServedModel(policy_or_backend, model_name, max_batch_size, batch_wait_s)
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        await backend.start()
+        yield
+        await backend.stop()
+
+    app = FastAPI(title="llmgym serve", lifespan=lifespan)
+    app.state.backend = backend
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        error = APIError(500, f"Internal error: {type(err).__name__}: {err}")
+        return JSONResponse(error.body(), status_code=500)
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, err: Exception) -> JSONResponse:
+        return JSONResponse(APIError(404, f"No route {request.method} {request.url.path}.").body(), status_code=404)
+
+    @app.exception_handler(405)
+    async def bad_method(request: Request, err: Exception) -> JSONResponse:
+        error = APIError(405, f"Method {request.method} is not allowed on {request.url.path}.")
+        return JSONResponse(error.body(), status_code=405)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(time.time())
+        cards = [{"id": backend.model_name, "object": "model", "created": created, "owned_by": "llmgym",
+                  "root": backend.model_name, "parent": None}]
+        cards += [{"id": name, "object": "model", "created": created, "owned_by": "llmgym",
+                   "root": path, "parent": backend.model_name} for name, path in backend.adapters.items()]
+        return {"object": "list", "data": cards}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        body = parse_body(await request.body(), ChatCompletionRequest)
+        adapter = backend.resolve_model(body.model)
+        if (body.logprobs or body.return_token_ids) and not backend.policy.returns_tokens:
+            raise APIError(400, f"The {backend.policy.name} policy does not return token ids or log-probs; "
+                           "ask without logprobs and return_token_ids.", "logprobs")
+        policy_request, parse_tools = _policy_request(body)
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.generate(
+            _with_seed(policy_request, seed), adapter, top))
+        response_id = f"chatcmpl-{uuid.uuid4().hex}"
+        name = body.model or backend.model_name
+        if body.stream:
+            chunks = _chat_stream(backend, body, generations, parse_tools, response_id, name)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        return _chat_response(backend, body, generations, parse_tools, response_id, name)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body = parse_body(await request.body(), CompletionRequest)
+        adapter = backend.resolve_model(body.model)
+        prompt_ids = backend.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        sampling = _sampling(body, body.max_tokens)
+        generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.complete(
+            prompt_ids, _seeded(sampling, seed), adapter, body.logprobs or 0))
+        response_id = f"cmpl-{uuid.uuid4().hex}"
+        name = body.model or backend.model_name
+        if body.stream:
+            return StreamingResponse(_completion_stream(backend, body, generations, response_id, name),
+                                     media_type="text/event-stream")
+        return _completion_response(backend, body, generations, response_id, name)
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Any:
+        body = parse_body(await request.body(), LoadLoRARequest)
+        await backend.load_adapter(body.lora_name, body.lora_path, replace=body.load_inplace)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request) -> Any:
+        body = parse_body(await request.body(), UnloadLoRARequest)
+        await backend.unload_adapter(body.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+    return app
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run ``app`` with uvicorn until interrupted (binds loopback by default)."""
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise ImportError(_INSTALL_HINT) from err
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+# -- requests -----------------------------------------------------------------
+
+
+def _sampling(body: Any, max_tokens: int | None) -> SamplingParams:
+    return SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        seed=body.seed,
+        stop=body.stop_list(),
+    )
+
+
+def _seeded(sampling: SamplingParams, seed: int | None) -> SamplingParams:
+    if seed == sampling.seed:
+        return sampling
+    return SamplingParams(sampling.temperature, sampling.top_p, sampling.max_tokens, seed,
+                          sampling.thinking_budget, list(sampling.stop))
+
+
+def _with_seed(request: PolicyRequest, seed: int | None) -> PolicyRequest:
+    return PolicyRequest(request.messages, request.tools, _seeded(request.sampling, seed), request.prefix_token_ids)
+
+
+def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
+    """The policy's request, and whether to read tool calls out of the answer."""
+    messages = []
+    for message in body.messages:
+        item: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
+                                "content": flatten_content(message.content)}
+        if message.tool_calls:
+            item["tool_calls"] = message.tool_calls
+        for key in ("name", "tool_call_id"):
+            if getattr(message, key):
+                item[key] = getattr(message, key)
+        messages.append(item)
+    tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
+    choice = body.tool_choice
+    if isinstance(choice, dict):
+        wanted = (choice.get("function") or {}).get("name")
+        tools = [t for t in tools if t["function"]["name"] == wanted]
+        if not tools:
+            raise APIError(400, f"tool_choice names a function that is not in tools: {wanted!r}.", "tool_choice")
+    elif choice == "none":
+        tools = []
+    sampling = _sampling(body, body.max_completion_tokens or body.max_tokens)
+    return PolicyRequest(messages=messages, tools=tools, sampling=sampling), bool(tools)
+
+
+async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> list[Generation]:
+    """Run ``n`` generations (seeds ``seed``, ``seed+1``... when seeded); drop them if the client leaves."""
+    tasks = [asyncio.ensure_future(start(None if seed is None else seed + i)) for i in range(n)]
+    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        while True:
+            await asyncio.wait({*tasks, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()
+            if all(task.done() for task in tasks):
+                return [task.result() for task in tasks]
+            if watcher.done():
+                raise APIError(499, "The client closed the request.")
+    finally:
+        watcher.cancel()
+        for task in tasks:
+            task.cancel()
+
+
+async def _wait_disconnect(request: Any) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.1)
+
+
+# -- responses ----------------------------------------------------------------
+
+
+def _token_fields(backend: ServedModel, generation: Generation, as_ids: bool, top: int, chat: bool) -> Any:
+    if generation.token_ids is None or generation.logprobs is None:
+        raise APIError(400, "This backend does not return log-probs; ask without logprobs.", "logprobs")
+    alternatives = generation.metadata.get("top_logprobs") if top else None
+    build = chat_logprobs if chat else completion_logprobs
+    return build(generation.token_ids, generation.logprobs, alternatives, backend.token_text, as_ids)
+
+
+def _chat_response(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
+                   parse_tools: bool, response_id: str, name: str) -> dict[str, Any]:
+    choices = []
+    for index, generation in enumerate(generations):
+        message, called = assistant_reply(
+            generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+        choice: dict[str, Any] = {
+            "index": index,
+            "message": message,
+            "logprobs": _token_fields(backend, generation, bool(body.return_tokens_as_token_ids),
+                                      body.top_logprobs or 0, chat=True) if body.logprobs else None,
+            "finish_reason": "tool_calls" if called else generation.finish_reason,
+        }
+        if body.return_token_ids:
+            choice["token_ids"] = generation.token_ids
+        choices.append(choice)
+    response: dict[str, Any] = {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": choices,
+        "usage": _usage(generations),
+    }
+    if body.return_token_ids:
+        response["prompt_token_ids"] = generations[0].prompt_token_ids
+    return response
+
+
+def _usage(generations: list[Generation]) -> dict[str, int]:
+    prompt = len(generations[0].prompt_token_ids or [])
+    return usage(prompt, sum(len(g.token_ids or []) for g in generations))
+
+
+async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
+                       parse_tools: bool, response_id: str, name: str) -> AsyncIterator[str]:
+    created = int(time.time())
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        data = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": name,
+                "choices": choices, **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    as_ids = bool(body.return_tokens_as_token_ids)
+    for index, generation in enumerate(generations):
+        first_extra = {"prompt_token_ids": generation.prompt_token_ids} if body.return_token_ids and index == 0 else {}
+        yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                      "logprobs": None, "finish_reason": None}], **first_extra)
+        message, called = assistant_reply(
+            generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+        if called:
+            # Tool calls are known only once the whole text is there: prose first, then the calls.
+            if message.get("content"):
+                yield chunk([{"index": index, "delta": {"content": message["content"]}, "finish_reason": None}])
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            yield chunk([{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
+        else:
+            for piece in _pieces(backend, generation, body.logprobs, body.top_logprobs or 0, as_ids):
+                if not body.return_token_ids:
+                    piece.pop("token_ids", None)
+                yield chunk([{"index": index, "finish_reason": None, **piece}])
+        final: dict[str, Any] = {"index": index, "delta": {}, "finish_reason":
+                                 "tool_calls" if called else generation.finish_reason}
+        if called and body.return_token_ids:
+            final["token_ids"] = generation.token_ids
+        yield chunk([final])
+    if body.stream_options and body.stream_options.include_usage:
+        yield chunk([], usage=_usage(generations))
+    yield "data: [DONE]\n\n"
+
+
+def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: int, as_ids: bool) -> list[dict]:
+    """One delta per generated token when the tokens decode to the reply's text, else one delta for all."""
+    text = generation.message.get("content") or ""
+    ids = generation.token_ids or []
+    block = _token_fields(backend, generation, as_ids, top, chat=True)["content"] if logprobs else None
+    deltas, emitted, aligned = [], "", True
+    for i in range(len(ids)):
+        decoded = backend.decode(ids[: i + 1])
+        if decoded.endswith("\ufffd") and i < len(ids) - 1:  # a character split across tokens: wait for the rest
+            deltas.append("")
+            continue
+        aligned = aligned and decoded.startswith(emitted)
+        deltas.append(decoded[len(emitted):])
+        emitted = decoded
+    if not ids or not aligned or "".join(deltas) != text:
+        piece: dict[str, Any] = {"delta": {"content": text}, "token_ids": ids or None}
+        if block is not None:
+            piece["logprobs"] = {"content": block}
+        return [piece] if text or ids else []
+    pieces = []
+    for i, (token_id, delta) in enumerate(zip(ids, deltas)):
+        piece = {"delta": {"content": delta}, "token_ids": [token_id]}
+        if block is not None:
+            piece["logprobs"] = {"content": [block[i]]}
+        pieces.append(piece)
+    return pieces
+
+
+def _completion_response(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
+                         response_id: str, name: str) -> dict[str, Any]:
+    choices = []
+    for index, generation in enumerate(generations):
+        text = generation.message.get("content") or ""
+        if body.echo:
+            text = backend.tokenizer.decode(generation.prompt_token_ids or []) + text
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": text,
+            "logprobs": _token_fields(backend, generation, bool(body.return_tokens_as_token_ids),
+                                      body.logprobs or 0, chat=False) if body.logprobs is not None else None,
+            "finish_reason": generation.finish_reason,
+        }
+        if body.return_token_ids:
+            choice["prompt_token_ids"] = generation.prompt_token_ids
+            choice["token_ids"] = generation.token_ids
+        choices.append(choice)
+    return {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": name,
+            "choices": choices, "usage": _usage(generations)}
+
+
+async def _completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
+                             response_id: str, name: str) -> AsyncIterator[str]:
+    created = int(time.time())
+    for index, generation in enumerate(generations):
+        for piece in _pieces(backend, generation, False, 0, False):
+            choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"], "logprobs": None,
+                                      "finish_reason": None}
+            if body.return_token_ids:
+                choice["token_ids"] = piece.get("token_ids")
+            data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
+                    "choices": [choice]}
+            yield f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+        data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
+                "choices": [{"index": index, "text": "", "logprobs": None,
+                             "finish_reason": generation.finish_reason}]}
+        yield f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,315 @@
+"""The model behind ``llmgym serve``: request batching, LoRA adapters and token helpers.
+
+Holds :class:`ServedModel`, which wraps any :class:`~llmgym.policy.Policy`
+for the HTTP layer in :mod:`llmgym.wrappers.server`:
+
+- **Batching.** Concurrent requests wait in one queue; a single worker takes
+  everything queued (up to ``max_batch_size``, waiting ``batch_wait_s`` for
+  stragglers), groups it by LoRA adapter and hands each group to
+  ``policy.generate`` as one batch, on a worker thread so the event loop keeps
+  answering. One model call runs at a time, so adapters can be switched
+  safely between batches. A failing batch is retried request by request, so
+  one bad request fails alone. Requests whose client has gone are dropped
+  before they reach the model.
+- **LoRA** (transformers models): adapters are loaded with transformers' peft
+  integration (``model.load_adapter``) onto the served model in place;
+  a batch for adapter ``x`` runs with ``set_adapter("x")``, a base-model
+  batch with the adapters disabled.
+- **Tokens.** Token text for logprobs, prompt tokenization for
+  ``/v1/completions``, and top-k alternatives (one scoring forward pass over
+  prompt + generated ids) for ``top_logprobs`` on transformers models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.server_protocol import APIError
+
+__all__ = ["ServedModel"]
+
+
+@dataclass
+class _Job:
+    request: PolicyRequest
+    adapter: str | None
+    top_logprobs: int
+    future: asyncio.Future
+    prompt_ids: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ServedModel:
+    """A policy made servable: batched, adapter-aware, with token helpers.
+
+    Args:
+        policy: the policy to serve. Its ``tokenizer`` (a transformers
+            tokenizer) and ``model`` (a transformers model), when it has them,
+            enable token text, ``/v1/completions``, ``top_logprobs`` and LoRA.
+        model_name: the name clients use in ``"model"``.
+        max_batch_size: most requests per ``policy.generate`` call.
+        batch_wait_s: how long the worker waits for more requests to join a batch.
+    """
+
+    def __init__(self, policy: Policy, model_name: str, max_batch_size: int = 16, batch_wait_s: float = 0.005):
+        if not isinstance(policy, Policy):
+            raise TypeError(f"ServedModel needs an llmgym Policy, got {type(policy).__name__}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.policy = policy
+        self.model_name = model_name
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.tokenizer = getattr(policy, "tokenizer", None)
+        self.hf_model = _transformers_model(policy)
+        self.adapters: dict[str, str] = {}
+        self.batches_run = 0
+        self.largest_batch = 0
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._worker: asyncio.Task | None = None
+        self._model_lock: asyncio.Lock | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the batching worker (on the server's event loop)."""
+        self._queue = asyncio.Queue()
+        self._model_lock = asyncio.Lock()
+        self._worker = asyncio.create_task(self._run_worker())
+
+    async def stop(self) -> None:
+        """Stop the worker; queued requests fail with 503."""
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+        while self._queue is not None and not self._queue.empty():
+            job = self._queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(APIError(503, "The server is shutting down."))
+
+    # -- generation -----------------------------------------------------------
+
+    def resolve_model(self, name: str | None) -> str | None:
+        """The adapter a request's ``model`` names (``None`` = the base model).
+
+        Raises:
+            APIError: 404 for a name that is neither the served model nor a loaded adapter.
+        """
+        if name is None or name == self.model_name:
+            return None
+        if name in self.adapters:
+            return name
+        raise APIError(404, f"The model `{name}` does not exist.", param="model")
+
+    async def generate(self, request: PolicyRequest, adapter: str | None = None, top_logprobs: int = 0) -> Generation:
+        """Queue one chat request and wait for its generation."""
+        return await self._submit(_Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future()))
+
+    async def complete(
+        self, prompt_ids: list[int], sampling: SamplingParams, adapter: str | None = None, top_logprobs: int = 0
+    ) -> Generation:
+        """Queue one raw completion of ``prompt_ids`` and wait for it."""
+        if self.hf_model is None or self.tokenizer is None:
+            raise APIError(400, "/v1/completions needs the transformers backend (a model with a tokenizer).")
+        request = PolicyRequest(messages=[], sampling=sampling)
+        job = _Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future(), prompt_ids=prompt_ids)
+        return await self._submit(job)
+
+    async def _submit(self, job: _Job) -> Generation:
+        if self._queue is None:
+            raise APIError(503, "The server is not started.")
+        if job.top_logprobs and self.hf_model is None:
+            raise APIError(400, "top_logprobs needs the transformers backend; this backend returns only the chosen token's log-prob.")
+        await self._queue.put(job)
+        try:
+            return await asyncio.shield(job.future)
+        except asyncio.CancelledError:
+            # The client went away: the worker skips the job if it has not started.
+            job.future.cancel()
+            raise
+
+    async def _run_worker(self) -> None:
+        assert self._queue is not None and self._model_lock is not None
+        while True:
+            jobs = [await self._queue.get()]
+            if self.batch_wait_s > 0:
+                await asyncio.sleep(self.batch_wait_s)
+            while len(jobs) < self.max_batch_size and not self._queue.empty():
+                jobs.append(self._queue.get_nowait())
+            groups: dict[tuple[str | None, bool], list[_Job]] = {}
+            for job in jobs:
+                if not job.future.done():
+                    groups.setdefault((job.adapter, job.prompt_ids is not None), []).append(job)
+            for (adapter, raw), group in groups.items():
+                async with self._model_lock:
+                    if adapter is not None and adapter not in self.adapters:
+                        for job in group:
+                            _fail(job, APIError(404, f"The model `{adapter}` does not exist.", param="model"))
+                        continue
+                    await self._run_group(adapter, raw, group)
+
+    async def _run_group(self, adapter: str | None, raw: bool, group: list[_Job]) -> None:
+        live = [job for job in group if not job.future.done()]
+        if not live:
+            return
+        self.batches_run += 1
+        self.largest_batch = max(self.largest_batch, len(live))
+        try:
+            results = await asyncio.to_thread(self._generate_blocking, adapter, raw, live)
+        except Exception as err:  # noqa: BLE001  a model failure must not stop the worker
+            if len(live) == 1:
+                _fail(live[0], _as_api_error(err))
+                return
+            for job in live:  # isolate the request that broke the batch
+                try:
+                    (result,) = await asyncio.to_thread(self._generate_blocking, adapter, raw, [job])
+                except Exception as err:  # noqa: BLE001  any model failure becomes a 500 for this request only
+                    _fail(job, _as_api_error(err))
+                else:
+                    _succeed(job, result)
+            return
+        for job, result in zip(live, results):
+            _succeed(job, result)
+
+    def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
+        self._activate(adapter)
+        if raw:
+            from llmgym.wrappers.server_complete import complete_ids
+
+            results = complete_ids(self.hf_model, self.tokenizer, [(j.prompt_ids, j.request.sampling) for j in jobs])
+        else:
+            results = self.policy.generate([job.request for job in jobs])
+        if len(results) != len(jobs):
+            raise RuntimeError(f"the policy returned {len(results)} generations for {len(jobs)} requests")
+        for job, result in zip(jobs, results):
+            if job.top_logprobs:
+                result.metadata["top_logprobs"] = self._top_logprobs(result, job.top_logprobs, job.request.sampling)
+        return results
+
+    # -- LoRA -----------------------------------------------------------------
+
+    async def load_adapter(self, name: str, path: str, replace: bool = False) -> None:
+        """Load a peft LoRA adapter from ``path`` under ``name``.
+
+        Raises:
+            APIError: 400 for a backend without transformers weights, a name
+                already loaded (unless ``replace``), a clash with the base
+                model's name, or a path that is not a peft adapter.
+        """
+        if self.hf_model is None or not hasattr(self.hf_model, "load_adapter"):
+            raise APIError(400, "LoRA adapters need the transformers backend (llmgym serve --backend transformers).")
+        if name == self.model_name:
+            raise APIError(400, f"The lora adapter name `{name}` is the served model's name.", param="lora_name")
+        if name in self.adapters and not replace:
+            raise APIError(400, f"The lora adapter `{name}` has already been loaded.", param="lora_name")
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise APIError(400, f"No peft adapter at `{path}` (adapter_config.json not found).", param="lora_path")
+        assert self._model_lock is not None
+        async with self._model_lock:
+            try:
+                await asyncio.to_thread(self._load_blocking, name, path)
+            except Exception as err:  # noqa: BLE001  a broken adapter must not take the server down
+                raise APIError(400, f"Could not load the lora adapter `{name}` from `{path}`: {err}", "lora_path") from err
+            self.adapters[name] = path
+
+    def _load_blocking(self, name: str, path: str) -> None:
+        if name in self.adapters:
+            self.hf_model.delete_adapter(name)
+        self.hf_model.load_adapter(path, adapter_name=name)
+
+    async def unload_adapter(self, name: str) -> None:
+        """Remove the adapter ``name``.
+
+        Raises:
+            APIError: 404 when no adapter of that name is loaded.
+        """
+        if name not in self.adapters:
+            raise APIError(404, f"The lora adapter `{name}` cannot be found.", param="lora_name")
+        assert self._model_lock is not None
+        async with self._model_lock:
+            await asyncio.to_thread(self.hf_model.delete_adapter, name)
+            del self.adapters[name]
+
+    def _activate(self, adapter: str | None) -> None:
+        model = self.hf_model
+        if model is None or not getattr(model, "_hf_peft_config_loaded", False):
+            return
+        if adapter is None:
+            model.disable_adapters()
+        else:
+            model.enable_adapters()
+            model.set_adapter(adapter)
+
+    # -- tokens ---------------------------------------------------------------
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one token (``""`` when the backend has no tokenizer)."""
+        if self.tokenizer is not None:
+            return self.tokenizer.decode([token_id])
+        detokenize = getattr(self.policy, "detokenize", None)
+        return detokenize([token_id]) if detokenize is not None else ""
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text of several tokens, special tokens left out (``""`` without a tokenizer)."""
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        detokenize = getattr(self.policy, "detokenize", None)
+        return detokenize(token_ids) if detokenize is not None else ""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a raw prompt (the tokenizer's special-token rules apply)."""
+        if self.tokenizer is None:
+            raise APIError(400, "Text prompts need a backend with a tokenizer; send token ids instead.", "prompt")
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def vocab_size(self) -> int | None:
+        """How many token ids are valid (``None`` when unknown)."""
+        return len(self.tokenizer) if self.tokenizer is not None else None
+
+    def _top_logprobs(self, result: Generation, k: int, sampling: SamplingParams) -> list[dict[int, float]]:
+        # Raw log-probs (temperature 1, no top-p), the scale TransformersPolicy reports the chosen token on.
+        import torch
+
+        if not result.token_ids or result.prompt_token_ids is None:
+            return [{} for _ in result.token_ids or []]
+        prompt, generated = result.prompt_token_ids, result.token_ids
+        device = next(self.hf_model.parameters()).device
+        ids = torch.tensor([prompt + generated], device=device)
+        with torch.no_grad():
+            logits = self.hf_model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) + len(generated) - 1].float()
+        values, indices = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)
+        return [dict(zip(row_i.tolist(), row_v.tolist())) for row_i, row_v in zip(indices, values)]
+
+
+def _transformers_model(policy: Policy) -> Any:
+    model = getattr(policy, "model", None)
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return None
+    return model if isinstance(model, PreTrainedModel) else None
+
+
+def _succeed(job: _Job, result: Generation) -> None:
+    if not job.future.done():
+        job.future.set_result(result)
+
+
+def _fail(job: _Job, error: BaseException) -> None:
+    if not job.future.done():
+        job.future.set_exception(error)
+
+
+def _as_api_error(err: BaseException) -> APIError:
+    if isinstance(err, APIError):
+        return err
+    if isinstance(err, ValueError):
+        return APIError(400, f"{type(err).__name__}: {err}")
+    return APIError(500, f"The model failed on this request: {type(err).__name__}: {err}")

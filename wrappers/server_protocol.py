@@ -1,0 +1,274 @@
+"""The wire format of ``llmgym serve``: requests, errors and responses, as vLLM's OpenAI server has them.
+
+Holds the pydantic request models (:class:`ChatCompletionRequest`,
+:class:`CompletionRequest`, :class:`LoadLoRARequest`,
+:class:`UnloadLoRARequest`), :class:`APIError` with its OpenAI-style body
+``{"error": {"message", "type", "param", "code"}}``, :func:`parse_body`
+(raw bytes to a validated request, or a 400 naming the bad field), and the
+builders of chat messages, logprobs and usage blocks. Unknown request fields
+are accepted and ignored, as OpenAI and vLLM do.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgym.messages import Message
+from llmgym.parsing import parse_text_tool_calls
+
+__all__ = [
+    "APIError",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "LoadLoRARequest",
+    "UnloadLoRARequest",
+    "parse_body",
+    "flatten_content",
+    "assistant_reply",
+    "chat_logprobs",
+    "completion_logprobs",
+    "usage",
+]
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {...}}`` with an HTTP status.
+
+    Example:
+        >>> APIError(404, "The model 'x' does not exist.", param="model").body()["error"]["type"]
+        'NotFoundError'
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI-style error body."""
+        kind = _ERROR_TYPES.get(self.status, "BadRequestError" if self.status < 500 else "InternalServerError")
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=False)
+
+
+class ChatMessageIn(_Request):
+    """One message of a chat request (OpenAI format)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ToolFunction(_Request):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolIn(_Request):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class StreamOptions(_Request):
+    include_usage: bool | None = False
+
+
+class _Sampling(_Request):
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = Field(default=1, ge=1, le=16)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+
+    def stop_list(self) -> list[str]:
+        """``stop`` as a list."""
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class ChatCompletionRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[ToolIn] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: ``prompt`` is text or token ids (one prompt)."""
+
+    prompt: str | list[int] = Field(min_length=1)
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+
+
+class LoadLoRARequest(_Request):
+    """``POST /v1/load_lora_adapter``."""
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    load_inplace: bool = False
+
+
+class UnloadLoRARequest(_Request):
+    """``POST /v1/unload_lora_adapter``."""
+
+    lora_name: str = Field(min_length=1)
+    lora_int_id: int | None = None
+
+
+def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
+    """Validate a raw JSON body against ``model``.
+
+    Raises:
+        APIError: 400 when the body is not JSON, not an object, or a field is
+            missing or of the wrong type (``param`` names the field).
+
+    Example:
+        >>> parse_body(b'{"lora_name": "a", "lora_path": "/tmp/a"}', LoadLoRARequest).lora_name
+        'a'
+        >>> try:
+        ...     parse_body(b'{"lora_name": 3}', LoadLoRARequest)
+        ... except APIError as err:
+        ...     print(err.status, err.param)
+        400 lora_name
+    """
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise APIError(400, f"The request body is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, f"The request body must be a JSON object, got {type(data).__name__}.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        param = ".".join(str(part) for part in first["loc"]) or None
+        raise APIError(400, f"Invalid request: {param}: {first['msg']}", param=param) from None
+
+
+def flatten_content(content: str | list[dict[str, Any]] | None) -> str:
+    """The text of a message's ``content`` (text parts joined; other parts are refused).
+
+    Raises:
+        APIError: 400 for a non-text content part.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise APIError(400, f"Only text content parts are supported, got {part.get('type')!r}.", "messages")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def assistant_reply(text: str, parse_tools: bool, native_calls: list[dict[str, Any]] | None) -> tuple[Message, bool]:
+    """The response message for generated ``text`` and whether it calls tools.
+
+    With ``parse_tools``, ``<tool_call>`` blocks become OpenAI ``tool_calls``
+    and the prose around them stays as ``content`` (``None`` when empty), as
+    vLLM's tool parsers return them. Blocks that do not parse stay in the text.
+
+    Example:
+        >>> message, called = assistant_reply(
+        ...     'Hm. <tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>', True, None)
+        >>> called, message["content"], message["tool_calls"][0]["function"]["name"]
+        (True, 'Hm.', 'guess')
+    """
+    if native_calls:
+        return {"role": "assistant", "content": text or None, "tool_calls": native_calls}, True
+    if parse_tools:
+        prose, calls, errors = parse_text_tool_calls(text, id_prefix=f"chatcmpl-tool-{uuid.uuid4().hex[:12]}")
+        if calls and not errors:
+            return {
+                "role": "assistant",
+                "content": prose or None,
+                "tool_calls": [call.to_openai() for call in calls],
+            }, True
+    return {"role": "assistant", "content": text}, False
+
+
+def chat_logprobs(
+    token_ids: list[int],
+    logprobs: list[float],
+    top: list[dict[int, float]] | None,
+    token_text: Any,
+    as_ids: bool,
+) -> dict[str, Any]:
+    """The ``logprobs`` block of a chat choice (``{"content": [...]}``)."""
+
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        text = token_text(token_id)
+        return {
+            "token": f"token_id:{token_id}" if as_ids else text,
+            "logprob": max(float(logprob), -9999.0),
+            "bytes": list(text.encode("utf-8")),
+        }
+
+    content = []
+    for index, (token_id, logprob) in enumerate(zip(token_ids, logprobs)):
+        item = entry(token_id, logprob)
+        alternatives = top[index] if top else {}
+        item["top_logprobs"] = [entry(t, lp) for t, lp in alternatives.items()]
+        content.append(item)
+    return {"content": content}
+
+
+def completion_logprobs(
+    token_ids: list[int],
+    logprobs: list[float],
+    top: list[dict[int, float]] | None,
+    token_text: Any,
+    as_ids: bool,
+) -> dict[str, Any]:
+    """The legacy ``logprobs`` block of a completion choice."""
+
+    def name(token_id: int) -> str:
+        return f"token_id:{token_id}" if as_ids else token_text(token_id)
+
+    tokens = [name(t) for t in token_ids]
+    offsets, position = [], 0
+    for token_id in token_ids:
+        offsets.append(position)
+        position += len(token_text(token_id))
+    return {
+        "tokens": tokens,
+        "token_logprobs": [max(float(lp), -9999.0) for lp in logprobs],
+        "top_logprobs": [{name(t): lp for t, lp in alt.items()} for alt in top] if top else None,
+        "text_offset": offsets,
+    }
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """An OpenAI ``usage`` block."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
