@@ -1,0 +1,105 @@
+"""``llmgym eval`` end to end through ``main([...])``, with the scripted Wordle policy (no model)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from llmgym.cli import main
+from llmgym.cli.eval import _missing_extra
+from llmgym.episode import load_jsonl
+
+WORDLE = "llmgym/Wordle-v0"
+
+
+def _eval(tmp_path, *extra):
+    return main(["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path / "run"), "--no-progress", *extra])
+
+
+def test_scripted_eval_writes_episodes_and_summary(tmp_path, capsys):
+    assert _eval(tmp_path, "-n", "3", "--group-size", "2", "--seed", "10", "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
+    assert sorted((e.seed, e.metadata["group_index"]) for e in episodes) == [
+        (s, i) for s in (10, 11, 12) for i in (0, 1)]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert printed == saved
+    assert saved["episodes"] == 6 and saved["failed"] == 0 and saved["success_rate"] == 1.0
+    assert saved["reward"]["mean"] == pytest.approx(sum(e.total_reward for e in episodes) / 6)
+    assert set(saved["components"]) == {"information", "invalid_guess", "solved", "speed", "format_error"}
+    assert saved["run"]["policy"] == "scripted:wordle" and saved["run"]["seeds"] == [10, 12]
+
+
+def test_table_output_and_plot(tmp_path, capsys):
+    assert _eval(tmp_path, "-n", "2", "--plot") == 0
+    out = capsys.readouterr().out
+    assert "mean reward" in out and "success rate" in out and "tool calls" in out and "speed" in out
+    png = (tmp_path / "run" / "rewards.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_resume_plays_only_the_missing_episodes(tmp_path, capsys):
+    assert _eval(tmp_path, "-n", "2") == 0
+    first = load_jsonl(tmp_path / "run" / "episodes.jsonl")
+    assert _eval(tmp_path, "-n", "4", "--resume", "--json") == 0
+    episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
+    assert [e.seed for e in episodes] == [0, 1, 2, 3]
+    assert episodes[:2] == first
+    capsys.readouterr()
+    code = main(["eval", WORDLE, "--policy", "scripted:llmgym.envs.wordle.solver:WordleSolver",
+                 "--out", str(tmp_path / "run"), "--resume", "--no-progress"])
+    assert code == 2 and "resume with the same policy" in capsys.readouterr().err
+
+
+def test_unknown_env_id_suggests_close_matches(tmp_path, capsys):
+    code = main(["eval", "llmgym/Wordel-v0", "--policy", "scripted:wordle", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown environment 'llmgym/Wordel-v0'" in err and "llmgym/Wordle-v0" in err
+    assert "Traceback" not in err
+
+
+def test_unreachable_server_is_named(tmp_path, capsys):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    code = main(["eval", WORDLE, "-n", "1", "--base-url", url, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot reach the server at {url}" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env-kwargs", "{not json"], "--env-kwargs is not valid JSON"),
+    (["--env-kwargs", '{"colour": 1}'], "does not take these --env-kwargs"),
+    (["--policy", "scripted:chess"], "unknown scripted policy 'chess'"),
+    (["--policy", "human"], "--policy must look like scripted:NAME"),
+    (["-n", "0"], "--num-seeds must be at least 1"),
+])
+def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, args, message):
+    code = main(["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path), "--no-progress", *args])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_missing_extras_are_named():
+    assert _missing_extra(ImportError("No module named 'matplotlib'", name="matplotlib")) == (
+        'matplotlib is not installed: pip install "llmgym[plot]"')
+    assert "llmgym[local]" in _missing_extra(ImportError("x", name="llama_cpp.llama"))
+    hint = 'the OpenAI-compatible policy needs the openai package: pip install "llmgym[openai]"'
+    assert _missing_extra(ImportError(hint)) == hint
+
+
+def test_eval_with_a_local_transformers_checkpoint(tmp_path, capsys):
+    models = pytest.importorskip("llmgym.wrappers.models")
+    pytest.importorskip("llmgym.wrappers.transformers_policy")
+    model, tokenizer = models.tiny_random_model(seed=0)
+    checkpoint = tmp_path / "tiny"
+    model.save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    code = main(["eval", WORDLE, "-n", "2", "--backend", "transformers", "--model", str(checkpoint),
+                 "--max-tokens", "8", "--env-kwargs", '{"max_turns": 2}', "--out", str(tmp_path / "run"),
+                 "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["episodes"] == 2 and summary["failed"] == 0
+    assert summary["turns"] == 2.0 and summary["generated_tokens"] > 0
