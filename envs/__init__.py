@@ -17,3 +17,7 @@ def register_envs() -> None:
         "llmgym.envs.wordle.env:WordleEnv",
         description="Guess a five-letter word in six tries from green/yellow/grey feedback.",
     )
+    register("llmgym/TicTacToe-v0", "llmgym.envs.multiagent.versus:TicTacToeVsBot", description="Tic-tac-toe as X against a perfect minimax opponent.")
+    register("llmgym/ConnectFour-v0", "llmgym.envs.multiagent.versus:ConnectFourVsBot", description="Connect Four as X against a depth-6 negamax opponent.")
+    register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
+    register("llmgym/PrisonersDilemma-v0", "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot", description="Iterated prisoner's dilemma with messages against tit-for-tat.")

@@ -149,6 +149,10 @@ class TextGameEnv(AECEnv):
             return dict.fromkeys(self.possible_agents, 0.0)
         return {a: 1.0 if a == self.winner else -1.0 for a in self.possible_agents}
 
+    def forfeit_rewards(self, loser: str) -> dict[str, float]:
+        """Rewards when ``loser`` forfeits (default: -1 for it, +1 for the other)."""
+        return {a: -1.0 if a == loser else 1.0 for a in self.possible_agents}
+
     def your_turn(self, agent: str) -> str:
         """The line that asks ``agent`` to move."""
         return f"{self.state_text(agent)}\nYour move, {agent}."
@@ -251,7 +255,7 @@ class TextGameEnv(AECEnv):
         if self.retries[agent] > self.max_retries:
             self.forfeited = agent
             self.winner = self._other(agent)
-            self._finish({a: 1.0 if a == self.winner else -1.0 for a in self.agents}, f"Illegal move: {error}")
+            self._finish(self.forfeit_rewards(agent), f"Illegal move: {error}")
             return
         left = self.max_retries + 1 - self.retries[agent]
         self._inbox[agent].append(

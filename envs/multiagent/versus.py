@@ -1,0 +1,259 @@
+"""Single-agent Gymnasium envs: an LLM plays ``player_0`` of a multi-agent game against a scripted opponent.
+
+Holds :class:`VersusEnv` (the shared :class:`~llmgym.LLMEnv` machinery) and
+the registered envs :class:`TicTacToeVsBot` (``llmgym/TicTacToe-v0``),
+:class:`ConnectFourVsBot` (``llmgym/ConnectFour-v0``),
+:class:`NegotiationVsBot` (``llmgym/Negotiation-v0``) and
+:class:`PrisonersDilemmaVsBot` (``llmgym/PrisonersDilemma-v0``).
+
+The agent moves with the game's tools or plain text, exactly as in the
+multi-agent env; after each legal move the opponent answers at once, and
+the observation shows its move. Rewards (components):
+
+=========== ====== ===== =========================================================
+name        weight when  value
+=========== ====== ===== =========================================================
+game        1.0    turn  what ``player_0`` earned in the game this turn: illegal
+                         move penalties, payoffs, the final win/draw/loss
+unfinished  -1.0   end   1 when the turn budget ran out before the game ended
+format_error -0.1  turn  1 for a malformed tool call (it never reaches the game)
+=========== ====== ===== =========================================================
+
+Only one tool call per turn is honoured (one move per turn).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Literal
+
+from llmgym.env import LLMEnv
+from llmgym.envs.multiagent.base import TextGameEnv
+from llmgym.envs.multiagent.connect_four import ConnectFourEnv, NegamaxPlayer
+from llmgym.envs.multiagent.negotiation import HagglerPlayer, NegotiationEnv
+from llmgym.envs.multiagent.prisoners_dilemma import PrisonersDilemmaEnv, TitForTat
+from llmgym.envs.multiagent.tictactoe import MinimaxPlayer, TicTacToeEnv
+from llmgym.rubric import Reward, Rubric, TurnContext, format_error
+from llmgym.tools import ToolError, ToolResult, tool
+
+__all__ = ["VersusEnv", "TicTacToeVsBot", "ConnectFourVsBot", "NegotiationVsBot", "PrisonersDilemmaVsBot"]
+
+AGENT, OPPONENT = "player_0", "player_1"
+
+
+class VersusEnv(LLMEnv):
+    """An LLM as ``player_0`` of a text game, a scripted player as ``player_1``.
+
+    Subclasses set :meth:`make_game` and :meth:`make_opponent` and declare the
+    game's tools as ``@tool`` methods that call :meth:`send`.
+
+    Args:
+        max_turns: turn budget (illegal attempts count as turns).
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+    """
+
+    def __init__(self, max_turns: int = 30, **kwargs: Any):
+        kwargs.setdefault("max_tool_calls", 1)
+        self.game = self.make_game()
+        self.opponent: Any = None
+        self.turn_game_rewards: dict[int, float] = {}
+        super().__init__(max_turns=max_turns, **kwargs)
+        self.system_prompt = self.game.system_prompt
+
+    def make_game(self) -> Any:
+        """A new multi-agent game (AEC :class:`TextGameEnv` or Parallel)."""
+        raise NotImplementedError
+
+    def make_opponent(self, seed: int) -> Any:
+        """The scripted opponent for one episode."""
+        raise NotImplementedError
+
+    # -- LLMEnv hooks ------------------------------------------------------------
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        seed = int(self.np_random.integers(2**31))
+        self.opponent = self.make_opponent(seed)
+        self.turn_game_rewards = {}
+        if isinstance(self.game, TextGameEnv):
+            self.game.reset(seed=seed, options=options)
+            if self.game.agent_selection == OPPONENT:
+                self._opponent_moves()
+            text = self.game.observe(AGENT)["text"]
+        else:
+            observations, _ = self.game.reset(seed=seed, options=options)
+            text = observations[AGENT]["text"]
+        return text.replace(self.system_prompt + "\n", "", 1)
+
+    def on_text(self, text: str) -> str:
+        return self.send(text).content
+
+    def is_done(self) -> bool:
+        if isinstance(self.game, TextGameEnv):
+            return self.game.game_over
+        return not self.game.agents
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([
+            Reward(lambda ctx: self.turn_game_rewards.get(ctx.turn, 0.0), name="game"),
+            Reward(self._unfinished, weight=-1.0, when="end", name="unfinished"),
+            Reward(format_error, weight=-0.1),
+        ])
+
+    def _unfinished(self, ctx: TurnContext) -> float:
+        return 0.0 if self.is_done() else 1.0
+
+    # -- playing -------------------------------------------------------------------
+
+    def send(self, action: str) -> ToolResult:
+        """Send ``action`` (text or a tool-call block) to the game as ``player_0``; the opponent answers.
+
+        Returns:
+            What ``player_0`` reads next; ``ok=False`` when the move was illegal.
+        """
+        turn = len(self.turn_contexts) + 1
+        if isinstance(self.game, TextGameEnv):
+            before = self.game.illegal_attempts[AGENT]
+            self.game.step(action)
+            earned = self.game.rewards[AGENT]
+            legal = self.game.illegal_attempts[AGENT] == before
+            if legal and not self.game.game_over:
+                earned += self._opponent_moves()
+            text = self.game.observe(AGENT)["text"]
+        else:
+            before = self.game.illegal_attempts[AGENT]
+            opponent_action = self.opponent.act(self.game, OPPONENT)
+            observations, rewards, *_ = self.game.step({AGENT: action, OPPONENT: opponent_action})
+            earned, text = rewards[AGENT], observations[AGENT]["text"]
+            legal = self.game.illegal_attempts[AGENT] == before
+        self.turn_game_rewards[turn] = self.turn_game_rewards.get(turn, 0.0) + float(earned)
+        return ToolResult(text, ok=legal)
+
+    def _opponent_moves(self) -> float:
+        """Let the opponent move until it is ``player_0``'s turn or the game ends; ``player_0``'s reward meanwhile."""
+        earned = 0.0
+        while not self.game.game_over and self.game.agent_selection == OPPONENT:
+            self.game.step(self.opponent.act(self.game, OPPONENT))
+            earned += self.game.rewards[AGENT]
+        return earned
+
+
+def _call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+class TicTacToeVsBot(VersusEnv):
+    """Tic-tac-toe as X against a perfect minimax opponent (a draw is the best possible result)."""
+
+    description = "Tic-tac-toe as X against a perfect minimax opponent (win +1, draw 0, loss -1)."
+
+    def __init__(self, max_turns: int = 20, **kwargs: Any):
+        super().__init__(max_turns=max_turns, **kwargs)
+
+    def make_game(self) -> TicTacToeEnv:
+        return TicTacToeEnv()
+
+    def make_opponent(self, seed: int) -> MinimaxPlayer:
+        return MinimaxPlayer(seed=seed)
+
+    @tool
+    def move(self, cell: str) -> str:
+        """Put your mark on an empty cell.
+
+        Args:
+            cell: the cell, column letter a-c then row number 1-3 (a1 is top left, b2 the centre).
+        """
+        return _result(self.send(_call("move", cell=cell)))
+
+
+class ConnectFourVsBot(VersusEnv):
+    """Connect Four as X against a depth-limited negamax opponent.
+
+    Args:
+        depth: the opponent's search depth in plies.
+        max_turns: turn budget.
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+    """
+
+    description = "Connect Four as X against a depth-6 negamax opponent (win +1, draw 0, loss -1)."
+
+    def __init__(self, depth: int = 6, max_turns: int = 40, **kwargs: Any):
+        self.depth = depth
+        super().__init__(max_turns=max_turns, **kwargs)
+
+    def make_game(self) -> ConnectFourEnv:
+        return ConnectFourEnv()
+
+    def make_opponent(self, seed: int) -> NegamaxPlayer:
+        return NegamaxPlayer(depth=self.depth)
+
+    @tool
+    def move(self, column: int) -> str:
+        """Drop your disc into a column.
+
+        Args:
+            column: the column number, 1 (left) to 7 (right).
+        """
+        return _result(self.send(_call("move", column=column)))
+
+
+class NegotiationVsBot(VersusEnv):
+    """Split items with private values against a scripted haggler; deal or no deal."""
+
+    description = "Negotiate a split of items with private values against a scripted haggler (reward: your share's value / 10)."
+
+    def __init__(self, max_turns: int = 16, **kwargs: Any):
+        super().__init__(max_turns=max_turns, **kwargs)
+
+    def make_game(self) -> NegotiationEnv:
+        return NegotiationEnv()
+
+    def make_opponent(self, seed: int) -> HagglerPlayer:
+        return HagglerPlayer()
+
+    @tool
+    def propose(self, books: int, hats: int, balls: int) -> str:
+        """Propose a split: how many of each item YOU take; the other player gets the rest.
+
+        Args:
+            books: books you take.
+            hats: hats you take.
+            balls: balls you take.
+        """
+        return _result(self.send(_call("propose", books=books, hats=hats, balls=balls)))
+
+    @tool
+    def accept(self) -> str:
+        """Accept the other player's latest proposal; the game ends with that deal."""
+        return _result(self.send(_call("accept")))
+
+
+class PrisonersDilemmaVsBot(VersusEnv):
+    """Ten rounds of the prisoner's dilemma with messages against tit-for-tat."""
+
+    description = "Iterated prisoner's dilemma with messages, 10 rounds against tit-for-tat (reward: payoffs)."
+
+    def __init__(self, max_turns: int = 40, **kwargs: Any):
+        super().__init__(max_turns=max_turns, **kwargs)
+
+    def make_game(self) -> PrisonersDilemmaEnv:
+        return PrisonersDilemmaEnv(num_rounds=10)
+
+    def make_opponent(self, seed: int) -> TitForTat:
+        return TitForTat()
+
+    @tool
+    def play(self, move: Literal["C", "D"], message: str = "") -> str:
+        """Play this round's move.
+
+        Args:
+            move: C to cooperate, D to defect.
+            message: what to tell the other player (they read it with this round's result).
+        """
+        return _result(self.send(_call("play", move=move, message=message)))
+
+
+def _result(result: ToolResult) -> str:
+    """A tool's return value; an illegal move becomes a failed call (its text still explains and shows the position)."""
+    if not result.ok:
+        raise ToolError(result.content)
+    return result.content
