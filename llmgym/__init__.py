@@ -19,6 +19,7 @@ from llmgym.registry import list_envs, load_plugins, register
 from llmgym.rubric import Reward, Rubric, TurnContext
 from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError, ToolResult, tool
+from llmgym.vector import make_vec
 
 __version__ = "0.1.0"
 
@@ -43,6 +44,7 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "tool",
+    "make_vec",
 ]
 
 load_plugins()
