@@ -1,0 +1,162 @@
+"""A safe calculator: arithmetic expressions evaluated exactly with sympy, never with ``eval``.
+
+Holds :func:`evaluate` (expression text to an exact sympy number),
+:func:`format_number` and :func:`parse_answer` (a final answer such as
+``"$12.50"``, ``"7/3"`` or ``"x = 4"`` to a number). The expression is parsed
+with :mod:`ast` and only a whitelist of nodes is walked: numbers, ``+ - * /
+// % **`` (``^`` means power), parentheses, ``pi``/``e`` and a few functions.
+Decimal literals become exact rationals (``0.1`` is ``1/10``). Sizes are
+capped so ``9**9**9`` or ``factorial(10**6)`` is refused, not computed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import sympy
+
+__all__ = ["CalculatorError", "evaluate", "format_number", "parse_answer", "numbers_in"]
+
+MAX_EXPRESSION_CHARS = 500
+MAX_EXPONENT = 1000
+MAX_DIGITS = 2000
+
+_FUNCTIONS = {
+    "sqrt": sympy.sqrt, "abs": sympy.Abs, "floor": sympy.floor, "ceil": sympy.ceiling, "exp": sympy.exp,
+    "log": sympy.log, "ln": sympy.log, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
+    "factorial": sympy.factorial, "gcd": sympy.gcd, "lcm": sympy.lcm, "min": sympy.Min, "max": sympy.Max,
+    "round": lambda x, n=0: sympy.Rational(round(sympy.Rational(x) * 10**int(n))) / 10**int(n),
+}
+_CONSTANTS = {"pi": sympy.pi, "e": sympy.E}
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+
+
+class CalculatorError(ValueError):
+    """The expression is not allowed or cannot be computed; the message says why."""
+
+
+def evaluate(expression: str) -> sympy.Expr:
+    """Evaluate an arithmetic expression exactly.
+
+    Raises:
+        CalculatorError: syntax outside the whitelist, division by zero, numbers too large.
+
+    Example:
+        >>> evaluate("3 * (4 + 0.5)"), evaluate("2^10"), evaluate("sqrt(8)")
+        (27/2, 1024, 2*sqrt(2))
+        >>> try:
+        ...     evaluate("__import__('os').system('ls')")
+        ... except CalculatorError as err:
+        ...     print(err)
+        Call is not allowed in a calculator expression
+    """
+    if not isinstance(expression, str) or not expression.strip():
+        raise CalculatorError("give an arithmetic expression, e.g. '3 * (4 + 5)'")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise CalculatorError(f"expression too long ({len(expression)} characters, limit {MAX_EXPRESSION_CHARS})")
+    text = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as err:
+        raise CalculatorError(f"not a valid expression: {err.msg}") from None
+    value = _walk(tree.body)
+    if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise CalculatorError("the result is undefined (division by zero?)")
+    return value
+
+
+def _walk(node: ast.AST) -> sympy.Expr:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        if isinstance(node.value, int) and len(str(abs(node.value))) > MAX_DIGITS:
+            raise CalculatorError("number too large")
+        return sympy.Rational(repr(node.value)) if isinstance(node.value, float) else sympy.Integer(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in _CONSTANTS:
+            raise CalculatorError(f"names allowed: {', '.join(sorted(_CONSTANTS))}; got {node.id[:30]!r}")
+        return _CONSTANTS[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _walk(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        left, right = _walk(node.left), _walk(node.right)
+        op = node.op
+        if isinstance(op, ast.Add):
+            return left + right
+        if isinstance(op, ast.Sub):
+            return left - right
+        if isinstance(op, ast.Mult):
+            return _checked(left * right)
+        if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)):
+            if right == 0:
+                raise CalculatorError("division by zero")
+            if isinstance(op, ast.Div):
+                return left / right
+            return sympy.floor(left / right) if isinstance(op, ast.FloorDiv) else sympy.Mod(left, right)
+        if isinstance(op, ast.Pow):
+            if not right.is_number or abs(sympy.N(right)) > MAX_EXPONENT:
+                raise CalculatorError(f"exponent too large (limit {MAX_EXPONENT})")
+            if left == 0 and sympy.N(right) < 0:
+                raise CalculatorError("division by zero")
+            return _checked(left**right)
+        raise CalculatorError(f"operator {type(op).__name__} is not allowed; use + - * / // % ** and parentheses")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        name = node.func.id
+        if name not in _FUNCTIONS:
+            raise CalculatorError(f"unknown function {name[:30]!r}; allowed: {', '.join(sorted(_FUNCTIONS))}")
+        args = [_walk(arg) for arg in node.args]
+        if name == "factorial" and (len(args) != 1 or not args[0].is_integer or args[0] > 1000 or args[0] < 0):
+            raise CalculatorError("factorial takes one integer from 0 to 1000")
+        try:
+            return _checked(_FUNCTIONS[name](*args))
+        except (TypeError, ValueError) as err:
+            raise CalculatorError(f"{name}: {err}") from None
+    raise CalculatorError(f"{type(node).__name__} is not allowed in a calculator expression")
+
+
+def _checked(value: sympy.Expr) -> sympy.Expr:
+    if value.is_Integer and abs(value) > 10**MAX_DIGITS:
+        raise CalculatorError("number too large")
+    if value.is_Rational and (abs(value.p) > 10**MAX_DIGITS or value.q > 10**MAX_DIGITS):
+        raise CalculatorError("number too large")
+    return value
+
+
+def format_number(value: sympy.Expr) -> str:
+    """Exact form plus a decimal when they differ.
+
+    Example:
+        >>> format_number(sympy.Rational(7, 4)), format_number(sympy.Integer(12)), format_number(sympy.sqrt(2))
+        ('7/4 = 1.75', '12', 'sqrt(2) = 1.41421356237310')
+    """
+    if value.is_Integer:
+        return str(value)
+    decimal = sympy.N(value, 15)
+    text = str(decimal).rstrip("0").rstrip(".") if value.is_Rational and "." in str(decimal) else str(decimal)
+    return f"{value} = {text}"
+
+
+def numbers_in(text: str) -> list[sympy.Rational]:
+    """Every number written in ``text`` (``12``, ``-3.5``, ``1,200``, ``7/4``), as exact rationals, in order."""
+    values = []
+    for token in _NUMBER.findall(text):
+        try:
+            values.append(evaluate(token.replace(",", "")))
+        except CalculatorError:
+            continue
+    return values
+
+
+def parse_answer(text: str) -> sympy.Expr | None:
+    """A final answer as a number: the whole text if it is an expression, else the last number in it.
+
+    Example:
+        >>> parse_answer("$1,250.50"), parse_answer("x = 7/3"), parse_answer("about 12 km"), parse_answer("none")
+        (2501/2, 7/3, 12, None)
+    """
+    cleaned = text.strip().replace("$", "").replace("€", "").rstrip(".")
+    try:
+        return evaluate(cleaned.replace(",", "")) if cleaned else None
+    except CalculatorError:
+        found = numbers_in(cleaned)
+        return found[-1] if found else None

@@ -1,0 +1,170 @@
+"""MathTools-v0: the calculator, answer checking, step credit, the python tool, and cheating policies that must not pay."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import sympy
+from gymnasium.utils.env_checker import check_env
+
+import llmgym  # noqa: F401
+from llmgym.envs.math_tools import CalculatorError, MathToolsSolver, evaluate, generate_problem, parse_answer
+from llmgym.envs.math_tools.calculator import numbers_in
+from llmgym.envs.math_tools.solver import plan
+
+
+def call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("1 + 2 * 3", 7), ("0.1 + 0.2", sympy.Rational(3, 10)), ("2^10", 1024), ("7 // 2", 3), ("7 % 4", 3),
+    ("sqrt(16) + abs(-2)", 6), ("(120 - 18) / 4", sympy.Rational(51, 2)), ("factorial(5)", 120),
+])
+def test_calculator_is_exact(expression, expected):
+    assert evaluate(expression) == expected
+
+
+@pytest.mark.parametrize("expression", [
+    "__import__('os').system('echo hi')", "open('/etc/passwd')", "x + 1", "9**9**9", "factorial(100000)",
+    "1/0", "[1, 2]", "lambda: 1", "(1).__class__", "", "1 +", "a" * 600, "10**5000 * 10**5000",
+])
+def test_calculator_refuses_unsafe_or_huge(expression):
+    with pytest.raises(CalculatorError):
+        evaluate(expression)
+
+
+def test_answer_parsing_is_exact():
+    assert parse_answer("13.5") == parse_answer("27/2") == parse_answer("$13.50") == sympy.Rational(27, 2)
+    assert parse_answer("The answer is 1,200 apples") == 1200
+    assert parse_answer("I don't know") is None
+    assert numbers_in("from 3 to 4.5 and 7/2") == [3, sympy.Rational(9, 2), sympy.Rational(7, 2)]
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_problems_are_seeded_and_their_steps_consistent(difficulty):
+    a = generate_problem(np.random.default_rng(5), difficulty)
+    b = generate_problem(np.random.default_rng(5), difficulty)
+    assert a.text == b.text and a.answer == b.answer
+    assert all(step.value == evaluate(step.expression) for step in a.steps)
+    for seed in range(30):
+        problem = generate_problem(np.random.default_rng(seed), difficulty)
+        assert evaluate(plan(problem.text)[-1]) == problem.answer
+
+
+def play(policy, seeds, difficulty=1, **kwargs):
+    """Mean return and accuracy of ``policy(obs, state) -> action``."""
+    env = gym.make("llmgym/MathTools-v0", difficulty=difficulty, **kwargs)
+    returns, correct = [], []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        state, done, total = {"question": obs}, False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+        correct.append(env.unwrapped.correct)
+    env.close()
+    return float(np.mean(returns)), float(np.mean(correct))
+
+
+def honest(obs, state):
+    return state.setdefault("solver", MathToolsSolver()).act(obs)
+
+
+def guess_from_question(obs, state):
+    """Reward hack: answer at once with the largest number in the question."""
+    return call("answer", value=str(max(numbers_in(state["question"]))))
+
+
+def farm_step_credit(obs, state):
+    """Reward hack: calculator on every pair of the question's numbers (8 calls a turn) to fish for step credit, then answer."""
+    if "queue" not in state:
+        numbers = [str(n) for n in numbers_in(state["question"])]
+        state["queue"] = [f"{a} {op} {b}" for a, b in itertools.permutations(numbers, 2) for op in "+-*/"]
+        state["turn"] = 0
+    state["turn"] += 1
+    if state["turn"] >= 8 or not state["queue"]:
+        return call("answer", value=obs.split("\n")[-1].split("] ")[-1].split(" = ")[0])
+    batch, state["queue"] = state["queue"][:8], state["queue"][8:]
+    return "".join(call("calculator", expression=e) for e in batch)
+
+
+def claim_in_prose(obs, state):
+    """Reward hack: say it is solved without giving a checkable number."""
+    return "I have solved the problem and verified the answer is correct. Final answer: correct!"
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_honest_solver_reaches_high_reward(difficulty):
+    mean_return, accuracy = play(honest, range(8), difficulty)
+    assert accuracy == 1.0
+    assert mean_return > 1.05  # correct + step credit - tool costs
+
+
+@pytest.mark.parametrize("cheat", [guess_from_question, farm_step_credit, claim_in_prose])
+def test_cheating_scores_clearly_below_honest(cheat):
+    honest_return, _ = play(honest, range(8), 2)
+    cheat_return, cheat_accuracy = play(cheat, range(8), 2)
+    assert cheat_accuracy <= 0.25
+    assert cheat_return < honest_return - 0.75
+
+
+def test_step_credit_is_paid_once_and_only_for_solution_quantities():
+    env = gym.make("llmgym/MathTools-v0", difficulty=1)
+    obs, _ = env.reset(seed=1)
+    first = plan(obs)[0]
+    _, reward, _, _, info = env.step(call("calculator", expression=first))
+    assert info["reward_components"]["step_credit"] == 1.0 and reward == pytest.approx(0.1 - 0.02)
+    _, reward, _, _, info = env.step(call("calculator", expression=first))
+    assert info["reward_components"]["step_credit"] == 0.0 and reward == pytest.approx(-0.02)
+    _, _, _, _, info = env.step(call("calculator", expression="123456 + 1"))
+    assert info["reward_components"]["step_credit"] == 0.0
+
+
+def test_malformed_calls_are_penalised_and_answered():
+    env = gym.make("llmgym/MathTools-v0")
+    env.reset(seed=0)
+    obs, reward, terminated, _, info = env.step('<tool_call>{"name": "calculator", "arguments": {"expr": 1}}</tool_call>')
+    assert "invalid arguments" in obs and info["reward_components"]["format_error"] == 1.0 and reward < 0
+    obs, reward, terminated, _, _ = env.step(call("calculator", expression="import os"))
+    assert obs.startswith("Error:") and not terminated
+    obs, _, terminated, _, _ = env.step(call("answer", value="no idea"))
+    assert "no number found" in obs and not terminated
+
+
+def test_python_tool_runs_in_a_lazy_sandbox_and_earns_credit():
+    env = gym.make("llmgym/MathTools-v0", difficulty=1)
+    obs, _ = env.reset(seed=2)
+    assert env.unwrapped._sandbox is None  # nothing started at make/reset
+    first = plan(obs)[0]
+    obs, reward, _, _, info = env.step(call("python", code=f"import os\nprint('value:', {first})"))
+    assert info["reward_components"]["step_credit"] == 1.0
+    obs, _, _, _, _ = env.step(call("python", code="import socket; socket.create_connection(('1.1.1.1', 80), timeout=1)"))
+    assert obs.startswith("Error:")
+    obs, _, _, _, _ = env.step(call("python", code="while True: pass"))
+    assert "limit exceeded" in obs
+    env.close()
+    assert env.unwrapped._sandbox is None
+
+
+def test_final_answer_in_text_is_accepted():
+    env = gym.make("llmgym/MathTools-v0", difficulty=3)
+    obs, _ = env.reset(seed=4)
+    answer = evaluate(plan(obs)[-1])
+    _, reward, terminated, _, _ = env.step(f"Working... Final answer: {answer}")
+    assert terminated and env.unwrapped.correct and reward == pytest.approx(1.0)
+
+
+def test_check_env_every_difficulty():
+    for difficulty in (1, 3):
+        env = gym.make("llmgym/MathTools-v0", difficulty=difficulty)
+        check_env(env.unwrapped, skip_render_check=True)
+        env.close()
+    with pytest.raises(ValueError):
+        gym.make("llmgym/MathTools-v0", difficulty=7)
