@@ -17,6 +17,11 @@ def register_envs() -> None:
         "llmgym.envs.wordle.env:WordleEnv",
         description="Guess a five-letter word in six tries from green/yellow/grey feedback.",
     )
+    register(
+        "llmgym/MathTools-v0",
+        "llmgym.envs.math_tools.env:MathToolsEnv",
+        description="Multi-step word problems with calculator and Python (sandbox) tools; answers checked with sympy.",
+    )
     register("llmgym/TicTacToe-v0", "llmgym.envs.multiagent.versus:TicTacToeVsBot", description="Tic-tac-toe as X against a perfect minimax opponent.")
     register("llmgym/ConnectFour-v0", "llmgym.envs.multiagent.versus:ConnectFourVsBot", description="Connect Four as X against a depth-6 negamax opponent.")
     register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
