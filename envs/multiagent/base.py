@@ -149,6 +149,12 @@ class TextGameEnv(AECEnv):
             return dict.fromkeys(self.possible_agents, 0.0)
         return {a: 1.0 if a == self.winner else -1.0 for a in self.possible_agents}
 
+    def outcome(self) -> dict[str, str]:
+        """``"win"``, ``"draw"`` or ``"loss"`` for each agent of a finished game (default: from :attr:`winner`)."""
+        if self.winner is None:
+            return dict.fromkeys(self.possible_agents, "draw")
+        return {a: "win" if a == self.winner else "loss" for a in self.possible_agents}
+
     def forfeit_rewards(self, loser: str) -> dict[str, float]:
         """Rewards when ``loser`` forfeits (default: -1 for it, +1 for the other)."""
         return {a: -1.0 if a == loser else 1.0 for a in self.possible_agents}

@@ -197,6 +197,12 @@ class NegotiationEnv(TextGameEnv):
             return dict.fromkeys(self.possible_agents, 0.0)
         return {a: self.value(a, self.deal[a]) / TOTAL_VALUE for a in self.possible_agents}
 
+    def outcome(self) -> dict[str, str]:
+        """A forfeit loses; otherwise whoever got the more valuable share (to itself) wins; no deal is a draw."""
+        if self.forfeited is not None:
+            return {a: "loss" if a == self.forfeited else "win" for a in self.possible_agents}
+        return _compare(self.final_rewards())
+
     def forfeit_rewards(self, loser: str) -> dict[str, float]:
         return {a: -1.0 if a == loser else 0.0 for a in self.possible_agents}
 
@@ -208,6 +214,13 @@ class NegotiationEnv(TextGameEnv):
         return "Game over: deal. " + "; ".join(
             f"{a} gets {_describe(self.deal[a])}" for a in self.possible_agents
         ) + "."
+
+
+def _compare(scores: dict[str, float]) -> dict[str, str]:
+    best = max(scores.values())
+    if all(v == best for v in scores.values()):
+        return dict.fromkeys(scores, "draw")
+    return {a: "win" if v == best else "loss" for a, v in scores.items()}
 
 
 def _describe(share: tuple[int, ...]) -> str:

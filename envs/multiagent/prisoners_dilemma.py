@@ -211,6 +211,16 @@ class PrisonersDilemmaEnv(ParallelEnv):
                 totals[agent] += PAYOFFS[(moves[agent], moves[other])]
         return totals
 
+    def outcome(self) -> dict[str, str]:
+        """A forfeit loses; otherwise the higher total payoff wins (equal totals: a draw)."""
+        if self.forfeited is not None:
+            return {a: "loss" if a == self.forfeited else "win" for a in self.possible_agents}
+        scores = self.scores()
+        best = max(scores.values())
+        if all(v == best for v in scores.values()):
+            return dict.fromkeys(scores, "draw")
+        return {a: "win" if v == best else "loss" for a, v in scores.items()}
+
     def _read(self, action: Any) -> tuple[str, str]:
         """``(move, message)`` of an action; raises :class:`ToolError` when it is illegal."""
         if not isinstance(action, (str, dict)):

@@ -172,23 +172,29 @@ def _cells(text: str) -> list[int]:
 
 
 class MinimaxPlayer:
-    """A perfect tic-tac-toe player: always plays an optimal move, ties broken at random.
+    """A perfect tic-tac-toe player: always plays an optimal move.
+
+    Ties between optimal moves are broken by a hash of ``seed`` and the
+    position, so the player keeps no state: the same position always gets the
+    same answer, however many games share the player.
 
     Args:
-        seed: seeds the tie-breaking.
+        seed: varies the tie-breaking.
         tool_calls: answer with the tool-call protocol instead of plain text.
     """
 
     name = "minimax"
 
-    def __init__(self, seed: int | None = 0, tool_calls: bool = False):
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, seed: int = 0, tool_calls: bool = False):
+        self.seed = seed
         self.tool_calls = tool_calls
 
     def act(self, env: TicTacToeEnv, agent: str) -> str:
-        game = env.unwrapped
-        choices = best_moves(game.board, _MARKS[agent])
-        cell = cell_name(int(self.rng.choice(choices)))
+        board = env.unwrapped.board
+        choices = best_moves(board, _MARKS[agent])
+        position = sum(".XO".index(c) * 3**i for i, c in enumerate(board))
+        pick = np.random.default_rng([self.seed, position]).integers(len(choices))
+        cell = cell_name(choices[int(pick)])
         if self.tool_calls:
             return f'<tool_call>{{"name": "move", "arguments": {{"cell": "{cell}"}}}}</tool_call>'
         return cell
