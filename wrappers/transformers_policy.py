@@ -1,0 +1,380 @@
+"""A policy backed by a transformers causal LM in-process (CPU or CUDA), batched and token-exact.
+
+Holds :class:`TransformersPolicy`. It renders the chat template (injecting the
+text tool-call protocol when the template has no tool support), generates a
+batch of requests with left padding in one decoding loop (per-request
+temperature, top-p, max tokens, stop strings, seed and thinking budget), and
+returns token ids and log-probs for training. Concurrent :meth:`agenerate`
+calls are grouped by a micro-batcher into one batched generation.
+
+Log-probs are ``log_softmax`` of the model's raw logits (temperature 1, no
+top-p) at the chosen token: the quantity a trainer recomputes from the same
+weights, whatever temperature was used to sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.prompting import Render, continuation_text, prepare_messages, template_supports_tools
+from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
+
+__all__ = ["TransformersPolicy"]
+
+
+@dataclass
+class _Prompt:
+    """A request turned into token ids, ready to decode."""
+
+    request: PolicyRequest
+    ids: list[int]
+    opens_thinking: bool
+    prefix_reused: bool
+
+
+class _Row:
+    """Decoding state of one sequence in a batch."""
+
+    def __init__(self, prompt: _Prompt, device: torch.device, tokenizer: Any, forced_close: list[int]) -> None:
+        sampling = prompt.request.sampling
+        self.sampling = sampling
+        self.generator = torch.Generator(device=device)
+        if sampling.seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(sampling.seed))
+        self.tracker = ThinkingTracker(sampling.thinking_budget, inside=prompt.opens_thinking)
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.forced: list[int] = []
+        self.forced_positions: list[int] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+        self._tokenizer = tokenizer
+        self._forced_close = forced_close
+
+    def next_token(self, logits: torch.Tensor) -> int:
+        """Choose the next token from this row's raw logits (forced tokens first)."""
+        if self.forced:
+            self.forced_positions.append(len(self.tokens))
+            return self.forced.pop(0)
+        temperature = self.sampling.temperature
+        if temperature <= 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        top_p = self.sampling.top_p
+        if 0 < top_p < 1:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def append(self, token: int, logprob: float, eos_ids: set[int]) -> None:
+        """Record a token and decide whether the sequence is finished."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        piece = self._tokenizer.decode([token])
+        self.text += piece
+        self.tracker.feed(piece)
+        if token in eos_ids and not self.forced:
+            self.finish_reason = "stop"
+        elif any(stop and stop in self.text for stop in self.sampling.stop):
+            self.finish_reason = "stop"
+        elif len(self.tokens) >= self.sampling.max_tokens:
+            self.finish_reason = "length"
+        elif self.tracker.must_close():
+            self.forced.extend(self._forced_close)
+
+
+class TransformersPolicy(Policy):
+    """Generate with a transformers causal LM; returns token ids and log-probs.
+
+    Args:
+        model: ``None`` (SmolLM2-135M-Instruct), a model name or path for
+            :func:`~llmgym.wrappers.models.load_model`, or a loaded model
+            (then ``tokenizer`` is required) — e.g. a trainer's own model, so
+            generation uses the weights being trained.
+        tokenizer: the tokenizer that goes with a loaded model.
+        device: where to load a model by name; a loaded model stays where it is.
+        dtype: torch dtype for a model loaded by name.
+        batch_size: most requests decoded together.
+        batch_wait_ms: how long :meth:`agenerate` waits to gather concurrent
+            requests into one batch.
+        name: the policy's name in episode records (default: the model's name).
+        chat_template: overrides the tokenizer's chat template.
+        native_tools: pass tools to the template instead of the text protocol;
+            default: when the template mentions ``tools``. Native output must
+            still use ``<tool_call>{json}</tool_call>`` (Qwen/Hermes style) to
+            be parsed by the env.
+
+    Example:
+        >>> from llmgym.wrappers.models import tiny_random_model
+        >>> policy = TransformersPolicy(*tiny_random_model())
+        >>> out = policy.generate([PolicyRequest([{"role": "user", "content": "hi"}],
+        ...                        sampling=SamplingParams(max_tokens=4, seed=0))])[0]
+        >>> len(out.token_ids), len(out.logprobs), out.finish_reason
+        (4, 4, 'length')
+    """
+
+    returns_tokens = True
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        *,
+        device: str | None = None,
+        dtype: Any = None,
+        batch_size: int = 8,
+        batch_wait_ms: float = 5.0,
+        name: str | None = None,
+        chat_template: str | None = None,
+        native_tools: bool | None = None,
+    ) -> None:
+        if model is None or isinstance(model, str) or hasattr(model, "__fspath__"):
+            from llmgym.wrappers.models import load_model
+
+            loaded, loaded_tokenizer = load_model(model, dtype=dtype, device=device)
+            model, tokenizer = loaded, tokenizer or loaded_tokenizer
+        elif tokenizer is None:
+            raise TypeError("TransformersPolicy(model=<loaded model>) also needs tokenizer=")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.batch_wait_ms = batch_wait_ms
+        self.chat_template = chat_template or tokenizer.chat_template
+        if not self.chat_template:
+            raise ValueError("the tokenizer has no chat template; pass chat_template=")
+        self.native_tools = template_supports_tools(self.chat_template) if native_tools is None else native_tools
+        config_name = getattr(getattr(model, "config", None), "name_or_path", "") or "transformers"
+        self.name = name or str(config_name).rstrip("/").split("/")[-1]
+        self.eos_ids = self._stop_token_ids()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
+        self._lock = threading.Lock()
+        self._queue: list[tuple[PolicyRequest, asyncio.Future[Generation]]] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._worker_loop: asyncio.AbstractEventLoop | None = None
+        self._full = asyncio.Event()
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model's weights are on."""
+        return next(self.model.parameters()).device
+
+    def _stop_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), getattr(self.model, "config", None), self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        if not ids:
+            raise ValueError("the model and tokenizer define no eos_token_id; set tokenizer.eos_token")
+        return ids
+
+    # -- prompts ---------------------------------------------------------------
+
+    def _renderer(self, tools: list[dict[str, Any]]) -> Render:
+        native = tools if self.native_tools and tools else None
+
+        def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+            return self.tokenizer.apply_chat_template(
+                messages,
+                tools=native,
+                chat_template=self.chat_template,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+            )
+
+        return render
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def build_prompt(self, request: PolicyRequest) -> list[int]:
+        """The prompt token ids for a request (see :class:`~llmgym.policy.PolicyRequest`)."""
+        return self._prepare(request).ids
+
+    def _prepare(self, request: PolicyRequest) -> _Prompt:
+        if not isinstance(request, PolicyRequest):
+            raise TypeError(f"expected a PolicyRequest, got {type(request).__name__}")
+        _check_sampling(request.sampling)
+        messages = prepare_messages(request.messages, request.tools, self.native_tools)
+        render = self._renderer(request.tools)
+        prefix = request.prefix_token_ids
+        if prefix is not None:
+            vocab = len(self.tokenizer)
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in prefix):
+                raise ValueError(f"prefix_token_ids must be ints in [0, {vocab})")
+            generated_end = self.tokenizer.decode([prefix[-1]]) if prefix and prefix[-1] in self.eos_ids else ""
+            delta = continuation_text(render, messages, generated_end)
+            if delta is not None:
+                ids = list(prefix) + self._encode(delta)
+                tail = self.tokenizer.decode(ids[-32:])
+                return _Prompt(request, ids, prompt_opens_thinking(tail), prefix_reused=True)
+        text = render(messages, True)
+        return _Prompt(request, self._encode(text), prompt_opens_thinking(text[-200:]), prefix_reused=False)
+
+    # -- generation --------------------------------------------------------------
+
+    def generate(self, requests: list[PolicyRequest]) -> list[Generation]:
+        """Generate one assistant turn per request, ``batch_size`` requests per decoding loop.
+
+        Raises:
+            TypeError / ValueError: a malformed request (nothing is generated).
+        """
+        prompts = [self._prepare(request) for request in requests]
+        results: list[Generation] = []
+        for start in range(0, len(prompts), self.batch_size):
+            results.extend(self._generate_prompts(prompts[start : start + self.batch_size]))
+        return results
+
+    def _generate_prompts(self, prompts: list[_Prompt]) -> list[Generation]:
+        if not prompts:
+            return []
+        with self._lock:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                started = time.perf_counter()
+                rows = self._decode(prompts)
+                elapsed = time.perf_counter() - started
+            finally:
+                self.model.train(was_training)
+        return [self._to_generation(prompt, row, elapsed, len(prompts)) for prompt, row in zip(prompts, rows)]
+
+    @torch.inference_mode()
+    def _decode(self, prompts: list[_Prompt]) -> list[_Row]:
+        device = self.device
+        rows = [_Row(prompt, device, self.tokenizer, self.forced_close) for prompt in prompts]
+        width = max(len(prompt.ids) for prompt in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt.ids) :] = torch.tensor(prompt.ids, dtype=torch.long)
+            attention[i, width - len(prompt.ids) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        output = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache, logits = output.past_key_values, output.logits[:, -1, :]
+        while True:
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            step = torch.full((len(rows), 1), self.pad_id, dtype=torch.long)
+            live = torch.zeros((len(rows), 1), dtype=torch.long)
+            for i, row in enumerate(rows):
+                if row.finish_reason is not None:
+                    continue
+                token = row.next_token(logits[i])
+                row.append(token, float(logprobs[i, token]), self.eos_ids)
+                if row.finish_reason is None:
+                    step[i, 0], live[i, 0] = token, 1
+            if all(row.finish_reason is not None for row in rows):
+                return rows
+            attention = torch.cat([attention, live.to(device)], dim=-1)
+            positions = (attention.sum(-1, keepdim=True) - 1).clamp(min=0)
+            output = self.model(
+                input_ids=step.to(device), attention_mask=attention, position_ids=positions,
+                past_key_values=cache, use_cache=True,
+            )
+            cache, logits = output.past_key_values, output.logits[:, -1, :]
+
+    def _to_generation(self, prompt: _Prompt, row: _Row, elapsed: float, batch: int) -> Generation:
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        for stop in row.sampling.stop:
+            if stop and stop in text:
+                text = text[: text.index(stop)]
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        reasoning, answer = split_thinking(text, prompt.opens_thinking)
+        if reasoning is not None:
+            message = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+        return Generation(
+            message=message,
+            prompt_token_ids=list(prompt.ids),
+            token_ids=list(row.tokens),
+            logprobs=list(row.logprobs),
+            finish_reason=row.finish_reason or "length",
+            thinking_tokens=row.tracker.thinking_tokens,
+            metadata={
+                "model": self.name,
+                "backend": "transformers",
+                "prefix_reused": prompt.prefix_reused,
+                "forced_positions": row.forced_positions,
+                "batch_size": batch,
+                "batch_seconds": elapsed,
+            },
+        )
+
+    # -- concurrent requests --------------------------------------------------------
+
+    async def agenerate(self, request: PolicyRequest) -> Generation:
+        """Generate one turn; concurrent calls are gathered into batches of up to ``batch_size``."""
+        loop = asyncio.get_running_loop()
+        if self._worker_loop is not loop:
+            self._queue, self._worker, self._worker_loop, self._full = [], None, loop, asyncio.Event()
+        future: asyncio.Future[Generation] = loop.create_future()
+        self._queue.append((request, future))
+        if len(self._queue) >= self.batch_size:
+            self._full.set()
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._run_batches())
+        return await future
+
+    async def _run_batches(self) -> None:
+        while self._queue:
+            if len(self._queue) < self.batch_size:
+                self._full.clear()
+                try:
+                    await asyncio.wait_for(self._full.wait(), self.batch_wait_ms / 1000)
+                except asyncio.TimeoutError:
+                    pass
+            batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
+            prompts: list[_Prompt] = []
+            futures: list[asyncio.Future[Generation]] = []
+            for request, future in batch:
+                if future.done():  # cancelled while waiting
+                    continue
+                try:
+                    prompts.append(self._prepare(request))
+                    futures.append(future)
+                except (TypeError, ValueError) as err:
+                    future.set_exception(err)
+            try:
+                results = await asyncio.to_thread(self._generate_prompts, prompts)
+            except Exception as err:  # noqa: BLE001  the callers get the error, the worker goes on
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(err)
+                continue
+            for future, result in zip(futures, results):
+                if not future.done():
+                    future.set_result(result)
+
+    def close(self) -> None:
+        """Drop the model so its memory can be freed."""
+        self.model = None
+
+
+def _check_sampling(sampling: SamplingParams) -> None:
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    if sampling.max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
+    if sampling.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
+        raise TypeError("stop must be a list of strings")
