@@ -337,11 +337,12 @@ def _assistant_message(message: Message) -> Message:
 
 
 def _count_generated(generation: Generation) -> int | None:
-    """Generated tokens of one turn: the ids, else the backend's usage count, else unknown."""
+    """Generated tokens of one turn: the ids, else the backend's usage count (OpenAI ``usage``), else unknown."""
     if generation.token_ids is not None:
         return len(generation.token_ids)
-    usage = generation.metadata.get("completion_tokens")
-    return int(usage) if isinstance(usage, (int, float)) and not isinstance(usage, bool) else None
+    usage = generation.metadata.get("usage")
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else generation.metadata.get("completion_tokens")
+    return int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else None
 
 
 class _Progress:

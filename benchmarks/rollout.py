@@ -1,0 +1,244 @@
+"""Rollout throughput on Wordle: local backends and ``llmgym serve`` at several concurrencies.
+
+Measures episodes/s and generated tokens/s of :func:`llmgym.rollout.rollout` with
+
+- ``llamacpp``: the default CPU backend (llama.cpp, SmolLM2-135M-Instruct GGUF), in-process;
+- ``transformers_batched``: transformers, 8 concurrent episodes batched by the policy's micro-batcher;
+- ``transformers_sequential``: transformers, one episode and one request at a time;
+- ``serve_cN``: an ``llmgym serve`` subprocess (llama.cpp backend) through the
+  OpenAI client at N = 1, 8, 32, 64 concurrent episodes;
+- ``serve_scripted_cN``: the same server with its scripted backend (no model):
+  the ceiling of the engine + HTTP path.
+
+"Outside the model" is what the rollout's own process spends on env steps,
+tool-call parsing and bookkeeping: the event-loop thread's CPU time for the
+in-process backends (the model runs in other threads), and the whole client
+process's CPU time for the server runs (the model runs in another process).
+``outside_model_fraction`` divides it by the wall time. Server-side request
+handling (HTTP, chat template) is not separated from the model there.
+
+The model replies are mostly not valid guesses (SmolLM2-135M is tiny), so
+episodes run to the turn budget; ``--max-turns`` and ``--max-tokens`` bound the
+work. Results go to ``benchmarks/results/rollout.json``.
+
+Run: ``python benchmarks/rollout.py [--max-tokens 32] [--max-turns 3] [--only serve,llamacpp]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import llmgym  # noqa: F401  registers the envs
+from llmgym.policy import Policy, SamplingParams
+from llmgym.rollout import rollout
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "rollout.json"
+ENV_ID = "llmgym/Wordle-v0"
+CASES = ("llamacpp", "transformers", "serve", "serve_scripted")
+
+
+def measure(policy: Policy, *, concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int,
+            client_process_is_outside: bool = False) -> dict[str, Any]:
+    """Run ``episodes`` Wordle episodes at ``concurrency`` and time them."""
+    loop_cpu, process_cpu, start = time.thread_time(), time.process_time(), time.perf_counter()
+    records = rollout(ENV_ID, policy, seeds=episodes, max_concurrency=concurrency, sampling=sampling,
+                      env_kwargs={"max_turns": max_turns})
+    wall = time.perf_counter() - start
+    loop_cpu = time.thread_time() - loop_cpu
+    process_cpu = time.process_time() - process_cpu
+    failed = [e.metadata["error"] for e in records if "error" in e.metadata]
+    tokens = sum(e.metadata.get("generated_tokens") or 0 for e in records)
+    turns = sum(e.num_turns for e in records)
+    outside = process_cpu if client_process_is_outside else loop_cpu
+    return {
+        "concurrency": concurrency,
+        "episodes": episodes,
+        "failed": len(failed),
+        "first_error": failed[0] if failed else None,
+        "turns": turns,
+        "generated_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "episodes_per_s": round(episodes / wall, 3),
+        "turns_per_s": round(turns / wall, 2),
+        "tokens_per_s": round(tokens / wall, 2),
+        "env_s": round(sum(e.timing["env_s"] for e in records), 4),
+        "outside_model_s": round(outside, 3),
+        "outside_model_fraction": round(outside / wall, 4),
+        "mean_reward": round(sum(e.total_reward for e in records) / episodes, 4),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """An ``llmgym serve`` subprocess on a free loopback port, stopped on exit."""
+
+    def __init__(self, backend: str, model: str | None = None):
+        self.port = _free_port()
+        command = [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())", "serve", "--backend", backend, "--port", str(self.port),
+                   "--log-level", "warning", "--max-batch-size", "64"]
+        if model:
+            command += ["--model", model]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> Server:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llmgym serve exited: {self.process.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/models", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("llmgym serve did not come up in 180 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _run_case(name: str, results: dict[str, Any], work: Any) -> None:
+    print(f"-- {name}", flush=True)
+    try:
+        results[name] = work()
+    except Exception as err:  # a backend that cannot run here is reported, not fatal
+        results[name] = {"skipped": f"{type(err).__name__}: {err}"[:500]}
+    print(f"   {json.dumps(results[name])}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per turn (default 32)")
+    parser.add_argument("--max-turns", type=int, default=3, help="turns per episode (default 3)")
+    parser.add_argument("--episodes", type=int, default=8, help="episodes for the local backends (default 8)")
+    parser.add_argument("--sequential-episodes", type=int, default=2, help="episodes for sequential transformers")
+    parser.add_argument("--concurrency", default="1,8,32,64", help="server concurrencies (default 1,8,32,64)")
+    parser.add_argument("--only", default=",".join(CASES), help=f"cases to run, of {','.join(CASES)}")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    unknown = only - set(CASES)
+    if unknown:
+        parser.error(f"unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    common = {"sampling": sampling, "max_turns": args.max_turns}
+    results: dict[str, Any] = {}
+
+    if "llamacpp" in only:
+        def llamacpp() -> dict[str, Any]:
+            from llmgym.wrappers.models import load_policy
+
+            policy = load_policy("llama.cpp")
+            measure(policy, concurrency=1, episodes=1, **common)  # warm-up
+            try:
+                return measure(policy, concurrency=8, episodes=args.episodes, **common)
+            finally:
+                policy.close()
+
+        _run_case("llamacpp", results, llamacpp)
+
+    if "transformers" in only:
+        holder: dict[str, Policy] = {}
+
+        def transformers_policy() -> Policy:
+            if "policy" not in holder:
+                from llmgym.wrappers.models import load_policy
+
+                holder["policy"] = load_policy("transformers")
+                measure(holder["policy"], concurrency=1, episodes=1, **common)  # warm-up
+            return holder["policy"]
+
+        _run_case("transformers_batched", results,
+                  lambda: measure(transformers_policy(), concurrency=8, episodes=args.episodes, **common))
+        _run_case("transformers_sequential", results,
+                  lambda: measure(transformers_policy(), concurrency=1, episodes=args.sequential_episodes, **common))
+        if "policy" in holder:
+            holder["policy"].close()
+
+    for backend, case in (("llama.cpp", "serve"), ("scripted", "serve_scripted")):
+        if case not in only:
+            continue
+        try:
+            from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+            server = Server(backend).__enter__()
+        except Exception as err:
+            results[case] = {"skipped": f"{type(err).__name__}: {err}"[:500]}
+            print(f"-- {case}: {results[case]}", flush=True)
+            continue
+        try:
+            for level in levels:
+                # enough episodes to keep every slot busy; the scripted server is fast, so play more
+                episodes = max(level, 4) * (4 if backend == "scripted" else 1)
+                policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
+                try:
+                    _run_case(f"{case}_c{level}", results, lambda: measure(
+                        policy, concurrency=level, episodes=episodes, client_process_is_outside=True, **common))
+                finally:
+                    policy.close()
+        finally:
+            server.__exit__()
+
+    ratios = {}
+
+    def tps(name: str) -> float | None:
+        value = results.get(name, {}).get("tokens_per_s")
+        return value or None
+
+    if tps("llamacpp") and tps("transformers_batched"):
+        ratios["llamacpp_vs_transformers_batched_tokens_per_s"] = round(tps("llamacpp") / tps("transformers_batched"), 2)
+    if tps("transformers_batched") and tps("transformers_sequential"):
+        ratios["transformers_batched_vs_sequential_tokens_per_s"] = round(
+            tps("transformers_batched") / tps("transformers_sequential"), 2)
+    if "outside_model_fraction" in results.get("serve_c32", {}):
+        ratios["serve_c32_outside_model_fraction"] = results["serve_c32"]["outside_model_fraction"]
+    targets = {
+        "llamacpp_vs_transformers_batched_tokens_per_s": ">= 4",
+        "transformers_batched_vs_sequential_tokens_per_s": ">= 3",
+        "serve_c32_outside_model_fraction": "< 0.05",
+    }
+    report = {
+        "benchmark": "rollout",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "python": platform.python_version(),
+        "env": ENV_ID,
+        "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7,
+                     "episodes": args.episodes, "sequential_episodes": args.sequential_episodes},
+        "results": results,
+        "ratios": ratios,
+        "targets": targets,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print("\nratios (target):")
+    for name, value in ratios.items():
+        print(f"  {name}: {value} ({targets[name]})")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
