@@ -26,10 +26,11 @@ done, one chunk per token.
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at runtime.
 import asyncio
 import json
+import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.server_backend import ServedModel
@@ -47,7 +48,7 @@ from llmgym.wrappers.server_protocol import (
     usage,
 )
 
-__all__ = ["create_app", "serve", "DEFAULT_MAX_TOKENS"]
+__all__ = ["create_app", "serve", "serve_in_thread", "DEFAULT_MAX_TOKENS"]
 
 #: ``max_tokens`` when a request gives none.
 DEFAULT_MAX_TOKENS = 512
@@ -59,6 +60,7 @@ def create_app(
     model_name: str = "smollm2-135m",
     max_batch_size: int = 16,
     batch_wait_s: float = 0.005,
+    enable_auto_tool_choice: bool = True,
 ) -> Any:
     """The FastAPI app serving a policy.
 
@@ -68,6 +70,9 @@ def create_app(
         model_name: the name clients pass as ``model``.
         max_batch_size: most requests generated together.
         batch_wait_s: how long a batch waits for more requests to join.
+        enable_auto_tool_choice: accept ``tools``; ``False`` refuses them with
+            a 400, as ``vllm serve`` does without ``--enable-auto-tool-choice``
+            (clients then fall back to the text protocol).
 
     Raises:
         ImportError: fastapi is missing (names the extra to install).
@@ -128,6 +133,9 @@ def create_app(
     async def chat_completions(request: Request) -> Any:
         body = parse_body(await request.body(), ChatCompletionRequest)
         adapter = backend.resolve_model(body.model)
+        if body.tools and body.tool_choice != "none" and not enable_auto_tool_choice:
+            raise APIError(400, '"auto" tool choice requires --enable-auto-tool-choice; this server does not '
+                           "parse tool calls.", "tools")
         if (body.logprobs or body.return_token_ids) and not backend.policy.returns_tokens:
             raise APIError(400, f"The {backend.policy.name} policy does not return token ids or log-probs; "
                            "ask without logprobs and return_token_ids.", "logprobs")
@@ -179,6 +187,43 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = 
     except ImportError as err:
         raise ImportError(_INSTALL_HINT) from err
     uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+@contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run ``app`` with uvicorn on a background thread; yields its ``/v1`` base URL.
+
+    ``port=0`` takes a free port. The server stops when the block ends.
+
+    Example:
+        >>> from llmgym.wrappers.scripted import load_scripted
+        >>> import httpx
+        >>> with serve_in_thread(create_app(load_scripted("wordle"), "wordle")) as base_url:
+        ...     httpx.get(f"{base_url}/models").json()["data"][0]["id"]
+        'wordle'
+    """
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="llmgym-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
 
 
 # -- requests -----------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,11 +291,11 @@ class ServedModel:
 
 def _transformers_model(policy: Policy) -> Any:
     model = getattr(policy, "model", None)
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:
+    # A transformers model means transformers is imported already; importing it here would cost seconds.
+    transformers = sys.modules.get("transformers")
+    if model is None or transformers is None:
         return None
-    return model if isinstance(model, PreTrainedModel) else None
+    return model if isinstance(model, transformers.PreTrainedModel) else None
 
 
 def _succeed(job: _Job, result: Generation) -> None:
