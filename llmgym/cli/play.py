@@ -1,0 +1,113 @@
+"""``llmgym play``: play one episode in the terminal, typing the actions yourself or watching a scripted policy.
+
+Each turn shows the observation; type an action (plain text or a
+``<tool_call>{...}</tool_call>``), or an empty line / end of input to stop.
+With ``--policy scripted:NAME`` the scripted actor plays and the transcript is
+printed. ``--out FILE`` appends the episode to a JSONL file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from llmgym.cli import CLIError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("play", help="play an environment in the terminal (you or a scripted policy)",
+                                   description=__doc__)
+    parser.add_argument("env_id", metavar="ENV_ID", help="a registered environment id (see `llmgym list`)")
+    parser.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
+    parser.add_argument("--policy", default="human", metavar="human|scripted:NAME",
+                        help="who plays: you (default) or a scripted actor, e.g. scripted:wordle")
+    parser.add_argument("--env-kwargs", default="{}", metavar="JSON", help="environment arguments as a JSON object")
+    parser.add_argument("--out", metavar="FILE", help="append the episode to this JSONL file")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+    from rich.console import Console
+    from rich.markup import escape
+
+    import llmgym  # noqa: F401  registers the environments
+    from llmgym.env import LLMEnv
+    from llmgym.episode import JSONLWriter
+    from llmgym.messages import assistant, user
+    from llmgym.registry import close_matches
+
+    if args.env_id not in gym.registry:
+        matches = close_matches(args.env_id)
+        hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
+        raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as err:
+        raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
+    if not isinstance(env_kwargs, dict):
+        raise CLIError("--env-kwargs must be a JSON object")
+    actor = _actor(args.policy)
+    try:
+        env = gym.make(args.env_id, **env_kwargs)
+    except TypeError as err:
+        raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
+
+    console = Console(highlight=False)
+    observation, info = env.reset(seed=args.seed)
+    messages = list(info.get("messages") or [user(str(observation))])
+    if messages and messages[0].get("role") == "system":
+        console.print(f"[dim]system:[/dim] {escape(str(messages[0]['content']))}", markup=True)
+    total, turn, done = 0.0, 0, False
+    while not done:
+        console.print(f"\n[bold cyan]observation[/bold cyan]\n{escape(str(observation))}", markup=True)
+        turn += 1
+        if actor is None:
+            try:
+                action = input(f"turn {turn}> ")
+            except EOFError:
+                action = ""
+            if not action.strip():
+                console.print("stopped.")
+                break
+        else:
+            action = actor(messages)
+            console.print(f"[bold green]turn {turn}>[/bold green] {escape(action)}", markup=True)
+        observation, reward, terminated, truncated, info = env.step(action)
+        messages = list(info["messages"]) if "messages" in info else messages + [assistant(action), user(str(observation))]
+        total += reward
+        parts = ", ".join(f"{k}={v:g}" for k, v in (info.get("reward_components") or {}).items())
+        console.print(f"[dim]reward {reward:+.3f} ({parts})[/dim]", markup=True)
+        done = terminated or truncated
+    if done:
+        console.print(f"\n{escape(str(observation))}\n[bold]episode over[/bold] ({'terminated' if terminated else 'truncated'})"
+                      f" after {turn} turns, total reward {total:+.3f}", markup=True)
+    if args.out:
+        base = env.unwrapped
+        if not isinstance(base, LLMEnv):
+            raise CLIError("--out records episodes of llmgym environments (LLMEnv) only")
+        episode = base.episode(args.env_id)
+        episode.policy = args.policy
+        with JSONLWriter(args.out) as writer:
+            writer.write(episode)
+        console.print(f"episode appended to {args.out}")
+    env.close()
+    return 0
+
+
+def _actor(spec: str) -> Any:
+    """``None`` for a human, else a function from the chat so far to the scripted action."""
+    if spec == "human":
+        return None
+    kind, _, name = spec.partition(":")
+    if kind != "scripted" or not name:
+        raise CLIError(f"--policy must be 'human' or scripted:NAME (e.g. scripted:wordle), got {spec!r}")
+    from llmgym.wrappers.scripted import load_scripted
+
+    try:
+        return load_scripted(name).act
+    except ValueError as err:
+        raise CLIError(str(err)) from None
