@@ -51,15 +51,22 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         >>> parse_text_tool_calls('<tool_call>{"name": "guess"')[2]
         ['a <tool_call> block is not closed with </tool_call>']
     """
+    if TOOL_CALL_OPEN not in text and TOOL_CALL_CLOSE not in text:
+        return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
+    prose_parts: list[str] = []
+    position = 0
     for index, match in enumerate(_BLOCK.finditer(text)):
+        prose_parts.append(text[position : match.start()])
+        position = match.end()
         call, error = _read_block(match.group(1), f"{id_prefix}_{index}")
         if call is not None:
             calls.append(call)
         else:
             errors.append(error)
-    prose = _BLOCK.sub("", text)
+    prose_parts.append(text[position:])
+    prose = "".join(prose_parts)
     if TOOL_CALL_OPEN in prose:
         errors.append(f"a {TOOL_CALL_OPEN} block is not closed with {TOOL_CALL_CLOSE}")
     elif TOOL_CALL_CLOSE in prose:
@@ -69,9 +76,10 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
 
 def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
     body = raw.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
+    if body.startswith("```"):
+        fenced = _FENCE.match(body)
+        if fenced:
+            body = fenced.group(1).strip()
     try:
         data = json.loads(body)
     except json.JSONDecodeError as err:

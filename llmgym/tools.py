@@ -112,7 +112,7 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5]
             )
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
-        return {key: getattr(model, key) for key in model.model_fields_set | _defaults(self._model)}
+        return dict(model)
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
         """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
@@ -162,11 +162,6 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_o
     if fn is None:
         return lambda f: Tool(f, name=name, max_output_chars=max_output_chars)
     return Tool(fn, name=name, max_output_chars=max_output_chars)
-
-
-@functools.lru_cache(maxsize=None)
-def _defaults(model: type[pydantic.BaseModel]) -> frozenset[str]:
-    return frozenset(name for name, f in model.model_fields.items() if not f.is_required())
 
 
 def _strip_titles(schema: Any) -> None:
