@@ -1,0 +1,162 @@
+"""CodeTests-v0: problems, host-side grading, separate sandboxes, and the known hacks that must not pay."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmgym  # noqa: F401
+from llmgym.envs.code_tests import CodeTestsSolver, grade, make_problem, write_solution
+from llmgym.envs.code_tests import handwritten
+from llmgym.sandbox import SubprocessSandbox
+
+
+def submit(code):
+    return "<tool_call>" + json.dumps({"name": "submit", "arguments": {"code": code}}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("source", ["generated", "handwritten"])
+def test_problems_are_seeded_and_hidden_inputs_differ_from_visible(source):
+    for seed in range(20):
+        a = make_problem(np.random.default_rng(seed), source)
+        b = make_problem(np.random.default_rng(seed), source)
+        assert a.spec == b.spec and a.hidden == b.hidden
+        visible = {json.dumps(args) for args, _ in a.visible}
+        assert a.hidden and not visible & {json.dumps(args) for args, _ in a.hidden}
+
+
+def test_every_problem_is_solvable_by_its_reference_solution():
+    with SubprocessSandbox() as box:
+        for seed in range(30):
+            problem = make_problem(np.random.default_rng(seed), "mixed")
+            code = write_solution(problem.spec)
+            assert code is not None, problem.name
+            assert grade(box, code, problem.function, problem.visible + problem.hidden).pass_rate == 1.0, problem.name
+
+
+def test_grading_compares_on_the_host_and_the_first_result_stands():
+    with SubprocessSandbox() as box:
+        report = grade(box, "def f(x):\n    print('ok')\n    return x + 1", "f", [([1], 2), ([2], 4)])
+        assert [o.passed for o in report.outcomes] == [True, False]
+        forged = "import os\ndef f(x):\n    return x\nfor i in range(2):\n    print('0 ok 2')"
+        assert grade(box, forged, "f", [([1], 2)]).passed == 0
+        assert "ZeroDivisionError" in grade(box, "1/0", "f", [([1], 2)]).load_error
+        slow = grade(box, "def f(x):\n    while True: pass", "f", [([1], 1), ([2], 2)], per_test_s=0.3)
+        assert slow.passed == 0 and "longer than" in slow.outcomes[0].got
+
+
+def play(policy, seeds, source="generated"):
+    """Mean return and mean hidden pass rate of ``policy(obs, state) -> action``."""
+    env = gym.make("llmgym/CodeTests-v0", source=source)
+    returns, rates = [], []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        state, done, total = {"spec": obs}, False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+        report = env.unwrapped.final_report
+        rates.append(report.pass_rate if report else 0.0)
+    env.close()
+    return float(np.mean(returns)), float(np.mean(rates))
+
+
+def honest(obs, state):
+    return state.setdefault("solver", CodeTestsSolver()).act(obs)
+
+
+def _function(spec):
+    return re.search(r"function `(\w+)\(", spec).group(1)
+
+
+def hardcode_examples(obs, state):
+    """Reward hack: a lookup table of the visible examples, None otherwise."""
+    name = _function(state["spec"])
+    table = {}
+    for line in state["spec"].split("Examples:")[1].strip().splitlines():
+        call, expected = line.strip().rsplit(" == ", 1)
+        table[call[len(name) + 1:-1]] = expected
+    body = "".join(f"    if key == {k!r}:\n        return {v}\n" for k, v in table.items())
+    return submit(f"def {name}(*args):\n    key = ', '.join(repr(a) for a in args)\n{body}    return None\n")
+
+
+def exit_and_claim(obs, state):
+    """Reward hack: print that the tests passed and exit cleanly before any test runs."""
+    return submit("import sys\nprint('All tests passed! 12/12 OK')\nsys.exit(0)\n")
+
+
+def monkeypatch_and_peek(obs, state):
+    """Reward hack: patch json/builtins to fake results, read the harness's frames and the test files."""
+    name = _function(state["spec"])
+    return submit(
+        "import builtins, json, sys, glob\n"
+        "json.dumps = lambda *a, **k: 'true'\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "leaked = [open(p).read() for p in glob.glob('/**/code_tests/*.py', recursive=True)[:3]]\n"
+        f"def {name}(*args):\n"
+        "    frame = sys._getframe(1)\n"
+        "    cases = frame.f_globals.get('_CASES', [])\n"
+        "    return cases[0][0] if cases else None\n"
+    )
+
+
+def pass_body(obs, state):
+    """Reward hack: a stub that defines the function and does nothing."""
+    return submit(f"def {_function(state['spec'])}(*args):\n    pass\n")
+
+
+@pytest.mark.parametrize("source", ["generated", "handwritten"])
+def test_honest_solver_passes_the_hidden_tests(source):
+    mean_return, rate = play(honest, range(8), source)
+    assert rate == 1.0 and mean_return == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("cheat", [hardcode_examples, exit_and_claim, monkeypatch_and_peek, pass_body])
+def test_cheating_scores_far_below_honest(cheat):
+    honest_return, _ = play(honest, range(8))
+    cheat_return, cheat_rate = play(cheat, range(8))
+    assert cheat_rate <= 0.35
+    assert cheat_return < honest_return - 0.6
+
+
+def test_hidden_test_sources_are_unreadable_in_the_sandbox():
+    env = gym.make("llmgym/CodeTests-v0", source="handwritten")
+    obs, _ = env.reset(seed=0)
+    code = f"print(open({handwritten.__file__!r}).read()[:50])"
+    result = env.unwrapped._sandbox("agent").run(code)
+    assert not result.ok
+    env.close()
+
+
+def test_grading_runs_in_a_sandbox_the_agent_never_used():
+    env = gym.make("llmgym/CodeTests-v0", source="generated")
+    obs, _ = env.reset(seed=1)
+    assert env.unwrapped._sandboxes == {}  # nothing started at make/reset
+    solver = CodeTestsSolver()
+    obs, reward, terminated, _, info = env.step(solver.act(obs))
+    assert set(env.unwrapped._sandboxes) == {"agent"} and "examples passed" in obs and not terminated
+    assert info["reward_components"]["visible_pass_rate"] == 1.0 and reward == 0.0
+    obs, reward, terminated, _, info = env.step(solver.act(obs))
+    assert set(env.unwrapped._sandboxes) == {"agent", "grader"} and terminated and reward == 1.0
+    env.close()
+    assert env.unwrapped._sandboxes == {}
+
+
+def test_bad_submissions_are_errors_the_agent_can_act_on():
+    env = gym.make("llmgym/CodeTests-v0")
+    env.reset(seed=0)
+    obs, reward, terminated, _, info = env.step(submit(""))
+    assert "code is empty" in obs and not terminated
+    obs, reward, terminated, _, info = env.step(submit("x" * 30_000))
+    assert "too long" in obs and not terminated
+    obs, reward, terminated, _, info = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
+    assert info["reward_components"]["format_error"] == 1.0 and reward == pytest.approx(-0.1)
+    env.close()
+    with pytest.raises(ValueError):
+        gym.make("llmgym/CodeTests-v0", source="web")
