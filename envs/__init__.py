@@ -31,3 +31,4 @@ def register_envs() -> None:
     register("llmgym/ConnectFour-v0", "llmgym.envs.multiagent.versus:ConnectFourVsBot", description="Connect Four as X against a depth-6 negamax opponent.")
     register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
     register("llmgym/PrisonersDilemma-v0", "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot", description="Iterated prisoner's dilemma with messages against tit-for-tat.")
+    register("llmgym/RuleDiscovery-v0", "llmgym.envs.rule_discovery:RuleDiscoveryEnv", description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.")
