@@ -22,10 +22,12 @@ train one side or both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
 
 from llmgym.episode import Episode
@@ -175,9 +177,12 @@ async def aplay_match(
     sampling: SamplingParams | None = None,
     max_concurrency: int = 8,
     env_id: str = "",
+    group_size: int = 1,
 ) -> list[dict[str, Episode]]:
-    """Play one game per seed, up to ``max_concurrency`` at once; see :func:`play_match`."""
+    """Play ``group_size`` games per seed, up to ``max_concurrency`` at once; see :func:`play_match`."""
     seed_list = [int(s) for s in seeds]
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
     probe = env_factory().unwrapped
@@ -191,11 +196,17 @@ async def aplay_match(
     sampling = sampling or SamplingParams()
     limit = asyncio.Semaphore(max_concurrency)
 
-    async def one(index: int, seed: int) -> dict[str, Episode]:
+    async def one(group: int, member: int, seed: int) -> dict[str, Episode]:
+        game_sampling = sampling
+        if sampling.seed is not None:  # each game of a group samples differently, reproducibly
+            entropy = [sampling.seed % 2**32, seed % 2**32, member]
+            game_sampling = dataclasses.replace(sampling, seed=int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1))
         async with limit:
-            return await _play_game(env_factory, players, seed, index, sampling, env_id)
+            return await _play_game(env_factory, players, seed, group, game_sampling, env_id)
 
-    return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(seed_list))))
+    return list(await asyncio.gather(*(
+        one(group, member, seed) for group, seed in enumerate(seed_list) for member in range(group_size)
+    )))
 
 
 def play_match(
@@ -206,8 +217,9 @@ def play_match(
     sampling: SamplingParams | None = None,
     max_concurrency: int = 8,
     env_id: str = "",
+    group_size: int = 1,
 ) -> list[dict[str, Episode]]:
-    """Play one game per seed and return, for each game, one episode per agent.
+    """Play games and return, for each game, one episode per agent.
 
     Args:
         env_factory: builds a fresh PettingZoo env (AEC or Parallel), e.g. ``tictactoe_v0.env``.
@@ -216,6 +228,8 @@ def play_match(
         sampling: sampling settings for policies.
         max_concurrency: games played at once.
         env_id: the id recorded in the episodes (default: the env's class name).
+        group_size: games per seed; the episodes of one seed share ``Episode.group``
+            (a GRPO group). With ``sampling.seed`` set, each game of a group gets its own sampling seed.
 
     Raises:
         ValueError: ``players`` does not name exactly the game's agents.
@@ -230,7 +244,8 @@ def play_match(
         >>> [g["player_0"].metadata["outcome"] for g in games], games[0]["player_1"].total_reward
         (['draw', 'draw'], 0.0)
     """
-    return asyncio.run(aplay_match(env_factory, players, seeds, sampling=sampling, max_concurrency=max_concurrency, env_id=env_id))
+    return asyncio.run(aplay_match(env_factory, players, seeds, sampling=sampling, max_concurrency=max_concurrency,
+                                   env_id=env_id, group_size=group_size))
 
 
 @dataclass

@@ -380,3 +380,20 @@ def test_play_human_reads_moves_from_the_terminal(monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", lambda prompt="": next(moves))
     totals = play_human(tictactoe.env(), opponent=tictactoe.MinimaxPlayer(0), seed=0)
     assert totals["player_0"] <= 0.0 and "Total rewards" in capsys.readouterr().out
+
+
+class BrokenPolicy(Policy):
+    name = "broken"
+
+    async def agenerate(self, request: PolicyRequest) -> Generation:
+        raise ConnectionError("server went away")
+
+
+def test_play_match_groups_and_policy_failures():
+    games = play_match(tictactoe.env, {"player_0": ByteBoardPolicy(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[5, 6], group_size=2)
+    assert [g["player_0"].group for g in games] == [0, 0, 1, 1] and [g["player_1"].seed for g in games] == [5, 5, 6, 6]
+    failed = play_match(tictactoe.env, {"player_0": BrokenPolicy(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0])[0]
+    assert failed["player_0"].truncated and "server went away" in failed["player_0"].metadata["error"]
+    assert failed["player_1"].metadata["outcome"] == "unfinished"
+    with pytest.raises(TypeError, match="Policy or have act"):
+        play_match(tictactoe.env, {"player_0": object(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0])
