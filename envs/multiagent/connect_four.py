@@ -2,9 +2,9 @@
 
 Holds :class:`ConnectFourEnv` (7 columns, 6 rows; ``player_0`` plays X and
 moves first), :func:`env` (the PettingZoo-style factory) and
-:class:`NegamaxPlayer` (alpha-beta search on bitboards with a threat-count
-heuristic; the default depth 6 won 8 of 12 games against depth 4 and takes
-about 10 ms a move).
+:class:`NegamaxPlayer` (alpha-beta search on bitboards; the heuristic counts open threats and
+weights those on the rows that decide Connect Four endgames; see
+``docs/envs-games.md`` for measured strength and speed).
 
 Moves are column numbers 1-7: as plain text (``"4"``, ``"column 4"``,
 ``"I drop in column 4."``) or as a tool call
@@ -35,6 +35,8 @@ _BOTTOM = sum(1 << (c * _H1) for c in range(COLUMNS))
 _FULL = _BOTTOM * ((1 << ROWS) - 1)
 _ORDER = (3, 2, 4, 1, 5, 0, 6)  # centre first: better moves first makes alpha-beta cut more
 _CENTRE = ((1 << ROWS) - 1) << (3 * _H1)
+_ROWS_135 = sum(1 << (c * _H1 + r) for c in range(COLUMNS) for r in (0, 2, 4))  # rows 1, 3, 5 from the bottom
+_ROWS_246 = _FULL ^ _ROWS_135
 _WIN = 10_000
 
 
@@ -63,6 +65,21 @@ def _has_four(stones: int) -> bool:
     return False
 
 
+def _evaluate(current: int, mask: int) -> int:
+    """Heuristic score for the player to move: open threats, weighted up on the rows where
+    they tend to decide the endgame (odd rows for the first player, even rows for the
+    second), plus discs in the centre column."""
+    opponent = current ^ mask
+    mine, theirs = _open_fours(current, mask), _open_fours(opponent, mask)
+    first_to_move = mask.bit_count() % 2 == 0
+    my_rows, their_rows = (_ROWS_135, _ROWS_246) if first_to_move else (_ROWS_246, _ROWS_135)
+    return (
+        3 * (mine.bit_count() - theirs.bit_count())
+        + 4 * ((mine & my_rows).bit_count() - (theirs & their_rows).bit_count())
+        + (current & _CENTRE).bit_count() - (opponent & _CENTRE).bit_count()
+    )
+
+
 def _negamax(current: int, mask: int, depth: int, alpha: int, beta: int) -> int:
     """Score for the player to move (``current`` = its stones): > 0 good, ±(_WIN + depth) a forced result."""
     possible = (mask + _BOTTOM) & _FULL
@@ -71,11 +88,7 @@ def _negamax(current: int, mask: int, depth: int, alpha: int, beta: int) -> int:
     if _open_fours(current, mask) & possible:
         return _WIN + depth
     if depth == 0:
-        opponent = current ^ mask
-        return (
-            3 * (_open_fours(current, mask).bit_count() - _open_fours(opponent, mask).bit_count())
-            + (current & _CENTRE).bit_count() - (opponent & _CENTRE).bit_count()
-        )
+        return _evaluate(current, mask)
     best = -_WIN - depth - 1
     for column in _ORDER:
         move = possible & _column_mask(column)
