@@ -15,7 +15,8 @@ llmgym/RuleDiscovery-v0`` works too).
 
 Tools: ``move(direction)``, ``interact()`` (the cell underfoot and the four
 next to it), ``look()`` (the whole map; at ``medium`` and ``hard`` moves
-show only the 5x5 window around the agent).
+show only the 5x5 window around the agent). Plain text works as well: a
+reply whose last line is ``up``, ``move left``, ``interact`` or ``look``.
 
 Rewards (components):
 
@@ -25,7 +26,8 @@ name         weight when  value
 progress     1.0    turn  0.1 per coin, 0.1 for the key, 0.1 for the switch,
                           0.01 per newly visited cell (at most 0.2 an episode)
 hazard       -0.1   turn  1 when the move stepped on a hazard (back to start)
-invalid      -0.05  turn  1 when the turn called no valid tool
+invalid      -0.05  turn  1 when the turn carried out no action (malformed or
+                          failed tool call, prose without a command)
 goal         1.0    end   1 when the goal was reached with its condition met
 speed        0.5    end   when the goal was reached: 1 - (turn - 1) / max_turns
 ============ ====== ===== ========================================================
@@ -91,6 +93,7 @@ class RuleDiscoveryEnv(LLMEnv):
         self.level = LEVELS[difficulty]
         self.grid: list[list[str]] = []
         self.events: dict[int, dict[str, float]] = {}
+        self.text_actions: set[int] = set()  # turns whose plain-text command was carried out
 
     # -- the world -------------------------------------------------------------------
 
@@ -118,6 +121,7 @@ class RuleDiscoveryEnv(LLMEnv):
         self.coins_collected = 0
         self.visited = {self.position}
         self.events = {}
+        self.text_actions: set[int] = set()
         hint = f" The goal is {self.symbols['goal']}." if self.level["reveal_goal"] else ""
         return f"Difficulty: {difficulty}.{hint}\n{self._map(full=True)}"
 
@@ -273,10 +277,22 @@ class RuleDiscoveryEnv(LLMEnv):
     # -- episode -------------------------------------------------------------------
 
     def on_text(self, text: str) -> str:
-        return (
-            'No tool was called, so nothing happened. Act with <tool_call>{"name": "move", "arguments": '
-            '{"direction": "up"}}</tool_call>, or the interact or look tools.'
-        )
+        """Plain-text commands work too: a last line of ``up``, ``move left``, ``interact`` or ``look``."""
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        command = lines[-1].strip().strip(".!`*\"'").lower() if lines else ""
+        command = command.removeprefix("move").strip()
+        if command in DIRECTIONS:
+            result = self.move.call({"direction": command})
+        elif command in ("interact", "look"):
+            result = self.tools[command].call({})
+        else:
+            return (
+                "No action found, so nothing happened. Reply with up, down, left, right, interact or look, or call "
+                '<tool_call>{"name": "move", "arguments": {"direction": "up"}}</tool_call>.'
+            )
+        if result.ok:
+            self.text_actions.add(len(self.turn_contexts) + 1)
+        return result.content
 
     def is_done(self) -> bool:
         return self.reached_goal
@@ -297,7 +313,8 @@ class RuleDiscoveryEnv(LLMEnv):
         return 0.1 * events.get("item", 0.0) + 0.01 * explore
 
     def _invalid(self, ctx: TurnContext) -> float:
-        return 0.0 if any(result.ok for _, result in ctx.tool_results) else 1.0
+        acted = ctx.turn in self.text_actions or any(result.ok for _, result in ctx.tool_results)
+        return 0.0 if acted else 1.0
 
     def _speed(self, ctx: TurnContext) -> float:
         return 1.0 - (ctx.turn - 1) / self.max_turns if self.reached_goal else 0.0
@@ -349,7 +366,7 @@ def _path_length(paths: dict[tuple[int, int], tuple[int, int] | None], cell: tup
 
 
 def play_human(difficulty: str = "medium", seed: int | None = None) -> float:
-    """Play in the terminal: type ``up``/``down``/``left``/``right``, ``interact``, ``look`` or a tool call.
+    """Play in the terminal: type ``up``/``down``/``left``/``right``, ``interact``, ``look`` (or a tool call).
 
     Returns:
         The episode's total reward (compare it with an agent's on the same seed).
@@ -359,11 +376,7 @@ def play_human(difficulty: str = "medium", seed: int | None = None) -> float:
     print(env.system_prompt + "\n\n" + observation)
     total, done = 0.0, False
     while not done:
-        typed = input("> ").strip()
-        if typed in DIRECTIONS:
-            typed = f'<tool_call>{{"name": "move", "arguments": {{"direction": "{typed}"}}}}</tool_call>'
-        elif typed in ("interact", "look"):
-            typed = f'<tool_call>{{"name": "{typed}", "arguments": {{}}}}</tool_call>'
+        typed = input("> ")
         observation, reward, terminated, truncated, _ = env.step(typed)
         total += reward
         done = terminated or truncated

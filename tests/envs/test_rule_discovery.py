@@ -155,3 +155,15 @@ def test_play_human(monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
     assert play_human("easy", seed=4) > 1.0
     assert "Goal reached!" in capsys.readouterr().out
+
+
+def test_plain_text_commands_act_like_tool_calls():
+    by_text, by_tool = RuleDiscoveryEnv(difficulty="hard"), RuleDiscoveryEnv(difficulty="hard")
+    by_text.reset(seed=9)
+    by_tool.reset(seed=9)
+    for text, call in [("Let me try.\nup", _call("move", direction="up")), ("move left", _call("move", direction="left")),
+                       ("interact", _call("interact")), ("LOOK.", _call("look"))]:
+        a, b = by_text.step(text), by_tool.step(call)
+        assert a[0] == b[0] and a[1] == b[1] and a[4]["reward_components"]["invalid"] == 0.0
+    _, reward, *_ = by_text.step("I think the goal is up there")
+    assert reward == pytest.approx(-0.05)
