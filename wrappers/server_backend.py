@@ -67,6 +67,9 @@ class ServedModel:
         self.batch_wait_s = batch_wait_s
         self.tokenizer = getattr(policy, "tokenizer", None)
         self.hf_model = _transformers_model(policy)
+        llm = getattr(policy, "llm", None)
+        # llama.cpp (LlamaCppPolicy): token text and raw completions go through its Llama object.
+        self.llama = llm if hasattr(llm, "detokenize") and hasattr(policy, "tokenize") else None
         self.adapters: dict[str, str] = {}
         self.batches_run = 0
         self.largest_batch = 0
@@ -117,8 +120,8 @@ class ServedModel:
         self, prompt_ids: list[int], sampling: SamplingParams, adapter: str | None = None, top_logprobs: int = 0
     ) -> Generation:
         """Queue one raw completion of ``prompt_ids`` and wait for it."""
-        if self.hf_model is None or self.tokenizer is None:
-            raise APIError(400, "/v1/completions needs the transformers backend (a model with a tokenizer).")
+        if (self.hf_model is None or self.tokenizer is None) and self.llama is None:
+            raise APIError(400, "/v1/completions needs the transformers or llama.cpp backend.")
         request = PolicyRequest(messages=[], sampling=sampling)
         job = _Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future(), prompt_ids=prompt_ids)
         return await self._submit(job)
@@ -182,9 +185,13 @@ class ServedModel:
     def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
         self._activate(adapter)
         if raw:
-            from llmgym.wrappers.server_complete import complete_ids
+            from llmgym.wrappers.server_complete import complete_ids, complete_ids_llama
 
-            results = complete_ids(self.hf_model, self.tokenizer, [(j.prompt_ids, j.request.sampling) for j in jobs])
+            prompts = [(job.prompt_ids, job.request.sampling) for job in jobs]
+            if self.hf_model is not None:
+                results = complete_ids(self.hf_model, self.tokenizer, prompts)
+            else:
+                results = complete_ids_llama(self.policy, prompts)
         else:
             results = self.policy.generate([job.request for job in jobs])
         if len(results) != len(jobs):
@@ -254,25 +261,25 @@ class ServedModel:
         """The text of one token (``""`` when the backend has no tokenizer)."""
         if self.tokenizer is not None:
             return self.tokenizer.decode([token_id])
-        detokenize = getattr(self.policy, "detokenize", None)
-        return detokenize([token_id]) if detokenize is not None else ""
+        if self.llama is not None:
+            return self.llama.detokenize([token_id], special=True).decode("utf-8", errors="replace")
+        return ""
 
     def decode(self, token_ids: list[int]) -> str:
         """The text of several tokens, special tokens left out (``""`` without a tokenizer)."""
         if self.tokenizer is not None:
             return self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        detokenize = getattr(self.policy, "detokenize", None)
-        return detokenize(token_ids) if detokenize is not None else ""
+        if self.llama is not None:
+            return self.llama.detokenize(token_ids, special=False).decode("utf-8", errors="replace")
+        return ""
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a raw prompt (the tokenizer's special-token rules apply)."""
-        if self.tokenizer is None:
-            raise APIError(400, "Text prompts need a backend with a tokenizer; send token ids instead.", "prompt")
-        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
-
-    def vocab_size(self) -> int | None:
-        """How many token ids are valid (``None`` when unknown)."""
-        return len(self.tokenizer) if self.tokenizer is not None else None
+        if self.tokenizer is not None:
+            return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        if self.llama is not None:
+            return list(self.policy.tokenize(text))
+        raise APIError(400, "Text prompts need a backend with a tokenizer; send token ids instead.", "prompt")
 
     def _top_logprobs(self, result: Generation, k: int, sampling: SamplingParams) -> list[dict[int, float]]:
         # Raw log-probs (temperature 1, no top-p), the scale TransformersPolicy reports the chosen token on.

@@ -1,6 +1,8 @@
 """Raw completions for ``/v1/completions``: token ids in, token ids and log-probs out.
 
-Holds :func:`complete_ids`, which continues prompts given as token ids with a
+Holds :func:`complete_ids_llama`, which continues prompts with a
+:class:`~llmgym.wrappers.llamacpp_policy.LlamaCppPolicy`'s own sampler (so
+sampling and log-probs are exactly the chat path's), and :func:`complete_ids`, which continues prompts given as token ids with a
 transformers model (``model.generate``, left-padded batch per sampling
 setting) and reports each generated token's raw log-prob (``log_softmax``
 of the model's logits, temperature 1, no top-p), the same quantity
@@ -13,7 +15,7 @@ from typing import Any
 
 from llmgym.policy import Generation, SamplingParams
 
-__all__ = ["complete_ids"]
+__all__ = ["complete_ids", "complete_ids_llama"]
 
 
 def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
@@ -39,6 +41,33 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
         for index, generation in zip(indices, batch):
             results[index] = generation
     return [r for r in results if r is not None]
+
+
+def complete_ids_llama(policy: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
+    """Continue each ``(prompt_ids, sampling)`` with a LlamaCppPolicy, one after the other.
+
+    Raises:
+        ValueError: an empty prompt, a token id outside the vocabulary, or a prompt that fills ``n_ctx``.
+    """
+    import numpy as np
+
+    results = []
+    for ids, sampling in prompts:
+        if not ids or not all(0 <= t < policy.n_vocab for t in ids):
+            raise ValueError(f"the prompt must be token ids in [0, {policy.n_vocab}), got {len(ids)} ids")
+        if len(ids) >= policy.n_ctx:
+            raise ValueError(f"the prompt has {len(ids)} tokens but n_ctx is {policy.n_ctx}")
+        with policy._lock:  # the policy's own lock: one sequence at a time on its llama.cpp context
+            policy._evaluate_prompt(list(ids))
+            tokens, logprobs, _, _, finish, _ = policy._decode(
+                sampling, np.random.default_rng(sampling.seed), min(sampling.max_tokens, policy.n_ctx - len(ids)), False)
+        text = policy.llm.detokenize(tokens, special=False).decode("utf-8", errors="replace")
+        for stop in sampling.stop:
+            if stop and stop in text:
+                text = text[: text.index(stop)]
+        results.append(Generation({"role": "assistant", "content": text}, prompt_token_ids=list(ids),
+                                  token_ids=tokens, logprobs=logprobs or None, finish_reason=finish))
+    return results
 
 
 def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:

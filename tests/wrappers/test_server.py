@@ -312,12 +312,24 @@ def test_real_smollm2_behind_llama_cpp():
     from llmgym.wrappers.openai_policy import OpenAIPolicy
 
     policy = load_policy("llama.cpp")
-    with serve_in_thread(create_app(policy, model_name="smollm2-135m")) as base_url:
-        client = OpenAIPolicy("smollm2-135m", base_url=base_url)
-        try:
-            out = client.generate([PolicyRequest([{"role": "user", "content": "What is the capital of France?"}],
-                                                  sampling=SamplingParams(temperature=0, max_tokens=24))])[0]
-        finally:
-            client.close()
-    assert "paris" in out.message["content"].lower()
-    policy.close()
+    question = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    try:
+        with serve_in_thread(create_app(policy, model_name="smollm2-135m")) as base_url:
+            client = OpenAIPolicy("smollm2-135m", base_url=base_url)
+            try:
+                out = client.generate([PolicyRequest(question, sampling=SamplingParams(temperature=0, max_tokens=24))])[0]
+            finally:
+                client.close()
+            assert "paris" in out.message["content"].lower()
+            assert out.token_ids and len(out.logprobs) == len(out.token_ids) and out.prompt_token_ids
+            events = sse_events(base_url, "/chat/completions", {"messages": question, "temperature": 0,
+                                                                "max_tokens": 24, "stream": True})
+            streamed = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+            assert streamed == out.message["content"]
+            completion = httpx.post(f"{base_url}/completions", json={
+                "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "return_token_ids": True,
+                "logprobs": 0}, timeout=60).json()["choices"][0]
+            assert "paris" in completion["text"].lower() and len(completion["token_ids"]) == 4
+            assert len(completion["logprobs"]["token_logprobs"]) == 4
+    finally:
+        policy.close()
