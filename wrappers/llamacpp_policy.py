@@ -199,7 +199,28 @@ class LlamaCppPolicy(Policy):
 
     def _generate_one(self, request: PolicyRequest) -> Generation:
         prompt, opens_thinking, prefix_reused = self.build_prompt(request)
-        sampling = request.sampling
+        return self._generate_ids(prompt, request.sampling, opens_thinking, prefix_reused)
+
+    def complete(self, prompts: list[list[int]], sampling: SamplingParams | None = None) -> list[Generation]:
+        """Continue raw prompts given as token ids (no chat template), one after the other.
+
+        For ``/v1/completions``-style use. The message content is the decoded continuation.
+
+        Raises:
+            ValueError: an empty prompt, a token id outside the vocabulary, or a prompt longer than ``n_ctx``.
+        """
+        sampling = sampling or SamplingParams()
+        check_request(PolicyRequest([], sampling=sampling))
+        for ids in prompts:
+            if not ids or not all(isinstance(t, int) and 0 <= t < self.n_vocab for t in ids):
+                raise ValueError(f"a prompt must be a non-empty list of token ids in [0, {self.n_vocab})")
+        return [self._generate_ids(list(ids), sampling, False, False) for ids in prompts]
+
+    def detokenize(self, token_ids: list[int], special: bool = False) -> str:
+        """Text of token ids; special tokens (``<|im_end|>``) are rendered only with ``special=True``."""
+        return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
+
+    def _generate_ids(self, prompt: list[int], sampling: SamplingParams, opens_thinking: bool, prefix_reused: bool) -> Generation:
         if len(prompt) >= self.n_ctx:
             raise ValueError(f"the prompt has {len(prompt)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
         with self._lock:
@@ -210,11 +231,11 @@ class LlamaCppPolicy(Policy):
             started = time.perf_counter()
             reused = self._evaluate_prompt(prompt)
             prompt_seconds = time.perf_counter() - started
-            tokens, logprobs, forced_positions, tracker, finish_reason, text = self._decode(
+            tokens, logprobs, forced_positions, tracker, finish_reason = self._decode(
                 sampling, rng, min(sampling.max_tokens, self.n_ctx - len(prompt)), opens_thinking
             )
             elapsed = time.perf_counter() - started
-        content = self.llm.detokenize(tokens, special=False).decode("utf-8", errors="replace")
+        content = self.detokenize(tokens)
         for stop in sampling.stop:
             if stop and stop in content:
                 content = content[: content.index(stop)]
@@ -255,7 +276,7 @@ class LlamaCppPolicy(Policy):
 
     def _decode(
         self, sampling: SamplingParams, rng: np.random.Generator, max_tokens: int, opens_thinking: bool
-    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str, str]:
+    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str]:
         tracker = ThinkingTracker(sampling.thinking_budget, inside=opens_thinking)
         tokens: list[int] = []
         logprobs: list[float] = []
@@ -277,11 +298,11 @@ class LlamaCppPolicy(Policy):
             text += piece
             tracker.feed(piece)
             if token in self.eos_ids and not forced:
-                return tokens, logprobs, forced_positions, tracker, "stop", text
+                return tokens, logprobs, forced_positions, tracker, "stop"
             if any(stop and stop in text for stop in sampling.stop):
-                return tokens, logprobs, forced_positions, tracker, "stop", text
+                return tokens, logprobs, forced_positions, tracker, "stop"
             if len(tokens) >= max_tokens:
-                return tokens, logprobs, forced_positions, tracker, "length", text
+                return tokens, logprobs, forced_positions, tracker, "length"
             if tracker.must_close():
                 forced.extend(self.forced_close)
             self.llm.eval([token])

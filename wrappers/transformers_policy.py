@@ -238,6 +238,27 @@ class TransformersPolicy(Policy):
             results.extend(self._generate_prompts(prompts[start : start + self.batch_size]))
         return results
 
+    def complete(self, prompts: list[list[int]], sampling: SamplingParams | None = None) -> list[Generation]:
+        """Continue raw prompts given as token ids (no chat template), batched.
+
+        For ``/v1/completions``-style use. The message content is the decoded continuation.
+
+        Raises:
+            ValueError: an empty prompt or a token id outside the vocabulary.
+        """
+        sampling = sampling or SamplingParams()
+        request = PolicyRequest([], sampling=sampling)
+        check_request(request)
+        vocab = len(self.tokenizer)
+        for ids in prompts:
+            if not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+                raise ValueError(f"a prompt must be a non-empty list of token ids in [0, {vocab})")
+        ready = [_Prompt(request, list(ids), opens_thinking=False, prefix_reused=False) for ids in prompts]
+        results: list[Generation] = []
+        for start in range(0, len(ready), self.batch_size):
+            results.extend(self._generate_prompts(ready[start : start + self.batch_size]))
+        return results
+
     def _generate_prompts(self, prompts: list[_Prompt]) -> list[Generation]:
         if not prompts:
             return []

@@ -163,3 +163,12 @@ def test_smollm2_smoke():
     out = policy.generate([request([{"role": "user", "content": "What is 2+3?"}], temperature=0, max_tokens=24)])[0]
     policy.close()
     assert "5" in out.message["content"] and out.finish_reason == "stop"
+
+
+def test_complete_continues_raw_token_ids(policy):
+    ids = policy.tokenize("The capital of France is")
+    out = policy.complete([ids], SamplingParams(temperature=0, max_tokens=4))[0]
+    assert out.prompt_token_ids == ids and len(out.token_ids) == len(out.logprobs) == 4
+    assert out.message["content"] == policy.detokenize(out.token_ids)
+    with pytest.raises(ValueError, match="token ids"):
+        policy.complete([[10**9]])

@@ -206,3 +206,13 @@ def test_smollm2_answers_simple_arithmetic():
     out = policy.generate([request([{"role": "user", "content": "What is 2+3?"}], temperature=0, max_tokens=40)])[0]
     assert "5" in out.message["content"]
     assert out.finish_reason == "stop" and out.token_ids[-1] in policy.eos_ids
+
+
+def test_complete_continues_raw_token_ids(policy, tiny):
+    ids = tiny[1].encode("The capital of France is")
+    first, second = policy.complete([ids, ids + ids], SamplingParams(max_tokens=5, seed=3))
+    assert first.prompt_token_ids == ids and len(first.token_ids) == 5
+    assert first.logprobs == pytest.approx(recomputed_logprobs(tiny[0], ids, first.token_ids), abs=1e-4)
+    assert first.message["content"] == tiny[1].decode(first.token_ids, skip_special_tokens=True)
+    with pytest.raises(ValueError, match="non-empty"):
+        policy.complete([[]])
