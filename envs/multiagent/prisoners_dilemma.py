@@ -110,7 +110,8 @@ class PrisonersDilemmaEnv(ParallelEnv):
         self.agents: list[str] = []
         self.history: list[dict[str, str]] = []  # each round: agent -> move
         self.messages: list[dict[str, str]] = []  # each round: agent -> message
-        self.forfeited: str | None = None
+        self.forfeited: str | None = None  # the (first) player that forfeited
+        self.quitters: list[str] = []  # every player that forfeited (both, when they did at once)
 
     def observation_space(self, agent: str) -> spaces.Dict:
         return self.observation_spaces[agent]
@@ -129,6 +130,7 @@ class PrisonersDilemmaEnv(ParallelEnv):
         self.retries = dict.fromkeys(self.agents, 0)
         self.illegal_attempts = dict.fromkeys(self.agents, 0)
         self.forfeited = None
+        self.quitters = []
         length = (
             f"The game lasts {self.num_rounds} rounds." if low == high
             else f"The game lasts between {low} and {high} rounds; you are not told when it ends."
@@ -157,13 +159,14 @@ class PrisonersDilemmaEnv(ParallelEnv):
                 rewards[agent] -= self.illegal_penalty
                 left = self.max_retries + 1 - self.retries[agent]
                 notes[agent].append(f"Illegal action: {err}\nAct again ({left} more illegal action{'s' if left != 1 else ''} forfeits the game).")
-                if left <= 0:
-                    self.forfeited = agent
+        self.quitters = [a for a in self.agents if self.retries[a] > self.max_retries]
         done = False
-        if self.forfeited is not None:
-            rewards[self.forfeited] -= self.forfeit_penalty
+        if self.quitters:
+            self.forfeited = self.quitters[0]
+            for agent in self.quitters:
+                rewards[agent] -= self.forfeit_penalty
             for agent in self.agents:
-                notes[agent].append(f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal actions in a row.")
+                notes[agent].append(f"Game over: {' and '.join(self.quitters)} forfeited after {self.max_retries + 1} illegal actions in a row.")
             done = True
         elif len(self.locked) == len(self.agents):
             done = self._play_round(rewards, notes)
@@ -213,8 +216,8 @@ class PrisonersDilemmaEnv(ParallelEnv):
 
     def outcome(self) -> dict[str, str]:
         """A forfeit loses; otherwise the higher total payoff wins (equal totals: a draw)."""
-        if self.forfeited is not None:
-            return {a: "loss" if a == self.forfeited else "win" for a in self.possible_agents}
+        if self.quitters:
+            return {a: "loss" if a in self.quitters else "win" for a in self.possible_agents}
         scores = self.scores()
         best = max(scores.values())
         if all(v == best for v in scores.values()):

@@ -25,7 +25,8 @@ Only one tool call per turn is honoured (one move per turn).
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from abc import abstractmethod
+from typing import Any, Literal
 
 from llmgym.env import LLMEnv
 from llmgym.envs.multiagent.base import TextGameEnv
@@ -60,13 +61,13 @@ class VersusEnv(LLMEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         self.system_prompt = self.game.system_prompt
 
+    @abstractmethod
     def make_game(self) -> Any:
         """A new multi-agent game (AEC :class:`TextGameEnv` or Parallel)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def make_opponent(self, seed: int) -> Any:
         """The scripted opponent for one episode."""
-        raise NotImplementedError
 
     # -- LLMEnv hooks ------------------------------------------------------------
 

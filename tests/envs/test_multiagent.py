@@ -397,3 +397,12 @@ def test_play_match_groups_and_policy_failures():
     assert failed["player_1"].metadata["outcome"] == "unfinished"
     with pytest.raises(TypeError, match="Policy or have act"):
         play_match(tictactoe.env, {"player_0": object(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0])
+
+
+def test_prisoners_dilemma_both_forfeit_at_once():
+    game = prisoners_dilemma.parallel_env()
+    game.reset(seed=0)
+    for _ in range(3):
+        _, rewards, terminations, *_ = game.step({"player_0": "?", "player_1": "??"})
+    assert terminations == {"player_0": True, "player_1": True} and rewards == {"player_0": -6.0, "player_1": -6.0}
+    assert game.outcome() == {"player_0": "loss", "player_1": "loss"} and not game.agents
