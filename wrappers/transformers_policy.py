@@ -14,7 +14,6 @@ weights, whatever temperature was used to sample.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.batching import MicroBatcher
 from llmgym.wrappers.prompting import Render, check_request, continuation_text, prepare_messages, template_supports_tools
 from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
 
@@ -161,10 +161,9 @@ class TransformersPolicy(Policy):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
         self._lock = threading.Lock()
-        self._queue: list[tuple[PolicyRequest, asyncio.Future[Generation]]] = []
-        self._worker: asyncio.Task[None] | None = None
-        self._worker_loop: asyncio.AbstractEventLoop | None = None
-        self._full = asyncio.Event()
+        self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
+            self._generate_prompts, batch_size, batch_wait_ms, prepare=self._prepare
+        )
 
     @property
     def device(self) -> torch.device:
@@ -336,50 +335,9 @@ class TransformersPolicy(Policy):
             },
         )
 
-    # -- concurrent requests --------------------------------------------------------
-
     async def agenerate(self, request: PolicyRequest) -> Generation:
         """Generate one turn; concurrent calls are gathered into batches of up to ``batch_size``."""
-        loop = asyncio.get_running_loop()
-        if self._worker_loop is not loop:
-            self._queue, self._worker, self._worker_loop, self._full = [], None, loop, asyncio.Event()
-        future: asyncio.Future[Generation] = loop.create_future()
-        self._queue.append((request, future))
-        if len(self._queue) >= self.batch_size:
-            self._full.set()
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._run_batches())
-        return await future
-
-    async def _run_batches(self) -> None:
-        while self._queue:
-            if len(self._queue) < self.batch_size:
-                self._full.clear()
-                try:
-                    await asyncio.wait_for(self._full.wait(), self.batch_wait_ms / 1000)
-                except asyncio.TimeoutError:
-                    pass
-            batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
-            prompts: list[_Prompt] = []
-            futures: list[asyncio.Future[Generation]] = []
-            for request, future in batch:
-                if future.done():  # cancelled while waiting
-                    continue
-                try:
-                    prompts.append(self._prepare(request))
-                    futures.append(future)
-                except (TypeError, ValueError) as err:
-                    future.set_exception(err)
-            try:
-                results = await asyncio.to_thread(self._generate_prompts, prompts)
-            except Exception as err:  # noqa: BLE001  the callers get the error, the worker goes on
-                for future in futures:
-                    if not future.done():
-                        future.set_exception(err)
-                continue
-            for future, result in zip(futures, results):
-                if not future.done():
-                    future.set_result(result)
+        return await self._batcher.submit(request)
 
     def close(self) -> None:
         """Drop the model so its memory can be freed."""
