@@ -205,6 +205,17 @@ def _kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def _has_descendants() -> bool:
+    """True while a process we started lives on (we are a subreaper, so every orphan is our child)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
 def _reap_orphans(uid: int | None) -> None:
     """Collect the zombies of killed descendants so they stop counting against ``RLIMIT_NPROC``."""
     deadline = time.monotonic() + 2.0
@@ -259,6 +270,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
     open_fds = {out_r, err_r}
     deadline = start + float(limits["wall_time_s"])
     timed_out = overflow = exited = False
+    status = None
     while open_fds or not exited:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -269,7 +281,8 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         for fd in ready:
             if fd == pidfd:
                 exited = True
-                if uid is not None:  # let no descendant keep the pipes open
+                _, status = os.waitpid(pid, 0)
+                if _has_descendants() and uid is not None:  # a daemon lives on: it must not keep the pipes open
                     _kill_uid(uid)
                 continue
             chunk = os.read(fd, 65536)
@@ -288,8 +301,10 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
             pass
         if uid is not None:
             _kill_uid(uid)
-    _, status = os.waitpid(pid, 0)
-    _reap_orphans(uid)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    if _has_descendants():
+        _reap_orphans(uid)
     duration = time.monotonic() - start
     for fd in (out_r, err_r, pidfd):
         os.close(fd)

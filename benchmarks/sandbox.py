@@ -1,0 +1,109 @@
+"""Sandbox tool-call latency: the warm pool vs a fresh interpreter per call, in one run.
+
+Measures the wall time a caller waits for one tool call that runs a small
+program and returns its output, for:
+
+- ``warm_pool``: :class:`llmgym.sandbox.SubprocessSandbox` with warm workers
+  (a fork of a pre-started, isolated interpreter per call; all limits, the
+  uid drop and namespaces as in the environments);
+- ``fresh_python_c``: ``subprocess.run([python, "-c", code])`` per call (no
+  isolation at all: the baseline an agent framework usually starts from);
+- ``cold_isolated``: the same sandbox with ``warm=False`` (a fresh isolated
+  worker per call: what the pool saves).
+
+Programs: ``print(1 + 1)`` (pure overhead) and a small sympy computation
+(``import sympy`` is paid per call by a fresh interpreter, once by the pool
+when ``preload=("sympy",)``). Reports p50/p99 in milliseconds and writes
+``benchmarks/results/sandbox.json``. Target: warm p50 under 20 ms.
+
+Run: ``python benchmarks/sandbox.py [--calls 200]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmgym.sandbox import SandboxLimits, SubprocessSandbox
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
+PROGRAMS = {
+    "print": "print(1 + 1)",
+    "sympy": "import sympy\nx = sympy.Symbol('x')\nprint(sympy.solve(x**2 - 5*x + 6, x))",
+}
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p99/mean in milliseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 2), "p99_ms": round(p99 * 1000, 2),
+            "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "calls": len(ordered)}
+
+
+def time_calls(call, code: str, n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call(code)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls per program for the warm pool")
+    parser.add_argument("--fresh-calls", type=int, default=30, help="calls per program for the per-call interpreters")
+    args = parser.parse_args()
+    limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with SubprocessSandbox(limits, preload=("sympy",)) as pool:
+        pool.start()
+        isolation = pool.isolation()
+
+        def warm(code: str) -> None:
+            result = pool.run(code)
+            assert result.ok, result.to_text()
+
+        def fresh(code: str) -> None:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+
+        cold_box = SubprocessSandbox(limits, warm=False)
+
+        def cold(code: str) -> None:
+            result = cold_box.run(code)
+            assert result.ok, result.to_text()
+
+        for name, code in PROGRAMS.items():
+            warm(code)  # first call: nothing to measure but the program's own first import
+            results.setdefault("warm_pool", {})[name] = percentiles(time_calls(warm, code, args.calls))
+            results.setdefault("fresh_python_c", {})[name] = percentiles(time_calls(fresh, code, args.fresh_calls))
+            results.setdefault("cold_isolated", {})[name] = percentiles(time_calls(cold, code, args.fresh_calls))
+        cold_box.close()
+    report = {
+        "benchmark": "sandbox tool-call latency",
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "isolation": isolation,
+        "results": results,
+        "target": "warm_pool print p50 < 20 ms",
+        "target_met": results["warm_pool"]["print"]["p50_ms"] < 20,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{'backend':<16} {'program':<8} {'p50 ms':>9} {'p99 ms':>9}")
+    for backend, programs in results.items():
+        for name, stats in programs.items():
+            print(f"{backend:<16} {name:<8} {stats['p50_ms']:>9.2f} {stats['p99_ms']:>9.2f}")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
