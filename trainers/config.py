@@ -58,7 +58,7 @@ class GRPOConfig:
     max_new_tokens: int = 128
     """Most tokens generated per turn."""
     temperature: float = 1.0
-    """Sampling temperature; the trainer scores tokens under the same temperature."""
+    """Sampling temperature. Log-probs, the generator's and the trainer's, are the raw model's (temperature 1)."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
     resample_zero_signal: int = 0
@@ -146,6 +146,8 @@ class GRPOConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.epsilon_low < 0 or self.epsilon_high < 0 or self.beta < 0:
             raise ValueError("epsilon_low, epsilon_high and beta must be >= 0")
+        if self.seed_pool < self.prompts_per_step:
+            raise ValueError(f"seed_pool ({self.seed_pool}) must be >= prompts_per_step ({self.prompts_per_step})")
         if self.is_cap is not None and self.is_cap <= 0:
             raise ValueError(f"is_cap must be > 0 or None, got {self.is_cap}")
         if self.temperature <= 0:

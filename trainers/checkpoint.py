@@ -1,0 +1,150 @@
+"""Checkpoints of a training run: weights, optimizer, RNG, progress.
+
+Holds :func:`save_checkpoint`, :func:`load_checkpoint`,
+:func:`latest_checkpoint` and :func:`save_weights`. A checkpoint is a folder
+``checkpoints/step_000012/`` with
+
+- ``model.safetensors`` (every weight) or ``adapter.safetensors`` (the LoRA
+  weights only, peft's state dict),
+- ``optimizer.pt`` (the optimizer's state),
+- ``rng.pt`` (torch's CPU and CUDA RNG states),
+- ``trainer_state.json`` (step, episodes seen, the env-seed sampler's state).
+
+It is written to a temporary folder and renamed into place, so a run killed
+while saving leaves the previous checkpoint intact and ``--resume`` finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "save_weights", "is_peft"]
+
+_STATE = "trainer_state.json"
+
+
+def is_peft(model: nn.Module) -> bool:
+    """Whether ``model`` is a peft model (LoRA adapter around a base model)."""
+    return hasattr(model, "peft_config") and callable(getattr(model, "get_base_model", None))
+
+
+def _save_model_weights(model: nn.Module, folder: Path) -> None:
+    from safetensors.torch import save_file, save_model
+
+    if is_peft(model):
+        from peft import get_peft_model_state_dict
+
+        state = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+        save_file(state, str(folder / "adapter.safetensors"))
+    else:
+        save_model(model, str(folder / "model.safetensors"))
+
+
+def _load_model_weights(model: nn.Module, folder: Path) -> None:
+    from safetensors.torch import load_file, load_model
+
+    if is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        path = folder / "adapter.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} holds no adapter.safetensors: was the run trained with lora=True?")
+        device = next(model.parameters()).device
+        set_peft_model_state_dict(model, load_file(str(path), device=str(device)))
+    else:
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} holds no model.safetensors: was the run trained with lora=False?")
+        load_model(model, str(path), device=str(next(model.parameters()).device))
+
+
+def save_checkpoint(
+    root: str | os.PathLike[str],
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Write the checkpoint of ``step`` under ``root`` and keep only the newest ``keep``.
+
+    Args:
+        root: the run's ``checkpoints`` folder.
+        step: the number of finished steps.
+        model: the trained model (peft models save only their adapter).
+        optimizer: its optimizer.
+        state: JSON-ready progress (step, episodes seen, sampler state...).
+        keep: checkpoints to keep, newest first (at least 1).
+
+    Returns:
+        The checkpoint's folder.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".step-", dir=root))
+    try:
+        _save_model_weights(model, tmp)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(rng, tmp / "rng.pt")
+        (tmp / _STATE).write_text(json.dumps({**state, "step": step}, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[: -max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The newest complete checkpoint under ``root``, or ``None``."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.glob("step_*") if (p / _STATE).is_file())
+    return done[-1] if done else None
+
+
+def load_checkpoint(folder: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore weights, optimizer and RNG from ``folder``; returns the saved progress state.
+
+    Raises:
+        FileNotFoundError: the folder lacks the weights this model needs.
+    """
+    folder = Path(folder)
+    _load_model_weights(model, folder)
+    device = next(model.parameters()).device
+    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=device, weights_only=True))
+    rng = torch.load(folder / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return json.loads((folder / _STATE).read_text())
+
+
+def save_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLike[str]) -> Path:
+    """Save a model for use elsewhere: a transformers checkpoint, or a peft adapter folder.
+
+    ``load_model(folder)`` (full weights) or ``peft.PeftModel.from_pretrained``
+    (adapters; vLLM's ``--lora-modules`` and ``/v1/load_lora_adapter`` read it) load it back.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    return folder

@@ -1,0 +1,467 @@
+"""GRPO with turn-level credit assignment, in plain PyTorch, readable top to bottom.
+
+Holds :class:`GRPOTrainer` and :func:`main` (``python -m llmgym.trainers.grpo
+--config cfg.toml``, also under ``torchrun``). One step:
+
+1. draw ``prompts_per_step`` env seeds (each rank plays its share) and roll
+   out ``group_size`` episodes per seed with the current weights: in-process
+   (the policy shares the trained model) or on an OpenAI-compatible server that
+   received the newest LoRA adapter;
+2. compute group-relative advantages with turn-level credit
+   (:mod:`llmgym.trainers.advantages`); groups without signal are counted,
+   optionally replaced by fresh seeds, and left out of the loss;
+3. score exactly the episodes' token ids (never re-tokenized text) and
+   minimize the clipped surrogate (:mod:`llmgym.trainers.losses`), gradients
+   accumulated over micro-batches and summed over ranks;
+4. log metrics, checkpoint, push the adapter to the server.
+
+Data parallelism: every rank holds the whole model; after its micro-batches
+each rank's gradients are summed with one flat ``all_reduce`` (the loss is
+normalized by whole-batch counts, so the sum is the whole batch's gradient).
+That is what ``DistributedDataParallel`` does, without its requirement that
+every rank run the same number of backward passes, which filtering zero-signal
+groups would break.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from llmgym.episode import Episode
+from llmgym.policy import SamplingParams
+from llmgym.rollout import rollout
+from llmgym.trainers.advantages import Advantages, compute_advantages
+from llmgym.trainers.batch import collate
+from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
+from llmgym.trainers.config import GRPOConfig, load_config
+from llmgym.trainers.losses import TokenScorer, grpo_loss
+from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb, plot_metrics, reward_stats
+
+__all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id"]
+
+
+def resolve_env_id(env_id: str) -> str:
+    """Accept Gymnasium's ``"module:Env-v0"`` form: import ``module`` (it registers the env), return the id."""
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        importlib.import_module(module)
+    return env_id
+
+
+def load_policy_model(name: str, seed: int, device: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: ``tiny-random`` builds a tiny random Llama, anything else goes to ``load_model``."""
+    from llmgym.wrappers.models import load_model, tiny_random_model
+
+    if name == "tiny-random":
+        return tiny_random_model(seed, device=device)
+    return load_model(name, device=device)
+
+
+class GRPOTrainer:
+    """Trains a policy on an llmgym environment with GRPO.
+
+    Args:
+        config: the run's settings.
+        model: an already loaded model to train (default: ``config.model``).
+        tokenizer: its tokenizer (required with ``model``).
+        resume: continue from the newest checkpoint in ``config.out`` (same run).
+
+    Example (a 2-step run of a tiny random model; see ``tests/trainers/test_grpo.py``)::
+
+        GRPOTrainer(GRPOConfig(env_id="llmgym/Wordle-v0", model="tiny-random", steps=2)).train()
+    """
+
+    def __init__(self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False):
+        self.config = config
+        self.rank, self.world = _init_distributed()
+        self.device = _resolve_device(config.device)
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        torch.manual_seed(config.seed)
+        self.env_id = resolve_env_id(config.env_id)
+        probe = gym.make(self.env_id, **config.env_kwargs)
+        self.max_turns = int(getattr(probe.unwrapped, "max_turns", 1))
+        probe.close()
+        self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
+
+        if model is None:
+            model, tokenizer = load_policy_model(config.model, config.seed, str(self.device))
+        elif tokenizer is None:
+            raise TypeError("GRPOTrainer(model=...) also needs tokenizer=")
+        model.to(self.device)
+        if config.lora:
+            model = _add_lora(model, config)
+        self.model, self.tokenizer = model, tokenizer
+        self.model.train()
+        self.scorer = TokenScorer(self.model)
+        self.reference = None
+        if config.beta > 0 and not config.lora:  # with LoRA the reference is the base model, adapter off
+            self.reference = TokenScorer(copy.deepcopy(self.model).eval().requires_grad_(False))
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        self.autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if config.bf16 and self.device.type == "cuda" else contextlib.nullcontext()
+        )
+        self.out = Path(config.out)
+        self.step, self.episodes_seen = 0, 0
+        self.seed_sampler = np.random.default_rng(config.seed)
+        if resume:
+            self._resume()
+        self.metrics = MetricsLogger(self.out, resume_step=self.step if resume else None, tensorboard=config.tensorboard) if self.rank == 0 else None
+        self.policy = self._make_policy()
+
+    # -- the loop -------------------------------------------------------------------
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run the remaining steps; returns every step's metrics (rank 0; other ranks get ``[]``)."""
+        config, history = self.config, []
+        if self.rank == 0:
+            (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+        progress = _progress_bar(config.steps, self.step) if config.progress and self.rank == 0 else None
+        try:
+            while self.step < config.steps:
+                started = time.perf_counter()
+                episodes, advantages, sampling_stats = self._collect(self.step)
+                generated = time.perf_counter()
+                train_stats = self._optimize(episodes, advantages)
+                self.step += 1
+                self.episodes_seen += int(sampling_stats.pop("episodes/global"))
+                if config.base_url is not None:
+                    self._push_adapter()
+                metrics = {"step": self.step, "episodes_seen": self.episodes_seen, **sampling_stats, **train_stats}
+                metrics["time/generation_s"] = generated - started
+                metrics["time/train_s"] = time.perf_counter() - generated
+                metrics["time/step_s"] = time.perf_counter() - started
+                metrics["tokens_per_s"] = metrics["tokens/total"] / metrics["time/step_s"]
+                metrics.update(peak_memory_mb())
+                if self.rank == 0:
+                    self.metrics.log(metrics)
+                    history.append(metrics)
+                if self.step % config.save_every == 0 or self.step == config.steps:
+                    self.save()
+                if progress is not None:
+                    progress[0].update(progress[1], completed=self.step, reward=f"{metrics.get('reward/mean', 0.0):.3f}")
+        finally:
+            if progress is not None:
+                progress[0].stop()
+        checksums = self._rank_checksums()
+        if self.rank == 0:
+            folder = save_weights(self.model, self.tokenizer, self.out / "final")
+            (folder / "rank_checksums.json").write_text(json.dumps(checksums))
+        if len(set(checksums)) > 1:
+            raise RuntimeError(f"the ranks' weights diverged (checksums {checksums}); data parallelism is broken")
+        return history
+
+    def _rank_checksums(self) -> list[float]:
+        """A checksum of the trained weights from every rank (they must agree)."""
+        value = float(sum(p.detach().double().sum() for p in self.params))
+        if self.world == 1:
+            return [value]
+        values: list[float] = [0.0] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
+    # -- 1. episodes ----------------------------------------------------------------
+
+    def _collect(self, step: int) -> tuple[list[Episode], Advantages, dict[str, float]]:
+        """Roll out this rank's groups; replace zero-signal groups up to ``resample_zero_signal`` times."""
+        config = self.config
+        seeds = self.seed_sampler.choice(config.seed_pool, size=config.prompts_per_step, replace=False).tolist()  # same on all ranks
+        local_seeds = seeds[self.rank :: self.world]
+        resample_rng = np.random.default_rng([config.seed, step, self.rank])
+        episodes = self._rollout(local_seeds, step, first_group=0)
+        errors = sum(1 for e in episodes if _unusable(e))
+        episodes = [e for e in episodes if not _unusable(e)]
+        advantages = self._advantages(episodes)
+        zero_signal_first, replaced = advantages.zero_signal_groups, 0
+        for attempt in range(config.resample_zero_signal):
+            empty = {e.group for e, keep in zip(episodes, advantages.keep) if not keep and not (config.mask_truncated and e.truncated)}
+            if not empty:
+                break
+            fresh = resample_rng.integers(0, config.seed_pool, size=len(empty)).tolist()
+            next_group = 1 + max((e.group for e in episodes), default=-1)
+            new = [e for e in self._rollout(fresh, step, next_group, attempt + 1) if not _unusable(e)]
+            episodes = [e for e in episodes if e.group not in empty] + new
+            replaced += len(empty)
+            advantages = self._advantages(episodes)
+        everyone = _gather(episodes, self.world)
+        stats = reward_stats(everyone)
+        stats.update(advantages.stats)
+        stats.update({
+            "episodes/global": float(len(everyone)),
+            "episodes/errors": float(_sum_ranks(errors, self.world)),
+            "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
+            "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
+            "groups/zero_signal": float(_sum_ranks(zero_signal_first, self.world)),
+            "groups/resampled": float(_sum_ranks(replaced, self.world)),
+            "tokens/total": float(_sum_ranks(sum(len(e.token_ids) for e in episodes), self.world)),
+            "tokens/generated": float(_sum_ranks(sum(sum(e.mask) for e in episodes), self.world)),
+        })
+        return episodes, advantages, stats
+
+    def _rollout(self, seeds: list[int], step: int, first_group: int, attempt: int = 0) -> list[Episode]:
+        if not seeds:
+            return []
+        sampling = SamplingParams(
+            temperature=self.config.temperature, top_p=self.config.top_p, max_tokens=self.config.max_new_tokens,
+            seed=int(np.random.SeedSequence([self.config.seed, step, self.rank, attempt]).generate_state(1)[0] >> 1),
+        )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            episodes = rollout(
+                self.env_id, self.policy, seeds=list(dict.fromkeys(seeds)), group_size=self.config.group_size,
+                sampling=sampling, env_kwargs=self.config.env_kwargs, max_concurrency=self.config.concurrency,
+            )
+        finally:
+            self.model.train(was_training)
+        for episode in episodes:
+            episode.group = first_group + (episode.group or 0)
+        return episodes
+
+    def _advantages(self, episodes: list[Episode]) -> Advantages:
+        return compute_advantages(
+            episodes, scale_rewards=self.config.scale_rewards, turn_lambda=self.config.turn_lambda,
+            mask_truncated=self.config.mask_truncated,
+        )
+
+    # -- 2. optimization --------------------------------------------------------------
+
+    def _optimize(self, episodes: list[Episode], advantages: Advantages) -> dict[str, float]:
+        """``num_iterations`` optimizer steps on the kept episodes; returns loss statistics."""
+        config = self.config
+        kept = [(e, a) for e, a, keep in zip(episodes, advantages.token_advantages, advantages.keep) if keep]
+        micro = [kept[i : i + config.micro_batch_size] for i in range(0, len(kept), config.micro_batch_size)]
+        batches = [collate([e for e, _ in chunk], [a for _, a in chunk]).to(self.device) for chunk in micro]
+        counts = torch.tensor([float(len(kept)), float(sum(b.mask.sum() for b in batches))], dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(counts)
+        num_sequences, num_tokens = int(counts[0]), float(counts[1])
+        if num_sequences == 0:  # every group lacked signal: nothing to learn from this step
+            return {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "grad_norm": 0.0,
+                    "is_weight/mean": 1.0, "ratio/mean": 1.0, "tokens/trained": 0.0}
+        old_logps: list[torch.Tensor] = []
+        ref_logps: list[torch.Tensor | None] = []
+        sums = torch.zeros(7, dtype=torch.float64)  # loss, tokens, clipped, kl, is_weight, ratio, entropy
+        grad_norm = torch.tensor(0.0)
+        for iteration in range(config.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for index, batch in enumerate(batches):
+                with self.autocast:
+                    logp, entropy = self.scorer(batch.input_ids, batch.attention_mask, batch.mask, with_entropy=iteration == 0)
+                if iteration == 0:
+                    old_logps.append(logp.detach())
+                    ref_logps.append(self._reference_logp(batch) if config.beta > 0 else None)
+                loss, terms = grpo_loss(
+                    logp, old_logps[index], batch.advantages, batch.mask,
+                    generator_logp=batch.generator_logp if batch.has_generator_logp else None,
+                    ref_logp=ref_logps[index], epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+                    beta=config.beta, is_cap=config.is_cap, aggregation=config.loss_aggregation,
+                    num_sequences=num_sequences, num_tokens=num_tokens, max_tokens=self.max_loss_tokens,
+                )
+                loss.backward()
+                if iteration == config.num_iterations - 1:
+                    ent = float((entropy * batch.mask).sum()) if entropy is not None else 0.0
+                    sums += torch.tensor([loss.item(), terms.tokens, terms.clipped, terms.kl, terms.is_weight, terms.ratio, ent], dtype=torch.float64)
+                elif iteration == 0 and entropy is not None:
+                    sums[6] += float((entropy * batch.mask).sum())
+            self._all_reduce_gradients()
+            if config.max_grad_norm is not None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, config.max_grad_norm)
+            else:
+                grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.params]))
+            self.optimizer.step()
+        if self.world > 1:
+            dist.all_reduce(sums)
+        tokens = max(float(sums[1]), 1.0)
+        return {
+            "loss": float(sums[0]), "kl": float(sums[3]) / tokens, "clip_fraction": float(sums[2]) / tokens,
+            "is_weight/mean": float(sums[4]) / tokens, "ratio/mean": float(sums[5]) / tokens,
+            "entropy": float(sums[6]) / tokens, "grad_norm": float(grad_norm), "tokens/trained": float(sums[1]),
+        }
+
+    @torch.no_grad()
+    def _reference_logp(self, batch: Any) -> torch.Tensor:
+        with self.autocast:
+            if self.reference is not None:
+                return self.reference(batch.input_ids, batch.attention_mask, batch.mask)[0]
+            with self.model.disable_adapter():
+                return self.scorer(batch.input_ids, batch.attention_mask, batch.mask)[0]
+
+    def _all_reduce_gradients(self) -> None:
+        """Sum every rank's gradients (one flat buffer); ranks without episodes contribute zeros."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if self.world == 1:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in self.params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    # -- 3. generation backends, checkpoints ---------------------------------------------
+
+    def _make_policy(self) -> Any:
+        config = self.config
+        if config.base_url is None:
+            from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+            batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // self.world))
+            return TransformersPolicy(self.model, self.tokenizer, batch_size=batch, name=f"grpo:{config.model}")
+        from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+        self._push_adapter()
+        return OpenAIPolicy(config.lora_name, base_url=config.base_url, api_key=config.api_key,
+                            return_tokens=True, max_concurrency=config.concurrency)
+
+    def _push_adapter(self) -> None:
+        """Save the adapter and load it on the server under ``lora_name`` (replacing the previous one)."""
+        if self.rank == 0:
+            folder = save_weights(self.model, None, (self.out / "adapter_push").resolve())
+            body = {"lora_name": self.config.lora_name, "lora_path": str(folder), "load_inplace": True}
+            request = urllib.request.Request(
+                self.config.base_url.rstrip("/") + "/load_lora_adapter", data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"},
+            )
+            try:
+                urllib.request.urlopen(request, timeout=120).read()
+            except urllib.error.HTTPError as err:
+                raise RuntimeError(f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}") from None
+            except urllib.error.URLError as err:
+                raise ConnectionError(f"cannot reach {self.config.base_url} to push the adapter: {err.reason}") from None
+        if self.world > 1:
+            dist.barrier()
+
+    def save(self) -> Path | None:
+        """Checkpoint the run (rank 0 writes; the other ranks wait) and redraw the plot."""
+        folder = None
+        if self.rank == 0:
+            state = {"episodes_seen": self.episodes_seen, "seed_sampler": self.seed_sampler.bit_generator.state}
+            folder = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer, state, self.config.keep_checkpoints)
+            if self.config.plot:
+                try:
+                    plot_metrics(self.metrics.path, self.out / "rewards.png")
+                except ImportError:
+                    pass  # matplotlib is optional; metrics.jsonl holds the same numbers
+        if self.world > 1:
+            dist.barrier()
+        return folder
+
+    def _resume(self) -> None:
+        folder = latest_checkpoint(self.out / "checkpoints")
+        if folder is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        state = load_checkpoint(folder, self.model, self.optimizer)
+        self.step, self.episodes_seen = int(state["step"]), int(state["episodes_seen"])
+        self.seed_sampler.bit_generator.state = state["seed_sampler"]
+
+    def close(self) -> None:
+        """Close the metrics file and the policy."""
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.config.base_url is not None:
+            self.policy.close()
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _unusable(episode: Episode) -> bool:
+    """Episodes a policy error cut short, or without token ids, cannot be trained on."""
+    return "error" in episode.metadata or not episode.token_ids
+
+
+def _add_lora(model: Any, config: GRPOConfig) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError('lora=True needs peft: pip install "llmgym[train]"') from err
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=config.lora_target_modules, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def _init_distributed() -> tuple[int, int]:
+    """``(rank, world_size)``; joins the process group when launched by ``torchrun``."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cpu")
+    return torch.device(name)
+
+
+def _gather(episodes: list[Episode], world: int) -> list[Episode]:
+    if world == 1:
+        return list(episodes)
+    parts: list[list[Episode]] = [[] for _ in range(world)]
+    dist.all_gather_object(parts, episodes)
+    return [e for part in parts for e in part]
+
+
+def _sum_ranks(value: float, world: int) -> float:
+    if world == 1:
+        return float(value)
+    tensor = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor[0])
+
+
+def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
+                   TimeElapsedColumn(), TimeRemainingColumn())
+    task = bar.add_task("train", total=total, completed=done, reward="-")
+    bar.start()
+    return bar, task
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llmgym.trainers.grpo --config cfg.toml [--resume]`` (also under ``torchrun``)."""
+    parser = argparse.ArgumentParser(prog="python -m llmgym.trainers.grpo", description="GRPO on an llmgym environment.")
+    parser.add_argument("--config", required=True, help="TOML file with GRPOConfig keys")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out/")
+    args = parser.parse_args(argv)
+    trainer = GRPOTrainer(load_config(args.config), resume=args.resume)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

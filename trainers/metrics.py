@@ -1,0 +1,138 @@
+"""Run metrics: one JSONL line per step, optional TensorBoard, a PNG of the curves.
+
+Holds :class:`MetricsLogger`, :func:`plot_metrics`, :func:`reward_stats` and
+:func:`peak_memory_mb`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmgym.episode import Episode
+
+__all__ = ["MetricsLogger", "plot_metrics", "reward_stats", "peak_memory_mb"]
+
+
+def reward_stats(episodes: list[Episode]) -> dict[str, float]:
+    """Mean and std of the total reward and of each component's per-episode total.
+
+    Example:
+        >>> eps = [Episode("x", turn_rewards=[1.0], reward_components=[{"solved": 1.0}]),
+        ...        Episode("x", turn_rewards=[0.0], reward_components=[{"solved": 0.0}])]
+        >>> reward_stats(eps)["reward/solved/mean"], reward_stats(eps)["reward/std"]
+        (0.5, 0.5)
+    """
+    if not episodes:
+        return {}
+    totals = np.array([e.total_reward for e in episodes])
+    stats = {"reward/mean": float(totals.mean()), "reward/std": float(totals.std())}
+    per_episode = [e.component_totals() for e in episodes]
+    for name in sorted({n for c in per_episode for n in c}):
+        values = np.array([c.get(name, 0.0) for c in per_episode])
+        stats[f"reward/{name}/mean"] = float(values.mean())
+        stats[f"reward/{name}/std"] = float(values.std())
+    return stats
+
+
+def peak_memory_mb() -> dict[str, float]:
+    """Peak resident memory of this process (and peak CUDA memory when CUDA is in use), in MiB."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"memory/peak_rss_mb": rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024}
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            out["memory/peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    except ImportError:
+        pass
+    return out
+
+
+class MetricsLogger:
+    """Appends one JSON line per step to ``out/metrics.jsonl`` (and TensorBoard if asked).
+
+    Args:
+        out: the run folder.
+        resume_step: on resume, lines of later steps (written after the
+            checkpoint the run resumes from) are dropped, so the file reads as one run.
+        tensorboard: also write TensorBoard scalars to ``out/tensorboard``.
+    """
+
+    def __init__(self, out: str | os.PathLike[str], resume_step: int | None = None, tensorboard: bool = False):
+        self.path = Path(out) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tensorboard = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ImportError("tensorboard=True needs the tensorboard package: pip install tensorboard") from err
+            self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"))
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """Write one step's metrics (non-finite floats become ``null``)."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+        if self._tensorboard is not None:
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self._tensorboard.add_scalar(key, value, metrics["step"])
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return sys.maxsize  # a torn line from a kill: drop it
+
+
+def plot_metrics(metrics_path: str | os.PathLike[str], png_path: str | os.PathLike[str]) -> Path:
+    """Plot reward (mean with a +-std band) and KL against step into a PNG.
+
+    Raises:
+        ImportError: matplotlib is missing (``pip install "llmgym[train]"``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError('plotting needs matplotlib: pip install "llmgym[train]"') from err
+    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    steps = np.array([r["step"] for r in rows])
+    mean = np.array([r.get("reward/mean") or 0.0 for r in rows])
+    std = np.array([r.get("reward/std") or 0.0 for r in rows])
+    kl = np.array([r.get("kl") or 0.0 for r in rows])
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    top.plot(steps, mean, label="reward (mean)")
+    top.fill_between(steps, mean - std, mean + std, alpha=0.25, label="+- std")
+    top.set_ylabel("episode reward")
+    top.legend(loc="best")
+    bottom.plot(steps, kl, color="tab:red")
+    bottom.set_ylabel("KL to reference (k3)")
+    bottom.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return Path(png_path)
