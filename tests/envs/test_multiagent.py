@@ -406,3 +406,26 @@ def test_prisoners_dilemma_both_forfeit_at_once():
         _, rewards, terminations, *_ = game.step({"player_0": "?", "player_1": "??"})
     assert terminations == {"player_0": True, "player_1": True} and rewards == {"player_0": -6.0, "player_1": -6.0}
     assert game.outcome() == {"player_0": "loss", "player_1": "loss"} and not game.agents
+
+
+@pytest.mark.slow  # loading the SmolLM2 tokenizer takes ~25 s on the shared CPU
+def test_llm_self_play_episodes_feed_the_grpo_trainer():
+    """A real transformers policy (tiny random Llama) in both seats; its episodes go through GRPO's advantages and collate."""
+    pytest.importorskip("transformers")
+    from llmgym.policy import SamplingParams
+    from llmgym.trainers.advantages import compute_advantages
+    from llmgym.trainers.batch import collate
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model(seed=0), batch_size=8)
+    sampling = SamplingParams(max_tokens=6, temperature=1.0, seed=0)
+    games = play_match(tictactoe.env, {"player_0": policy, "player_1": policy}, seeds=[0, 1], group_size=2, sampling=sampling)
+    games += play_match(prisoners_dilemma.parallel_env, {"player_0": policy, "player_1": prisoners_dilemma.TitForTat()},
+                        seeds=[0], sampling=sampling)
+    episodes = [game[agent] for game in games for agent in game if game[agent].policy == policy.name and game[agent].num_turns]
+    assert episodes and all(len(e.token_ids) == len(e.mask) == len(e.logprobs) and len(e.turn_spans) == e.num_turns for e in episodes)
+    assert all(e.metadata["outcome"] in ("win", "draw", "loss") for e in episodes)
+    advantages = compute_advantages(episodes)
+    batch = collate(episodes, advantages.token_advantages)
+    assert batch.input_ids.shape[0] == len(episodes) and int(batch.mask.sum()) == sum(sum(e.mask) for e in episodes)
