@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.wrappers.prompting import Render, check_request, continuation_text, prepare_messages, template_supports_tools
-from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
+from llmgym.wrappers.prompting import ChatPrompter, Prompt, template_supports_tools
+from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinking
 
 __all__ = ["LlamaCppPolicy"]
 
@@ -127,11 +127,10 @@ class LlamaCppPolicy(Policy):
         self.chat_template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
         if not self.chat_template:
             raise ValueError(f"{path.name} holds no chat template; pass chat_template=")
-        self.native_tools = template_supports_tools(self.chat_template) if native_tools is None else native_tools
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.n_vocab = self.llm.n_vocab()
         self.eos_ids = {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)} or {self.llm.token_eos()}
-        self._formatters = {
+        formatters = {
             flag: llama_cpp.llama_chat_format.Jinja2ChatFormatter(
                 self.chat_template,
                 eos_token=self._piece(self.llm.token_eos()),
@@ -140,6 +139,15 @@ class LlamaCppPolicy(Policy):
             )
             for flag in (False, True)
         }
+        self.prompter = ChatPrompter(
+            lambda messages, tools, add_generation_prompt: formatters[add_generation_prompt](messages=messages, tools=tools).prompt,
+            encode=self.tokenize,
+            decode=lambda ids: self.detokenize(ids, special=True),
+            eos_ids=self.eos_ids,
+            vocab_size=self.n_vocab,
+            native_tools=template_supports_tools(self.chat_template) if native_tools is None else native_tools,
+        )
+        self.native_tools = self.prompter.native_tools
         self.forced_close = self.tokenize(FORCED_CLOSE)
         self._seeds = np.random.default_rng(seed) if seed is not None else None
         self._lock = threading.Lock()
@@ -152,33 +160,9 @@ class LlamaCppPolicy(Policy):
         """Token ids of text, special tokens (``<|im_start|>``) parsed, no BOS added (templates add their own)."""
         return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
-    # -- prompts -----------------------------------------------------------------
-
-    def _renderer(self, tools: list[dict[str, Any]]) -> Render:
-        native = tools if self.native_tools and tools else None
-
-        def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-            return self._formatters[add_generation_prompt](messages=messages, tools=native).prompt
-
-        return render
-
-    def build_prompt(self, request: PolicyRequest) -> tuple[list[int], bool, bool]:
-        """``(prompt ids, prompt opens a think block, prefix reused)`` for a request."""
-        check_request(request)
-        messages = prepare_messages(request.messages, request.tools, self.native_tools)
-        render = self._renderer(request.tools)
-        prefix = request.prefix_token_ids
-        if prefix is not None:
-            if not all(isinstance(t, int) and 0 <= t < self.n_vocab for t in prefix):
-                raise ValueError(f"prefix_token_ids must be ints in [0, {self.n_vocab})")
-            generated_end = self._piece(prefix[-1]) if prefix and prefix[-1] in self.eos_ids else ""
-            delta = continuation_text(render, messages, generated_end)
-            if delta is not None:
-                ids = list(prefix) + self.tokenize(delta)
-                tail = self.llm.detokenize(ids[-32:], special=True).decode("utf-8", errors="replace")
-                return ids, prompt_opens_thinking(tail), True
-        text = render(messages, True)
-        return self.tokenize(text), prompt_opens_thinking(text[-200:]), False
+    def build_prompt(self, request: PolicyRequest) -> list[int]:
+        """The prompt token ids for a request (see :class:`~llmgym.policy.PolicyRequest`)."""
+        return self.prompter.prepare(request).ids
 
     # -- generation ------------------------------------------------------------------
 
@@ -198,8 +182,7 @@ class LlamaCppPolicy(Policy):
             return await asyncio.to_thread(self._generate_one, request)
 
     def _generate_one(self, request: PolicyRequest) -> Generation:
-        prompt, opens_thinking, prefix_reused = self.build_prompt(request)
-        return self._generate_ids(prompt, request.sampling, opens_thinking, prefix_reused)
+        return self._generate_prompt(self.prompter.prepare(request))
 
     def complete(self, prompts: list[list[int]], sampling: SamplingParams | None = None) -> list[Generation]:
         """Continue raw prompts given as token ids (no chat template), one after the other.
@@ -209,18 +192,15 @@ class LlamaCppPolicy(Policy):
         Raises:
             ValueError: an empty prompt, a token id outside the vocabulary, or a prompt longer than ``n_ctx``.
         """
-        sampling = sampling or SamplingParams()
-        check_request(PolicyRequest([], sampling=sampling))
-        for ids in prompts:
-            if not ids or not all(isinstance(t, int) and 0 <= t < self.n_vocab for t in ids):
-                raise ValueError(f"a prompt must be a non-empty list of token ids in [0, {self.n_vocab})")
-        return [self._generate_ids(list(ids), sampling, False, False) for ids in prompts]
+        ready = [self.prompter.raw(ids, sampling or SamplingParams()) for ids in prompts]
+        return [self._generate_prompt(prompt) for prompt in ready]
 
     def detokenize(self, token_ids: list[int], special: bool = False) -> str:
         """Text of token ids; special tokens (``<|im_end|>``) are rendered only with ``special=True``."""
         return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
 
-    def _generate_ids(self, prompt: list[int], sampling: SamplingParams, opens_thinking: bool, prefix_reused: bool) -> Generation:
+    def _generate_prompt(self, ready: Prompt) -> Generation:
+        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
         if len(prompt) >= self.n_ctx:
             raise ValueError(f"the prompt has {len(prompt)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
         with self._lock:
@@ -253,7 +233,7 @@ class LlamaCppPolicy(Policy):
             metadata={
                 "model": self.name,
                 "backend": "llama.cpp",
-                "prefix_reused": prefix_reused,
+                "prefix_reused": ready.prefix_reused,
                 "cached_prompt_tokens": reused,
                 "forced_positions": forced_positions,
                 "prompt_seconds": prompt_seconds,

@@ -1,6 +1,8 @@
 """Chat prompts for local policies: the tool protocol and token-exact continuation.
 
-Holds :func:`template_supports_tools`, :func:`prepare_messages` (OpenAI
+Holds :class:`ChatPrompter` (a request to prompt token ids for one chat
+template and tokenizer, used by every local policy; :func:`hf_chat_prompter`
+builds one for a transformers tokenizer), :func:`template_supports_tools`, :func:`prepare_messages` (OpenAI
 messages made safe for a chat template, with the text tool-call protocol
 injected into the system message when the template has no tool support) and
 :func:`check_request` (clear errors for malformed requests) and
@@ -24,12 +26,14 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llmgym.messages import Message
 from llmgym.policy import PolicyRequest, SamplingParams, tool_protocol_prompt
+from llmgym.wrappers.thinking import prompt_opens_thinking
 
-__all__ = ["Render", "check_request", "template_supports_tools", "prepare_messages", "last_assistant_index", "continuation_text"]
+__all__ = ["Render", "Prompt", "ChatPrompter", "hf_chat_prompter", "eos_token_ids", "check_request", "template_supports_tools", "prepare_messages", "last_assistant_index", "continuation_text"]
 
 #: ``render(messages, add_generation_prompt) -> text``: a chat template with tools already bound.
 Render = Callable[[list[Message], bool], str]
@@ -155,3 +159,135 @@ def check_request(request: PolicyRequest) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
     if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
         raise TypeError("stop must be a list of strings")
+
+
+@dataclass
+class Prompt:
+    """A request turned into prompt token ids.
+
+    Attributes:
+        request: the request (its sampling settings drive generation).
+        ids: the prompt token ids.
+        opens_thinking: the prompt ends inside an open ``<think>`` block.
+        prefix_reused: the ids start with ``request.prefix_token_ids`` verbatim.
+    """
+
+    request: PolicyRequest
+    ids: list[int]
+    opens_thinking: bool = False
+    prefix_reused: bool = False
+
+
+class ChatPrompter:
+    """Turns requests into prompt token ids for one chat template and tokenizer.
+
+    Args:
+        render: ``render(messages, native_tools_or_None, add_generation_prompt) -> text``.
+        encode: text to token ids, special tokens parsed, nothing added.
+        decode: token ids to text, special tokens kept.
+        eos_ids: the tokens that end a turn.
+        vocab_size: token ids must be below it.
+        native_tools: pass tools to the template rather than the text protocol.
+    """
+
+    def __init__(
+        self,
+        render: Callable[[list[Message], list[dict[str, Any]] | None, bool], str],
+        encode: Callable[[str], list[int]],
+        decode: Callable[[list[int]], str],
+        eos_ids: set[int],
+        vocab_size: int,
+        native_tools: bool,
+    ) -> None:
+        self._render = render
+        self.encode = encode
+        self.decode = decode
+        self.eos_ids = eos_ids
+        self.vocab_size = vocab_size
+        self.native_tools = native_tools
+
+    def renderer(self, tools: list[dict[str, Any]]) -> Render:
+        """The template with this request's tools bound (``None`` unless native tools are used)."""
+        native = tools if self.native_tools and tools else None
+        return lambda messages, add_generation_prompt: self._render(messages, native, add_generation_prompt)
+
+    def prepare(self, request: PolicyRequest) -> Prompt:
+        """The prompt for a request: the rendered chat, or ``prefix_token_ids`` plus the new turns.
+
+        Raises:
+            TypeError / ValueError: a malformed request or prefix.
+        """
+        check_request(request)
+        messages = prepare_messages(request.messages, request.tools, self.native_tools)
+        render = self.renderer(request.tools)
+        prefix = request.prefix_token_ids
+        if prefix is not None:
+            self.check_ids(prefix, "prefix_token_ids", allow_empty=True)
+            generated_end = self.decode([prefix[-1]]) if prefix and prefix[-1] in self.eos_ids else ""
+            delta = continuation_text(render, messages, generated_end)
+            if delta is not None:
+                ids = list(prefix) + self.encode(delta)
+                return Prompt(request, ids, prompt_opens_thinking(self.decode(ids[-32:])), prefix_reused=True)
+        text = render(messages, True)
+        return Prompt(request, self.encode(text), prompt_opens_thinking(text[-200:]))
+
+    def raw(self, ids: list[int], sampling: SamplingParams) -> Prompt:
+        """A prompt given as token ids (no chat template), for raw completions.
+
+        Raises:
+            ValueError: empty, or ids outside the vocabulary.
+        """
+        self.check_ids(ids, "a prompt")
+        request = PolicyRequest([], sampling=sampling)
+        check_request(request)
+        return Prompt(request, list(ids))
+
+    def check_ids(self, ids: list[int], what: str, allow_empty: bool = False) -> None:
+        """Raise ``ValueError`` unless ``ids`` is a list of token ids in the vocabulary."""
+        if not isinstance(ids, (list, tuple)) or (not ids and not allow_empty) or not all(
+            isinstance(t, int) and 0 <= t < self.vocab_size for t in ids
+        ):
+            raise ValueError(f"{what} must be a {'' if allow_empty else 'non-empty '}list of ints in [0, {self.vocab_size})")
+
+
+def hf_chat_prompter(tokenizer: Any, chat_template: str | None, native_tools: bool | None, eos_ids: set[int]) -> ChatPrompter:
+    """A :class:`ChatPrompter` for a transformers tokenizer (also what vLLM's ``get_tokenizer()`` returns).
+
+    Raises:
+        ValueError: neither the tokenizer nor ``chat_template`` has a chat template.
+    """
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise ValueError("the tokenizer has no chat template; pass chat_template=")
+
+    def render(messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+
+    return ChatPrompter(
+        render,
+        encode=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+        decode=lambda ids: tokenizer.decode(ids),
+        eos_ids=eos_ids,
+        vocab_size=len(tokenizer),
+        native_tools=template_supports_tools(template) if native_tools is None else native_tools,
+    )
+
+
+def eos_token_ids(*sources: Any) -> set[int]:
+    """The ``eos_token_id`` values (int or list) found on configs and tokenizers.
+
+    Raises:
+        ValueError: none defines one.
+    """
+    ids: set[int] = set()
+    for source in sources:
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    if not ids:
+        raise ValueError("the model and tokenizer define no eos_token_id; set tokenizer.eos_token")
+    return ids

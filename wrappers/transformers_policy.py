@@ -16,33 +16,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.batching import MicroBatcher
-from llmgym.wrappers.prompting import Render, check_request, continuation_text, prepare_messages, template_supports_tools
-from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, prompt_opens_thinking, split_thinking
+from llmgym.wrappers.prompting import Prompt, eos_token_ids, hf_chat_prompter
+from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinking
 
 __all__ = ["TransformersPolicy"]
-
-
-@dataclass
-class _Prompt:
-    """A request turned into token ids, ready to decode."""
-
-    request: PolicyRequest
-    ids: list[int]
-    opens_thinking: bool
-    prefix_reused: bool
 
 
 class _Row:
     """Decoding state of one sequence in a batch."""
 
-    def __init__(self, prompt: _Prompt, device: torch.device, tokenizer: Any, forced_close: list[int]) -> None:
+    def __init__(self, prompt: Prompt, device: torch.device, tokenizer: Any, forced_close: list[int]) -> None:
         sampling = prompt.request.sampling
         self.sampling = sampling
         self.generator = torch.Generator(device=device)
@@ -151,18 +140,16 @@ class TransformersPolicy(Policy):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.batch_wait_ms = batch_wait_ms
-        self.chat_template = chat_template or tokenizer.chat_template
-        if not self.chat_template:
-            raise ValueError("the tokenizer has no chat template; pass chat_template=")
-        self.native_tools = template_supports_tools(self.chat_template) if native_tools is None else native_tools
+        self.eos_ids = eos_token_ids(getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer)
+        self.prompter = hf_chat_prompter(tokenizer, chat_template, native_tools, self.eos_ids)
+        self.native_tools = self.prompter.native_tools
         config_name = getattr(getattr(model, "config", None), "name_or_path", "") or "transformers"
         self.name = name or str(config_name).rstrip("/").split("/")[-1]
-        self.eos_ids = self._stop_token_ids()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
         self._lock = threading.Lock()
         self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
-            self._generate_prompts, batch_size, batch_wait_ms, prepare=self._prepare
+            self._generate_prompts, batch_size, batch_wait_ms, prepare=self.prompter.prepare
         )
 
     @property
@@ -170,58 +157,9 @@ class TransformersPolicy(Policy):
         """The device the model's weights are on."""
         return next(self.model.parameters()).device
 
-    def _stop_token_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for source in (getattr(self.model, "generation_config", None), getattr(self.model, "config", None), self.tokenizer):
-            value = getattr(source, "eos_token_id", None)
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, (list, tuple)):
-                ids.update(int(v) for v in value)
-        if not ids:
-            raise ValueError("the model and tokenizer define no eos_token_id; set tokenizer.eos_token")
-        return ids
-
-    # -- prompts ---------------------------------------------------------------
-
-    def _renderer(self, tools: list[dict[str, Any]]) -> Render:
-        native = tools if self.native_tools and tools else None
-
-        def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-            return self.tokenizer.apply_chat_template(
-                messages,
-                tools=native,
-                chat_template=self.chat_template,
-                add_generation_prompt=add_generation_prompt,
-                tokenize=False,
-            )
-
-        return render
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
     def build_prompt(self, request: PolicyRequest) -> list[int]:
         """The prompt token ids for a request (see :class:`~llmgym.policy.PolicyRequest`)."""
-        return self._prepare(request).ids
-
-    def _prepare(self, request: PolicyRequest) -> _Prompt:
-        check_request(request)
-        messages = prepare_messages(request.messages, request.tools, self.native_tools)
-        render = self._renderer(request.tools)
-        prefix = request.prefix_token_ids
-        if prefix is not None:
-            vocab = len(self.tokenizer)
-            if not all(isinstance(t, int) and 0 <= t < vocab for t in prefix):
-                raise ValueError(f"prefix_token_ids must be ints in [0, {vocab})")
-            generated_end = self.tokenizer.decode([prefix[-1]]) if prefix and prefix[-1] in self.eos_ids else ""
-            delta = continuation_text(render, messages, generated_end)
-            if delta is not None:
-                ids = list(prefix) + self._encode(delta)
-                tail = self.tokenizer.decode(ids[-32:])
-                return _Prompt(request, ids, prompt_opens_thinking(tail), prefix_reused=True)
-        text = render(messages, True)
-        return _Prompt(request, self._encode(text), prompt_opens_thinking(text[-200:]), prefix_reused=False)
+        return self.prompter.prepare(request).ids
 
     # -- generation --------------------------------------------------------------
 
@@ -231,7 +169,7 @@ class TransformersPolicy(Policy):
         Raises:
             TypeError / ValueError: a malformed request (nothing is generated).
         """
-        prompts = [self._prepare(request) for request in requests]
+        prompts = [self.prompter.prepare(request) for request in requests]
         results: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             results.extend(self._generate_prompts(prompts[start : start + self.batch_size]))
@@ -246,19 +184,13 @@ class TransformersPolicy(Policy):
             ValueError: an empty prompt or a token id outside the vocabulary.
         """
         sampling = sampling or SamplingParams()
-        request = PolicyRequest([], sampling=sampling)
-        check_request(request)
-        vocab = len(self.tokenizer)
-        for ids in prompts:
-            if not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
-                raise ValueError(f"a prompt must be a non-empty list of token ids in [0, {vocab})")
-        ready = [_Prompt(request, list(ids), opens_thinking=False, prefix_reused=False) for ids in prompts]
+        ready = [self.prompter.raw(ids, sampling) for ids in prompts]
         results: list[Generation] = []
         for start in range(0, len(ready), self.batch_size):
             results.extend(self._generate_prompts(ready[start : start + self.batch_size]))
         return results
 
-    def _generate_prompts(self, prompts: list[_Prompt]) -> list[Generation]:
+    def _generate_prompts(self, prompts: list[Prompt]) -> list[Generation]:
         if not prompts:
             return []
         with self._lock:
@@ -273,7 +205,7 @@ class TransformersPolicy(Policy):
         return [self._to_generation(prompt, row, elapsed, len(prompts)) for prompt, row in zip(prompts, rows)]
 
     @torch.inference_mode()
-    def _decode(self, prompts: list[_Prompt]) -> list[_Row]:
+    def _decode(self, prompts: list[Prompt]) -> list[_Row]:
         device = self.device
         rows = [_Row(prompt, device, self.tokenizer, self.forced_close) for prompt in prompts]
         width = max(len(prompt.ids) for prompt in prompts)
@@ -309,7 +241,7 @@ class TransformersPolicy(Policy):
             )
             cache, logits = output.past_key_values, output.logits[:, -1, :]
 
-    def _to_generation(self, prompt: _Prompt, row: _Row, elapsed: float, batch: int) -> Generation:
+    def _to_generation(self, prompt: Prompt, row: _Row, elapsed: float, batch: int) -> Generation:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
         for stop in row.sampling.stop:
             if stop and stop in text:

@@ -80,7 +80,7 @@ def test_prefix_continuation_is_token_exact(gguf_path):
     first = policy.generate([request(temperature=0, max_tokens=8)])[0]
     prefix = first.prompt_token_ids + first.token_ids
     messages = HI + [first.message, {"role": "user", "content": "again"}]
-    retokenized = policy.build_prompt(request(messages))[0]
+    retokenized = policy.build_prompt(request(messages))
     assert retokenized[: len(prefix)] != prefix, "re-rendering must differ for the test to mean anything"
     second = policy.generate([request(messages, prefix=prefix)])[0]
     assert second.prompt_token_ids[: len(prefix)] == prefix and second.metadata["prefix_reused"]
@@ -91,16 +91,16 @@ def test_prefix_continuation_is_token_exact(gguf_path):
 
 
 def test_prefix_ending_in_eos_is_not_closed_twice(policy):
-    prompt = policy.build_prompt(request())[0]
+    prompt = policy.build_prompt(request())
     prefix = prompt + policy.tokenize("Hello there<|im_end|>")
     messages = HI + [{"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "next"}]
-    ids, _, reused = policy.build_prompt(request(messages, prefix=prefix))
-    assert reused and ids[: len(prefix)] == prefix
-    assert ids == policy.build_prompt(request(messages))[0]
+    prompt = policy.prompter.prepare(request(messages, prefix=prefix))
+    assert prompt.prefix_reused and prompt.ids[: len(prefix)] == prefix
+    assert prompt.ids == policy.build_prompt(request(messages))
 
 
 def test_tool_protocol_is_injected(policy):
-    ids = policy.build_prompt(request(tools=TOOLS))[0]
+    ids = policy.build_prompt(request(tools=TOOLS))
     text = policy.llm.detokenize(ids, special=True).decode()
     assert "<tool_call>" in text and '"name": "guess"' in text and text.endswith("<|im_start|>assistant\n")
 
@@ -170,5 +170,5 @@ def test_complete_continues_raw_token_ids(policy):
     out = policy.complete([ids], SamplingParams(temperature=0, max_tokens=4))[0]
     assert out.prompt_token_ids == ids and len(out.token_ids) == len(out.logprobs) == 4
     assert out.message["content"] == policy.detokenize(out.token_ids)
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match="list of ints"):
         policy.complete([[10**9]])

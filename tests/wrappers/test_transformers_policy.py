@@ -113,7 +113,7 @@ def test_prefix_ending_in_eos_is_not_closed_twice(policy, tiny):
 def test_bad_prefix_is_a_clear_error(policy):
     with pytest.raises(ValueError, match="no assistant turn"):
         policy.generate([PolicyRequest(HI, prefix_token_ids=[1, 2, 3])])
-    with pytest.raises(ValueError, match="prefix_token_ids must be ints"):
+    with pytest.raises(ValueError, match="prefix_token_ids must be a list of ints"):
         policy.generate([PolicyRequest(HI + [{"role": "assistant", "content": "x"}], prefix_token_ids=[-5])])
     with pytest.raises(ValueError, match="max_tokens"):
         policy.generate([request(max_tokens=0)])
@@ -214,5 +214,5 @@ def test_complete_continues_raw_token_ids(policy, tiny):
     assert first.prompt_token_ids == ids and len(first.token_ids) == 5
     assert first.logprobs == pytest.approx(recomputed_logprobs(tiny[0], ids, first.token_ids), abs=1e-4)
     assert first.message["content"] == tiny[1].decode(first.token_ids, skip_special_tokens=True)
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="non-empty list"):
         policy.complete([[]])
