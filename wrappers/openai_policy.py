@@ -312,6 +312,10 @@ def _read_response(response: Any, text_protocol: bool) -> Generation:
     choice = response.choices[0]
     content = choice.message.content or ""
     message: Message = {"role": "assistant", "content": content}
+    # vLLM's reasoning parsers split the thinking off: older versions call it reasoning_content, newer reasoning.
+    reasoning = getattr(choice.message, "reasoning_content", None) or getattr(choice.message, "reasoning", None)
+    if isinstance(reasoning, str) and reasoning:
+        message["reasoning_content"] = reasoning
     finish_reason = choice.finish_reason or "stop"
     native_calls = choice.message.tool_calls or []
     if native_calls:

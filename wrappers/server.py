@@ -140,6 +140,7 @@ def create_app(
             raise APIError(400, f"The {backend.policy.name} policy does not return token ids or log-probs; "
                            "ask without logprobs and return_token_ids.", "logprobs")
         policy_request, parse_tools = _policy_request(body)
+        backend.check_max_tokens(policy_request.sampling.max_tokens)
         top = (body.top_logprobs or 0) if body.logprobs else 0
         generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.generate(
             _with_seed(policy_request, seed), adapter, top))
@@ -156,6 +157,7 @@ def create_app(
         adapter = backend.resolve_model(body.model)
         prompt_ids = backend.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
         sampling = _sampling(body, body.max_tokens)
+        backend.check_max_tokens(sampling.max_tokens, len(prompt_ids))
         generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.complete(
             prompt_ids, _seeded(sampling, seed), adapter, body.logprobs or 0))
         response_id = f"cmpl-{uuid.uuid4().hex}"
@@ -275,6 +277,14 @@ def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
     return PolicyRequest(messages=messages, tools=tools, sampling=sampling), bool(tools)
 
 
+def _reply(generation: Generation, parse_tools: bool) -> tuple[dict[str, Any], bool]:
+    message, called = assistant_reply(
+        generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+    if generation.message.get("reasoning_content"):
+        message["reasoning_content"] = generation.message["reasoning_content"]
+    return message, called
+
+
 async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> list[Generation]:
     """Run ``n`` generations (seeds ``seed``, ``seed+1``... when seeded); drop them if the client leaves."""
     tasks = [asyncio.ensure_future(start(None if seed is None else seed + i)) for i in range(n)]
@@ -315,8 +325,7 @@ def _chat_response(backend: ServedModel, body: ChatCompletionRequest, generation
                    parse_tools: bool, response_id: str, name: str) -> dict[str, Any]:
     choices = []
     for index, generation in enumerate(generations):
-        message, called = assistant_reply(
-            generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+        message, called = _reply(generation, parse_tools)
         choice: dict[str, Any] = {
             "index": index,
             "message": message,
@@ -359,8 +368,10 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
         first_extra = {"prompt_token_ids": generation.prompt_token_ids} if body.return_token_ids and index == 0 else {}
         yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                       "logprobs": None, "finish_reason": None}], **first_extra)
-        message, called = assistant_reply(
-            generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+        message, called = _reply(generation, parse_tools)
+        if message.get("reasoning_content"):
+            yield chunk([{"index": index, "delta": {"reasoning_content": message["reasoning_content"]},
+                          "finish_reason": None}])
         if called:
             # Tool calls are known only once the whole text is there: prose first, then the calls.
             if message.get("content"):

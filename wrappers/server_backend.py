@@ -70,6 +70,7 @@ class ServedModel:
         llm = getattr(policy, "llm", None)
         # llama.cpp (LlamaCppPolicy): token text and raw completions go through its Llama object.
         self.llama = llm if hasattr(llm, "detokenize") and hasattr(policy, "tokenize") else None
+        self.max_model_len = _max_model_len(policy, self.hf_model)
         self.adapters: dict[str, str] = {}
         self.batches_run = 0
         self.largest_batch = 0
@@ -111,6 +112,16 @@ class ServedModel:
         if name in self.adapters:
             return name
         raise APIError(404, f"The model `{name}` does not exist.", param="model")
+
+    def check_max_tokens(self, max_tokens: int, prompt_tokens: int = 0) -> None:
+        """Refuse a request that cannot fit the model's context, as vLLM does.
+
+        Raises:
+            APIError: 400 naming ``max_tokens``.
+        """
+        if self.max_model_len is not None and prompt_tokens + max_tokens > self.max_model_len:
+            raise APIError(400, f"This model's maximum context length is {self.max_model_len} tokens; the request "
+                           f"asks for {max_tokens} new tokens after a {prompt_tokens}-token prompt.", "max_tokens")
 
     async def generate(self, request: PolicyRequest, adapter: str | None = None, top_logprobs: int = 0) -> Generation:
         """Queue one chat request and wait for its generation."""
@@ -303,6 +314,13 @@ def _transformers_model(policy: Policy) -> Any:
     if model is None or transformers is None:
         return None
     return model if isinstance(model, transformers.PreTrainedModel) else None
+
+
+def _max_model_len(policy: Policy, hf_model: Any) -> int | None:
+    if hf_model is not None:
+        return getattr(hf_model.config, "max_position_embeddings", None)
+    n_ctx = getattr(policy, "n_ctx", None)
+    return n_ctx if isinstance(n_ctx, int) else None
 
 
 def _succeed(job: _Job, result: Generation) -> None:

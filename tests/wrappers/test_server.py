@@ -160,6 +160,7 @@ def test_concurrent_requests_are_answered_and_batched(tiny):
     (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), "messages.0.role"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), "temperature"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), "max_tokens"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}).encode(), "max_tokens"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), "tools.0.function"),
     (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages"),
 ])
