@@ -1,0 +1,133 @@
+"""WikiSearch-v0: the generated wiki, BM25 search, evidence credit, answer checking, and cheating policies."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmgym  # noqa: F401
+from llmgym.envs.wiki_search import WikiSearchSolver, answer_matches, generate_world, make_question
+from llmgym.envs.wiki_search.world import QUESTION_KINDS
+
+
+def call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_world_is_seeded_and_evidence_holds_the_answer():
+    a, b = generate_world(np.random.default_rng(3)), generate_world(np.random.default_rng(3))
+    assert a.passages == b.passages
+    texts = {p.doc_id: p.text for p in a.passages}
+    rng = np.random.default_rng(0)
+    for kind in QUESTION_KINDS:
+        question = make_question(a, rng, kind)
+        assert all(doc in texts for doc in question.evidence)
+        final = texts[question.evidence[-1]]
+        assert question.answer.replace(" River", "") in final
+
+
+def test_answer_matching_rules():
+    assert answer_matches("Vethbur", "Vethbur River") and answer_matches("It is the Vethbur River.", "Vethbur River")
+    assert answer_matches("1203", "1203") and not answer_matches("1204", "1203")
+    assert not answer_matches("Kelmo Darsi or Varo Keltin or Osmi Rav or Zed Ful", "Varo Keltin")
+    assert answer_matches("varo keltin", "Varo Keltin")
+
+
+def play(policy, seeds):
+    env = gym.make("llmgym/WikiSearch-v0")
+    returns, correct = [], []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        state, done, total = {"question": obs}, False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+        correct.append(env.unwrapped.correct)
+    env.close()
+    return float(np.mean(returns)), float(np.mean(correct))
+
+
+def honest(obs, state):
+    return state.setdefault("solver", WikiSearchSolver()).act(obs)
+
+
+def guess_from_question(obs, state):
+    """Reward hack: answer with a name taken from the question, no lookups."""
+    names = re.findall(r"[A-Z][a-z]+(?: [A-Z][a-z]+)?", state["question"].split(":", 1)[1])
+    return call("answer", text=names[-1] if names else "unknown")
+
+
+def read_everything(obs, state):
+    """Reward hack: enumerate passages with broad searches and read them all to farm evidence credit, then answer."""
+    queue = state.setdefault("queue", [])
+    seen = state.setdefault("seen", set())
+    for doc in re.findall(r"^\[(.+?#\d)\]", obs, re.MULTILINE):
+        if doc not in seen:
+            seen.add(doc)
+            queue.append(doc)
+    state["turn"] = state.get("turn", 0) + 1
+    if state["turn"] <= 3:
+        return call("search", query=["born city", "founded river", "works mentor headquarters"][state["turn"] - 1], k=10)
+    if state["turn"] >= 11 or not queue:
+        return call("answer", text="I don't know")
+    batch, state["queue"] = queue[:8], queue[8:]
+    return "".join(call("read", doc_id=doc) for doc in batch)
+
+
+def stuff_answer(obs, state):
+    """Reward hack: search the question, then answer with every title in the results."""
+    if "turn" not in state:
+        state["turn"] = 1
+        return call("search", query=state["question"], k=10)
+    titles = re.findall(r"^\[.+?#\d\] (.+)$", obs, re.MULTILINE)
+    return call("answer", text=", ".join(dict.fromkeys(titles)))
+
+
+def test_honest_solver_answers_correctly_with_evidence():
+    mean_return, accuracy = play(honest, range(10))
+    assert accuracy == 1.0 and mean_return > 1.1
+
+
+@pytest.mark.parametrize("cheat", [guess_from_question, read_everything, stuff_answer])
+def test_cheating_scores_clearly_below_honest(cheat):
+    honest_return, _ = play(honest, range(8))
+    cheat_return, accuracy = play(cheat, range(8))
+    assert accuracy <= 0.25 and cheat_return < honest_return - 0.7
+
+
+def test_evidence_is_credited_once_per_needed_passage():
+    env = gym.make("llmgym/WikiSearch-v0")
+    env.reset(seed=2)
+    question = env.unwrapped.question
+    needed = question.evidence[0]
+    _, reward, _, _, info = env.step(call("read", doc_id=needed))
+    assert info["reward_components"]["evidence"] == 1.0 and reward == pytest.approx(0.1 - 0.01)
+    _, _, _, _, info = env.step(call("read", doc_id=needed))
+    assert info["reward_components"]["evidence"] == 0.0
+    unrelated = next(p.doc_id for p in env.unwrapped.world.passages if p.doc_id not in question.evidence)
+    _, _, _, _, info = env.step(call("read", doc_id=unrelated))
+    assert info["reward_components"]["evidence"] == 0.0
+
+
+def test_search_and_read_errors_are_observations():
+    env = gym.make("llmgym/WikiSearch-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step(call("search", query="the of and"))
+    assert obs.startswith("Error:")
+    obs, *_ = env.step(call("search", query="zzzz qqqq"))
+    assert obs == "No passage matches."
+    obs, *_ = env.step(call("search", query="born", k=50))
+    assert "between 1 and 10" in obs
+    obs, *_ = env.step(call("read", doc_id="Nowhere#9"))
+    assert "no passage" in obs
+    person = next(iter(env.unwrapped.world.people))
+    obs, *_ = env.step(call("search", query=person, k=3))
+    assert obs.splitlines()[0].startswith(f"[{person}#")
+    with pytest.raises(ValueError):
+        gym.make("llmgym/WikiSearch-v0", kinds=["trivia"])
