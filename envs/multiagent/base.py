@@ -265,7 +265,7 @@ class TextGameEnv(AECEnv):
             return
         left = self.max_retries + 1 - self.retries[agent]
         self._inbox[agent].append(
-            f"Illegal move: {error}\nYou are still to move ({left} more illegal attempt{'s' if left != 1 else ''} forfeits the game).\n"
+            f"Illegal move: {error}\nYou are still to move; {left} more illegal attempt{'s' if left != 1 else ''} and you forfeit the game.\n"
             + self.your_turn(agent)
         )
 

@@ -158,7 +158,7 @@ class PrisonersDilemmaEnv(ParallelEnv):
                 self.illegal_attempts[agent] += 1
                 rewards[agent] -= self.illegal_penalty
                 left = self.max_retries + 1 - self.retries[agent]
-                notes[agent].append(f"Illegal action: {err}\nAct again ({left} more illegal action{'s' if left != 1 else ''} forfeits the game).")
+                notes[agent].append(f"Illegal action: {err}\nAct again; {left} more illegal action{'s' if left != 1 else ''} and you forfeit the game.")
         self.quitters = [a for a in self.agents if self.retries[a] > self.max_retries]
         done = False
         if self.quitters:
