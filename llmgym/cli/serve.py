@@ -14,9 +14,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__ + " Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, "
         "/v1/load_lora_adapter and /v1/unload_lora_adapter (transformers backend).",
     )
-    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "scripted"],
+    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "vllm", "scripted"],
                         help="llama.cpp: fast CPU generation of GGUF models (default); transformers: HF checkpoints, "
-                        "batched, LoRA adapters; scripted: a scripted actor (--model wordle or module:Class), no model")
+                        "batched, LoRA adapters; vllm: in-process vLLM (GPU); scripted: a scripted actor (--model wordle or module:Class), no model")
     parser.add_argument("--model", default=None,
                         help="model name or path (.gguf file, checkpoint directory); default: the bundled SmolLM2-135M-Instruct")
     parser.add_argument("--model-name", default="smollm2-135m", help="the name clients pass as 'model' (default: %(default)s)")

@@ -307,6 +307,13 @@ def test_cli_serve_rejects_a_bad_port():
     assert result.returncode == 2 and "--port" in result.stderr
 
 
+def test_cli_serve_names_the_missing_extra():
+    code = "import sys; sys.modules['fastapi'] = None; from llmgym.cli import main; sys.exit(main())"
+    result = subprocess.run([sys.executable, "-c", code, "serve", "--backend", "scripted"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and 'pip install "llmgym[serve]"' in result.stderr
+
+
 @pytest.mark.slow
 def test_real_smollm2_behind_llama_cpp():
     from llmgym.wrappers.models import load_policy
