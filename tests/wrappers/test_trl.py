@@ -1,0 +1,102 @@
+"""Tests for llmgym.wrappers.trl: the environment_factory adapter and the chat-messages export."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import gymnasium as gym
+import pytest
+
+import llmgym
+from llmgym.envs.wordle.solver import WordleSolver
+from llmgym.wrappers.trl import episodes_to_messages, save_messages_jsonl, trl_dataset, trl_environment
+
+
+def test_the_class_exposes_exactly_the_env_tools_to_trl():
+    Wordle = trl_environment("llmgym/Wordle-v0", max_turns=4)
+    public = [n for n, _ in inspect.getmembers(Wordle, predicate=inspect.isfunction) if not n.startswith("_")]
+    assert sorted(public) == ["get_reward", "guess", "reset"]  # TRL's rule: public methods but reset/get_reward are tools
+    assert Wordle().env.unwrapped.max_turns == 4
+
+
+def test_transformers_derives_the_same_tool_schema_as_llmgym():
+    from transformers.utils import get_json_schema
+
+    env = trl_environment("llmgym/Wordle-v0")()
+    schema = get_json_schema(env.guess)["function"]
+    ours = env.env.unwrapped.tool_schemas[0]["function"]
+    assert (schema["name"], schema["description"]) == (ours["name"], ours["description"])
+    for key in ("type", "properties", "required"):  # llmgym adds additionalProperties: false
+        assert schema["parameters"][key] == ours["parameters"][key]
+
+
+def test_tool_calls_play_the_episode_and_the_reward_is_its_return():
+    env = trl_environment("llmgym/Wordle-v0")()
+    assert env.reset(seed=3, prompt=[{"role": "user", "content": ""}]) == "Guess the five-letter word. You have 6 guesses."
+    solver, obs = WordleSolver(), "Guess the five-letter word."
+    while "Solved" not in obs:
+        obs = env.guess(word=json.loads(solver.act(obs)[len("<tool_call>"):-len("</tool_call>")])["arguments"]["word"])
+    assert obs.endswith("[The episode is over.]")
+    assert env.get_reward() == pytest.approx(env._episode().total_reward) and env.get_reward() > 1.0
+    assert env.guess(word="crane").startswith("Error: the episode is over")
+
+
+def test_bad_tool_arguments_become_error_observations():
+    env = trl_environment("llmgym/Wordle-v0")()
+    env.reset(seed=0)
+    assert "invalid arguments" in env.guess(word=["not", "a", "string"])
+    assert "invalid arguments" in env.guess(wrong_name="crane")
+    assert env.get_reward() < 0  # invalid guesses cost reward, as in the env
+
+
+def test_non_llmgym_envs_are_refused():
+    with pytest.raises(TypeError, match="not an llmgym LLMEnv"):
+        trl_environment("CartPole-v1")
+
+
+def test_trl_dataset_has_one_prompt_per_seed():
+    pytest.importorskip("datasets")
+    dataset = trl_dataset("llmgym/Wordle-v0", range(3))
+    assert dataset["seed"] == [0, 1, 2]
+    assert dataset[0]["prompt"][0]["content"].startswith("You are playing Wordle")
+
+
+def test_episodes_export_as_chat_messages(tmp_path):
+    env = gym.make("llmgym/Wordle-v0")
+    obs, _ = env.reset(seed=1)
+    solver, done = WordleSolver(), False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(solver.act(obs))
+        done = terminated or truncated
+    episode = env.unwrapped.episode()
+    row = episodes_to_messages([episode])[0]
+    assert row["reward"] == pytest.approx(episode.total_reward) and row["tools"] == episode.tools
+    calls = [c for m in row["messages"] if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert all(isinstance(c["function"]["arguments"], dict) for c in calls)
+    assert [m["role"] for m in row["messages"][:3]] == ["system", "user", "assistant"]
+    with pytest.raises(ValueError, match="arguments_as"):
+        episodes_to_messages([episode], arguments_as="yaml")
+
+    path = tmp_path / "messages.jsonl"
+    assert save_messages_jsonl([episode, episode], path) == 2
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert len(loaded) == 2 and loaded[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "guess"
+    assert json.loads(loaded[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]) == calls[0]["function"]["arguments"]
+
+
+def test_the_chat_rows_render_with_a_transformers_chat_template():
+    pytest.importorskip("trl")
+    from trl.chat_template_utils import qwen2_5_chat_template
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    tokenizer.chat_template = qwen2_5_chat_template
+    env = gym.make("llmgym/Wordle-v0")
+    env.reset(seed=0)
+    env.step('<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
+    row = episodes_to_messages([env.unwrapped.episode()])[0]
+    text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
+    assert '"name": "guess", "arguments": {"word": "crane"}' in text and "CRANE x x x x Y" in text
