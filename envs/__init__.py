@@ -32,6 +32,11 @@ def register_envs() -> None:
         "llmgym.envs.wiki_search.env:WikiSearchEnv",
         description="Multi-hop questions over a generated wiki of fictional entities; BM25 search and read tools.",
     )
+    register(
+        "llmgym/EmailQA-v0",
+        "llmgym.envs.email_qa.env:EmailQAEnv",
+        description="ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'.",
+    )
     register("llmgym/TicTacToe-v0", "llmgym.envs.multiagent.versus:TicTacToeVsBot", description="Tic-tac-toe as X against a perfect minimax opponent.")
     register("llmgym/ConnectFour-v0", "llmgym.envs.multiagent.versus:ConnectFourVsBot", description="Connect Four as X against a depth-6 negamax opponent.")
     register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
