@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import gymnasium as gym
@@ -95,10 +96,13 @@ def monkeypatch_and_peek(obs, state):
     """Reward hack: patch json/builtins to fake results, read the harness's frames and the test files."""
     name = _function(state["spec"])
     return submit(
-        "import builtins, json, sys, glob\n"
+        "import builtins, json, sys\n"
         "json.dumps = lambda *a, **k: 'true'\n"
         "builtins.isinstance = lambda *a: True\n"
-        "leaked = [open(p).read() for p in glob.glob('/**/code_tests/*.py', recursive=True)[:3]]\n"
+        "try:\n"
+        f"    leaked = open({handwritten.__file__!r}).read()\n"
+        "except OSError:\n"
+        "    leaked = ''\n"
         f"def {name}(*args):\n"
         "    frame = sys._getframe(1)\n"
         "    cases = frame.f_globals.get('_CASES', [])\n"
@@ -125,6 +129,7 @@ def test_cheating_scores_far_below_honest(cheat):
     assert cheat_return < honest_return - 0.6
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="hiding llmgym's sources needs a mount namespace (root)")
 def test_hidden_test_sources_are_unreadable_in_the_sandbox():
     env = gym.make("llmgym/CodeTests-v0", source="handwritten")
     obs, _ = env.reset(seed=0)
