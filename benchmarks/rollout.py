@@ -2,7 +2,8 @@
 
 Measures episodes/s and generated tokens/s of :func:`llmgym.rollout.rollout` with
 
-- ``llamacpp``: the default CPU backend (llama.cpp, SmolLM2-135M-Instruct GGUF), in-process;
+- ``llamacpp``: the default CPU backend (llama.cpp, SmolLM2-135M-Instruct GGUF), in-process,
+  one episode at a time (``llmgym eval``'s default for it); ``llamacpp_c8``: 8 at once;
 - ``transformers_batched``: transformers, 8 concurrent episodes batched by the policy's micro-batcher;
 - ``transformers_sequential``: transformers, one episode and one request at a time;
 - ``serve_cN``: an ``llmgym serve`` subprocess (llama.cpp backend) through the
@@ -21,7 +22,10 @@ The model replies are mostly not valid guesses (SmolLM2-135M is tiny), so
 episodes run to the turn budget; ``--max-turns`` and ``--max-tokens`` bound the
 work. Results go to ``benchmarks/results/rollout.json``.
 
-Run: ``python benchmarks/rollout.py [--max-tokens 32] [--max-turns 3] [--only serve,llamacpp]``
+The machine's load average is recorded with the results: on a shared machine the
+absolute numbers move with it, the ratios (measured minutes apart) less so.
+
+Run: ``python benchmarks/rollout.py [--max-tokens 24] [--max-turns 2] [--only serve,llamacpp]``
 """
 
 from __future__ import annotations
@@ -129,8 +133,8 @@ def _run_case(name: str, results: dict[str, Any], work: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per turn (default 32)")
-    parser.add_argument("--max-turns", type=int, default=3, help="turns per episode (default 3)")
+    parser.add_argument("--max-tokens", type=int, default=24, help="tokens per turn (default 24)")
+    parser.add_argument("--max-turns", type=int, default=2, help="turns per episode (default 2)")
     parser.add_argument("--episodes", type=int, default=8, help="episodes for the local backends (default 8)")
     parser.add_argument("--sequential-episodes", type=int, default=2, help="episodes for sequential transformers")
     parser.add_argument("--concurrency", default="1,8,32,64", help="server concurrencies (default 1,8,32,64)")
@@ -145,37 +149,32 @@ def main() -> None:
     sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
     common = {"sampling": sampling, "max_turns": args.max_turns}
     results: dict[str, Any] = {}
+    load_before = [round(x, 2) for x in os.getloadavg()]
 
-    if "llamacpp" in only:
-        def llamacpp() -> dict[str, Any]:
+    loaded: dict[str, Policy] = {}
+
+    def local(backend: str) -> Policy:
+        """The backend's policy, loaded and warmed up once."""
+        if backend not in loaded:
             from llmgym.wrappers.models import load_policy
 
-            policy = load_policy("llama.cpp")
-            measure(policy, concurrency=1, episodes=1, **common)  # warm-up
-            try:
-                return measure(policy, concurrency=8, episodes=args.episodes, **common)
-            finally:
-                policy.close()
+            loaded[backend] = load_policy(backend)
+            measure(loaded[backend], concurrency=1, episodes=1, **common)  # warm-up
+        return loaded[backend]
 
-        _run_case("llamacpp", results, llamacpp)
-
+    if "llamacpp" in only:
+        # one sequence at a time with a one-request KV cache: concurrency 1 is its best case (eval's default)
+        _run_case("llamacpp", results, lambda: measure(local("llama.cpp"), concurrency=1, episodes=args.episodes, **common))
+        _run_case("llamacpp_c8", results,
+                  lambda: measure(local("llama.cpp"), concurrency=8, episodes=args.episodes, **common))
     if "transformers" in only:
-        holder: dict[str, Policy] = {}
-
-        def transformers_policy() -> Policy:
-            if "policy" not in holder:
-                from llmgym.wrappers.models import load_policy
-
-                holder["policy"] = load_policy("transformers")
-                measure(holder["policy"], concurrency=1, episodes=1, **common)  # warm-up
-            return holder["policy"]
-
         _run_case("transformers_batched", results,
-                  lambda: measure(transformers_policy(), concurrency=8, episodes=args.episodes, **common))
+                  lambda: measure(local("transformers"), concurrency=8, episodes=args.episodes, **common))
         _run_case("transformers_sequential", results,
-                  lambda: measure(transformers_policy(), concurrency=1, episodes=args.sequential_episodes, **common))
-        if "policy" in holder:
-            holder["policy"].close()
+                  lambda: measure(local("transformers"), concurrency=1, episodes=args.sequential_episodes, **common))
+    for policy in loaded.values():
+        policy.close()
+    loaded.clear()
 
     for backend, case in (("llama.cpp", "serve"), ("scripted", "serve_scripted")):
         if case not in only:
@@ -224,6 +223,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "python": platform.python_version(),
+        "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "env": ENV_ID,
         "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7,
                      "episodes": args.episodes, "sequential_episodes": args.sequential_episodes},

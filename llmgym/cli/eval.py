@@ -49,7 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key", help="the server's API key (default $OPENAI_API_KEY)")
     parser.add_argument("--policy", metavar="scripted:NAME",
                         help="a scripted policy instead of a model: scripted:wordle or scripted:module:Class")
-    parser.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="episodes in flight at once (default 32; 1 for the llama.cpp backend, which generates "
+                        "one sequence at a time and keeps the KV cache of the last request only)")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
     parser.add_argument("--max-tokens", type=int, default=256, help="most tokens generated per turn (default 256)")
@@ -75,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         matches = close_matches(args.env_id)
         hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
         raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+    if args.concurrency is None:
+        local_llamacpp = not args.policy and not args.base_url and args.backend == "llama.cpp"
+        args.concurrency = 1 if local_llamacpp else 32
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
