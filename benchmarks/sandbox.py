@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--fresh-calls", type=int, default=30, help="calls per program for the per-call interpreters")
     args = parser.parse_args()
     limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
+    load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
     results: dict[str, dict[str, dict[str, float]]] = {}
     with SubprocessSandbox(limits, preload=("sympy",)) as pool:
         pool.start()
@@ -90,7 +91,9 @@ def main() -> None:
         cold_box.close()
     report = {
         "benchmark": "sandbox tool-call latency",
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_average_1m_before": load_before, "load_average_1m_after": round(os.getloadavg()[0], 2)},
+        "pool": {"preload": ["sympy"], "note": "one warm worker; every call is a fresh fork with all limits"},
         "isolation": isolation,
         "results": results,
         "target": "warm_pool print p50 < 20 ms",
