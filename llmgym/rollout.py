@@ -206,6 +206,7 @@ async def _play(
     env_seconds = policy_seconds = 0.0
     tokens = TokenRecord()
     thinking: list[int] = []
+    reasoning: list[str | None] = []  # thinking text a backend split off the reply, per turn
     finish_reasons: list[str] = []
     generated_tokens: int | None = None
     error: str | None = None
@@ -229,7 +230,7 @@ async def _play(
         tick = time.perf_counter()
         try:
             generation = await policy.agenerate(request)
-        except (asyncio.CancelledError, TokenMismatchError):
+        except TokenMismatchError:
             raise
         except Exception as err:  # one episode's failure must not end the run
             error = f"{type(err).__name__}: {err}"
@@ -240,6 +241,7 @@ async def _play(
             raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
         tokens.add(generation, turn, request.prefix_token_ids)
         thinking.append(int(generation.thinking_tokens))
+        reasoning.append(generation.message.get("reasoning_content"))
         finish_reasons.append(generation.finish_reason)
         count = _count_generated(generation)
         if count is not None:
@@ -285,6 +287,8 @@ async def _play(
     })
     if model is not None:
         episode.metadata["model"] = model
+    if any(reasoning):
+        episode.metadata["reasoning"] = reasoning
     if error is not None:
         episode.metadata["error"] = error
     return episode

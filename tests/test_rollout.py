@@ -328,3 +328,17 @@ def test_observations_replay_the_chat():
         obs, *_, info = env.step(solver.act(obs))
         seen.append(obs)
     assert observations(info["messages"]) == seen
+
+
+def test_reasoning_split_off_by_the_backend_is_kept_in_metadata():
+    class Thinker(ScriptedPolicy):
+        async def agenerate(self, request):
+            generation = await super().agenerate(request)
+            generation.message["reasoning_content"] = f"turn {len(observations(request.messages))}"
+            generation.thinking_tokens = 2
+            return generation
+
+    episode = rollout(WORDLE, Thinker(WordleSolver), seeds=[1])[0]
+    assert episode.metadata["reasoning"] == [f"turn {k}" for k in range(1, episode.num_turns + 1)]
+    assert episode.metadata["thinking_tokens"] == 2 * episode.num_turns
+    assert episode.terminated  # the reply itself still reached the env
