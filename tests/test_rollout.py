@@ -342,3 +342,18 @@ def test_reasoning_split_off_by_the_backend_is_kept_in_metadata():
     assert episode.metadata["reasoning"] == [f"turn {k}" for k in range(1, episode.num_turns + 1)]
     assert episode.metadata["thinking_tokens"] == 2 * episode.num_turns
     assert episode.terminated  # the reply itself still reached the env
+
+
+@pytest.mark.slow  # a few seconds alone, ~20 s on the shared 2-core machine
+def test_llamacpp_policy_is_token_exact():
+    pytest.importorskip("llama_cpp")
+    from llmgym.wrappers.models import load_policy
+
+    policy = load_policy("llama.cpp")
+    sampling = SamplingParams(temperature=1.0, max_tokens=8, seed=3)
+    (episode,) = rollout(WORDLE, policy, seeds=[0], sampling=sampling, env_kwargs={"max_turns": 3})
+    policy.close()
+    assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) > 0
+    assert len(episode.turn_spans) == episode.num_turns == 3
+    assert sum(episode.mask) == sum(end - start for start, end in episode.turn_spans) == episode.metadata["generated_tokens"]
+    assert all(lp <= 0.0 for lp in episode.logprobs)
