@@ -37,6 +37,8 @@ _namespace = {{"__name__": "solution"}}
 try:
     with open("solution.py", encoding="utf-8") as _file:
         exec(compile(_file.read(), "solution.py", "exec"), _namespace)
+    if {function!r} not in _namespace:
+        raise NameError("your code does not define " + {function!r})
     _function = _namespace[{function!r}]
     if not callable(_function):
         raise TypeError({function!r} + " is not a function")
