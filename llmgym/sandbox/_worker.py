@@ -11,12 +11,13 @@ request ``{"code", "files", "limits"}`` it answers one result object.
 Isolation set up once per worker (when running as root): a private mount
 namespace with empty size-capped tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``
 and over every path in ``hide_paths`` (the llmgym sources, hidden tests), and
-a private network namespace (only a downed loopback). Per call, the child
-forks, makes a fresh work dir, applies rlimits, drops to a sandbox-only uid
-(so ``RLIMIT_NPROC`` counts only its own processes, it cannot signal the
-worker or the caller, and cannot read root's ``/proc/*/environ``), clears the
-environment and ``exec``s the code. After the call every process of that uid
-is killed and the temp mounts are wiped.
+private network and IPC namespaces (only a downed loopback). Per call, the
+child forks, makes a fresh work dir, applies rlimits, sets ``no_new_privs``,
+drops to a sandbox-only uid (so ``RLIMIT_NPROC`` counts only its own
+processes, it cannot signal the worker or the caller, and cannot read root's
+``/proc/*/environ``), clears the environment and ``exec``s the code. The
+worker is a child subreaper: when any descendant outlives the call, every
+process of the sandbox uid is killed. The temp mounts are wiped after each call.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ __all__: list[str] = []
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+PR_SET_NO_NEW_PRIVS = 38
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MS_RDONLY = 0x1
@@ -68,7 +71,7 @@ def setup_isolation(config: dict) -> dict:
     if os.geteuid() != 0 or not config.get("namespaces", True):
         return report
     try:
-        _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(CLONE_NEWNET | CLONE_NEWIPC)")
         report["network"] = True
     except OSError as err:
         report["network_error"] = str(err)
@@ -157,6 +160,7 @@ def _child(request: dict, workdir: str, uid: int | None, out_w: int, err_w: int)
                     os.chown(entry, uid, uid)
         os.chdir(workdir)
         _apply_limits(request["limits"], uid is not None)
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries (su, ping) cannot raise privileges
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
