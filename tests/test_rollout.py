@@ -203,15 +203,19 @@ def test_transformers_policy_is_token_exact():
 
     model, tokenizer = models.tiny_random_model(seed=0)
     policy = TransformersPolicy(model, tokenizer=tokenizer)
-    sampling = SamplingParams(temperature=1.0, max_tokens=12, seed=7)
-    episodes = rollout(WORDLE, policy, seeds=[0], group_size=2, sampling=sampling, env_kwargs={"max_turns": 3})
+    sampling = SamplingParams(temperature=1.0, max_tokens=6, seed=7)
+    episodes = rollout(WORDLE, policy, seeds=[0], group_size=2, sampling=sampling, env_kwargs={"max_turns": 2})
     for episode in episodes:
         assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) > 0
-        assert len(episode.turn_spans) == episode.num_turns == 3
+        assert len(episode.turn_spans) == episode.num_turns == 2
         for start, end in episode.turn_spans:
             assert episode.mask[start:end] == [1] * (end - start)
             assert all(lp <= 0.0 for lp in episode.logprobs[start:end])
         assert sum(episode.mask) == sum(end - start for start, end in episode.turn_spans)
+        # turn 2's prompt is turn 1's ids plus the env's reply, decoded back to the tool message
+        (s1, e1), (s2, _) = episode.turn_spans
+        between = tokenizer.decode(episode.token_ids[e1:s2])
+        assert [m for m in episode.messages if m["role"] in ("user", "tool")][1]["content"] in between
     policy.close()
 
 
