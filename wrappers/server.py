@@ -131,7 +131,7 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        body = parse_body(await request.body(), ChatCompletionRequest)
+        body = parse_body(await _read_body(request), ChatCompletionRequest)
         adapter = backend.resolve_model(body.model)
         if body.tools and body.tool_choice != "none" and not enable_auto_tool_choice:
             raise APIError(400, '"auto" tool choice requires --enable-auto-tool-choice; this server does not '
@@ -153,7 +153,7 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        body = parse_body(await request.body(), CompletionRequest)
+        body = parse_body(await _read_body(request), CompletionRequest)
         adapter = backend.resolve_model(body.model)
         prompt_ids = backend.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
         sampling = _sampling(body, body.max_tokens)
@@ -169,13 +169,13 @@ def create_app(
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(request: Request) -> Any:
-        body = parse_body(await request.body(), LoadLoRARequest)
+        body = parse_body(await _read_body(request), LoadLoRARequest)
         await backend.load_adapter(body.lora_name, body.lora_path, replace=body.load_inplace)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter")
     async def unload_lora_adapter(request: Request) -> Any:
-        body = parse_body(await request.body(), UnloadLoRARequest)
+        body = parse_body(await _read_body(request), UnloadLoRARequest)
         await backend.unload_adapter(body.lora_name)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
@@ -303,6 +303,15 @@ async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> lis
         watcher.cancel()
         for task in tasks:
             task.cancel()
+
+
+async def _read_body(request: Any) -> bytes:
+    from starlette.requests import ClientDisconnect
+
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        raise APIError(499, "The client closed the request before sending its body.") from None
 
 
 async def _wait_disconnect(request: Any) -> None:

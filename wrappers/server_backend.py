@@ -72,8 +72,10 @@ class ServedModel:
         self.llama = llm if hasattr(llm, "detokenize") and hasattr(policy, "tokenize") else None
         self.max_model_len = _max_model_len(policy, self.hf_model)
         self.adapters: dict[str, str] = {}
+        #: Counters: batches run, the largest batch, requests dropped because their client had gone.
         self.batches_run = 0
         self.largest_batch = 0
+        self.dropped = 0
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task | None = None
         self._model_lock: asyncio.Lock | None = None
@@ -160,7 +162,9 @@ class ServedModel:
                 jobs.append(self._queue.get_nowait())
             groups: dict[tuple[str | None, bool], list[_Job]] = {}
             for job in jobs:
-                if not job.future.done():
+                if job.future.done():
+                    self.dropped += 1
+                else:
                     groups.setdefault((job.adapter, job.prompt_ids is not None), []).append(job)
             for (adapter, raw), group in groups.items():
                 async with self._model_lock:
@@ -172,6 +176,7 @@ class ServedModel:
 
     async def _run_group(self, adapter: str | None, raw: bool, group: list[_Job]) -> None:
         live = [job for job in group if not job.future.done()]
+        self.dropped += len(group) - len(live)
         if not live:
             return
         self.batches_run += 1

@@ -34,8 +34,9 @@ def tiny_server():
     from llmgym.wrappers.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(*tiny_random_model())
-    with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
-        yield base_url, policy
+    app = create_app(policy, model_name="tiny", batch_wait_s=0.02)
+    with serve_in_thread(app) as base_url:
+        yield base_url, policy, app.state.backend
 
 
 def _dead_url() -> str:
@@ -77,7 +78,7 @@ def test_falls_back_to_the_text_protocol_when_tools_are_refused():
 
 
 def test_token_ids_and_logprobs_match_the_served_policy(tiny_server):
-    base_url, served = tiny_server
+    base_url, served, _ = tiny_server
     request = PolicyRequest([{"role": "user", "content": "Hello"}],
                             sampling=SamplingParams(temperature=0.8, max_tokens=6, seed=4))
     client = OpenAIPolicy("tiny", base_url=base_url)
@@ -97,8 +98,9 @@ def test_token_ids_and_logprobs_match_the_served_policy(tiny_server):
 def test_concurrent_requests_from_sync_and_async_callers(tiny_server):
     import asyncio
 
-    base_url, _ = tiny_server
-    client = OpenAIPolicy("tiny", base_url=base_url, max_concurrency=4)
+    base_url, _, backend = tiny_server
+    backend.largest_batch = 0
+    client = OpenAIPolicy("tiny", base_url=base_url, max_concurrency=3)
     requests = [PolicyRequest([{"role": "user", "content": f"q{i}"}], sampling=SamplingParams(max_tokens=3, seed=i))
                 for i in range(8)]
     try:
@@ -111,6 +113,7 @@ def test_concurrent_requests_from_sync_and_async_callers(tiny_server):
     finally:
         client.close()
     assert len(batch) == 8 and all(len(g.token_ids) == 3 for g in batch)
+    assert 1 < backend.largest_batch <= 3  # concurrent, but never more than max_concurrency in flight
     assert [g.token_ids for g in again] == [g.token_ids for g in batch]  # seeded: the same answers
 
 

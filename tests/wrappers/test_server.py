@@ -13,12 +13,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
 import pytest
 
-from llmgym.policy import PolicyRequest, SamplingParams
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.scripted import load_scripted
 from llmgym.wrappers.server import create_app, serve_in_thread
 
@@ -182,20 +183,58 @@ def test_unknown_model_and_route_are_404(tiny):
     assert httpx.get(f"{base_url}/nothing-here").json()["error"]["code"] == 404
 
 
-def test_aborted_requests_do_not_break_the_server(tiny):
-    base_url, _, _ = tiny
+def _send_raw(base_url: str, body: dict) -> socket.socket:
     host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
-    body = json.dumps({"messages": [{"role": "user", "content": "long"}], "max_tokens": 200}).encode()
-    for stream in (False, True):
-        data = json.dumps({**json.loads(body), "stream": stream}).encode()
-        with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-            time.sleep(0.2)  # the request is queued or generating when the client hangs up
-    with socket.create_connection((host, int(port))) as sock:  # a body that never arrives in full
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mess")
-    response = chat(base_url, max_tokens=3)
-    assert response.status_code == 200 and len(response.json()["choices"]) == 1
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def _read_response(sock: socket.socket) -> str:
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            data.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]):
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed early: {data!r}"
+        data += chunk
+    return data.decode()
+
+
+class GatedPolicy(Policy):
+    """Answers ``done: <last message>``, but only once the test opens the gate: keeps the model "busy" on demand."""
+
+    name = "gated"
+
+    def __init__(self):
+        self.entered, self.gate, self.seen = threading.Event(), threading.Event(), []
+
+    def generate(self, requests):
+        self.entered.set()
+        assert self.gate.wait(timeout=60)
+        self.seen.extend(r.messages[-1]["content"] for r in requests)
+        return [Generation({"role": "assistant", "content": f"done: {r.messages[-1]['content']}"}) for r in requests]
+
+
+def test_aborted_requests_never_reach_the_model_and_do_not_break_the_server():
+    policy = GatedPolicy()
+    app = create_app(policy, model_name="gated", batch_wait_s=0)
+    with serve_in_thread(app) as base_url:
+        busy = _send_raw(base_url, {"messages": [{"role": "user", "content": "A"}]})
+        assert policy.entered.wait(timeout=30)
+        for name, stream in (("B", False), ("C", True)):  # queued behind A, then their clients hang up
+            _send_raw(base_url, {"messages": [{"role": "user", "content": name}], "stream": stream}).close()
+        host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
+        with socket.create_connection((host, int(port))) as sock:  # a body that never arrives in full
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mess")
+        time.sleep(0.5)  # the server notices the closed connections
+        policy.gate.set()
+        reply = _read_response(busy)
+        busy.close()
+        assert reply.startswith("HTTP/1.1 200") and "done: A" in reply
+        assert chat(base_url, messages=[{"role": "user", "content": "D"}]).json()["choices"][0]["message"]["content"] == "done: D"
+    assert policy.seen == ["A", "D"] and app.state.backend.dropped == 2
 
 
 def test_n_choices_and_stop(tiny):
