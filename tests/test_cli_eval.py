@@ -76,10 +76,19 @@ def test_unreachable_server_is_named(tmp_path, capsys):
     (["--policy", "scripted:chess"], "unknown scripted policy 'chess'"),
     (["--policy", "human"], "--policy must look like scripted:NAME"),
     (["-n", "0"], "--num-seeds must be at least 1"),
+    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
 ])
 def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, args, message):
     code = main(["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path), "--no-progress", *args])
     assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_missing_local_model_is_a_clear_error(tmp_path, capsys):
+    pytest.importorskip("llama_cpp")
+    code = main(["eval", WORDLE, "--model", str(tmp_path / "nope.gguf"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot load the llama.cpp backend" in err and "Traceback" not in err
 
 
 def test_missing_extras_are_named():

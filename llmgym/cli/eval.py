@@ -83,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.temperature < 0:
+        raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as err:
@@ -170,8 +174,8 @@ def _build_policy(args: argparse.Namespace) -> Any:
 
         try:
             return load_policy(args.backend, args.model)
-        except (FileNotFoundError, ValueError) as err:
-            raise CLIError(str(err)) from None
+        except (OSError, ValueError) as err:
+            raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
     except ImportError as err:
         raise CLIError(_missing_extra(err)) from None
 
