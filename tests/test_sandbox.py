@@ -163,7 +163,8 @@ def test_llmgym_sources_are_hidden(sandbox):
 def test_isolation_report_says_what_is_enforced(sandbox):
     report = sandbox.isolation()
     assert report["backend"] == "subprocess"
-    assert report["uid_drop"] is ROOT and report["process_limit"] is ROOT
+    assert report["uid_drop"] is ROOT
+    assert report["process_limit"] is (report["uid_drop"] or report["pid_namespace_per_run"])
     assert "RLIMIT_AS" in report["rlimits"]
 
 
@@ -214,3 +215,44 @@ def test_docker_backend():
         assert box.run("print(6 * 7)").stdout == "42\n"
         assert not box.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)").ok
         assert "time limit" in box.run("import time; time.sleep(30)", limits=LIMITS.replace(wall_time_s=1)).error
+
+
+_UNPRIVILEGED_PROBE = """
+import json, os
+from llmgym.sandbox import SandboxLimits, SubprocessSandbox
+with SubprocessSandbox(SandboxLimits(wall_time_s=5)) as box:
+    out = {"euid": os.geteuid(), "isolation": box.isolation()}
+    out["pids"] = box.run("import os; print(os.getpid(), os.getppid())").stdout.split()
+    out["kill_all"] = box.run("import os, signal; os.kill(-1, signal.SIGKILL)").ok
+    out["kill_parent"] = box.run("import os; os.kill(os.getppid(), 9)").error
+    out["write"] = box.run("open('/etc/llmgym-escape', 'w')").stderr.strip().splitlines()[-1]
+    out["net"] = box.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)").ok
+    out["after"] = box.run("print('alive')").stdout
+    out["restarts"] = box.restarts
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="simulating an unprivileged user needs root to create the user namespace")
+def test_unprivileged_user_gets_user_and_pid_namespaces():
+    """As a non-root user the workers enter a user namespace; each run is PID 1 of its own PID namespace."""
+    import json
+    import subprocess
+    import sys
+
+    command = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", _UNPRIVILEGED_PROBE]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    except FileNotFoundError:
+        pytest.skip("no unshare command")
+    if done.returncode != 0 and "unshare" in done.stderr and "llmgym" not in done.stderr:
+        pytest.skip(f"cannot simulate an unprivileged user here: {done.stderr.strip()[:200]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["euid"] == 1000
+    report = out["isolation"]
+    assert report["user_namespace"] and report["pid_namespace_per_run"] and report["network_isolated"]
+    assert report["can_signal_caller"] is False and report["read_only_root"]
+    assert out["pids"] == ["1", "0"]  # the program is alone in its PID namespace
+    assert out["kill_parent"] and not out["net"]
+    assert "Read-only file system" in out["write"]
+    assert out["after"] == "alive\n" and out["restarts"] == 0

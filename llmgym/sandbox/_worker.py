@@ -38,6 +38,12 @@ __all__: list[str] = []
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+SYS_MOUNT_SETATTR = 442
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
 PR_SET_NO_NEW_PRIVS = 38
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
@@ -67,9 +73,17 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 def setup_isolation(config: dict) -> dict:
     """Enter private namespaces where the OS allows; returns what is enforced."""
-    report = {"network": False, "private_tmp": False, "hidden_paths": [], "uid": None}
-    if os.geteuid() != 0 or not config.get("namespaces", True):
+    report = {"network": False, "private_tmp": False, "hidden_paths": [], "uid": None, "read_only_root": False,
+              "user_namespace": False, "pid_namespace": False}
+    if not config.get("namespaces", True):
         return report
+    if os.geteuid() != 0:  # unprivileged: become root of a user namespace of our own, if the OS allows it
+        try:
+            _enter_user_namespace()
+        except OSError as err:
+            report["user_namespace_error"] = str(err)
+            return report
+        report["user_namespace"] = report["pid_namespace"] = True
     try:
         _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(CLONE_NEWNET | CLONE_NEWIPC)")
         report["network"] = True
@@ -78,21 +92,43 @@ def setup_isolation(config: dict) -> dict:
     try:
         _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+        report["read_only_root"] = _read_only_root()
         size = f"size={int(config.get('tmpfs_mb', 64))}m,mode=0755"
         for path in SCRATCH_DIRS:
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
         report["private_tmp"] = True
-        report["exposed"] = _expose_interpreter(config.get("expose_paths", []))
+        if not report["user_namespace"]:  # in a user namespace the program keeps the caller's own access
+            report["exposed"] = _expose_interpreter(config.get("expose_paths", []))
         for path in config.get("hide_paths", []):
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=1k,mode=0555")
                 report["hidden_paths"].append(path)
     except OSError as err:
         report["private_tmp_error"] = str(err)
-    if config.get("uid"):
+    if config.get("uid") and not report["user_namespace"]:
         report["uid"] = int(config["uid"])
     return report
+
+
+def _enter_user_namespace() -> None:
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _read_only_root() -> bool:
+    """Make every mount read-only (``mount_setattr``, Linux 5.12+); the tmpfs mounted afterwards stay writable."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    ret = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr))
+    return ret == 0
 
 
 def _expose_interpreter(paths: list) -> list:
@@ -124,7 +160,7 @@ def _expose_interpreter(paths: list) -> list:
     return exposed
 
 
-def _apply_limits(limits: dict, drop_uid: bool) -> None:
+def _apply_limits(limits: dict, nproc: bool) -> None:
     cpu = max(1, int(limits["cpu_time_s"] + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     memory = int(limits["memory_mb"]) * 1024 * 1024
@@ -133,11 +169,11 @@ def _apply_limits(limits: dict, drop_uid: bool) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(limits["max_open_files"]),) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if drop_uid:  # root ignores RLIMIT_NPROC; the sandbox uid does not
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["max_processes"]),) * 2)
+    if nproc:  # root ignores RLIMIT_NPROC; a sandbox uid, or the root of our own user namespace, does not
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["max_processes"]) + 2,) * 2)
 
 
-def _child(request: dict, workdir: str, uid: int | None, out_w: int, err_w: int) -> None:
+def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int, err_w: int) -> None:
     """Runs in the forked child: never returns."""
     try:
         os.setsid()
@@ -159,7 +195,7 @@ def _child(request: dict, workdir: str, uid: int | None, out_w: int, err_w: int)
                 for entry in [root, *(os.path.join(root, n) for n in dirs + names)]:
                     os.chown(entry, uid, uid)
         os.chdir(workdir)
-        _apply_limits(request["limits"], uid is not None)
+        _apply_limits(request["limits"], uid is not None or pidns)
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries (su, ping) cannot raise privileges
         if uid is not None:
             os.setgroups([])
@@ -171,6 +207,11 @@ def _child(request: dict, workdir: str, uid: int | None, out_w: int, err_w: int)
             signal.signal(sig, signal.SIG_DFL)
         sys.stdin = open(os.devnull)  # noqa: SIM115
         sys.argv = ["<sandbox>"]
+        if pidns:  # the program runs as PID 1 of a namespace of its own: it sees and can signal only its own processes
+            _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+            inner = os.fork()
+            if inner:
+                _relay(inner)
         code = compile(request["code"], "<sandbox>", "exec")
     except BaseException:  # noqa: BLE001  a setup failure is reported as the run's error
         try:
@@ -193,6 +234,16 @@ def _child(request: dict, workdir: str, uid: int | None, out_w: int, err_w: int)
     except BaseException:  # noqa: BLE001
         pass
     os._exit(status & 0xFF)
+
+
+def _relay(pid: int) -> None:
+    """Wait for the program and exit the way it did (the worker sees its status); never returns."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
 def _kill_uid(uid: int) -> None:
@@ -266,7 +317,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        _child(request, workdir, uid, out_w, err_w)
+        _child(request, workdir, uid, bool(report.get("pid_namespace")), out_w, err_w)
     os.close(out_w)
     os.close(err_w)
     pidfd = os.pidfd_open(pid)
@@ -285,7 +336,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         for fd in ready:
             if fd == pidfd:
                 exited = True
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
                 if _has_descendants() and uid is not None:  # a daemon lives on: it must not keep the pipes open
                     _kill_uid(uid)
                 continue
@@ -306,7 +357,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         if uid is not None:
             _kill_uid(uid)
     if status is None:
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
     if _has_descendants():
         _reap_orphans(uid)
     duration = time.monotonic() - start
@@ -321,6 +372,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         "timed_out": timed_out,
         "output_truncated": overflow,
         "duration_s": duration,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
     }
 
 

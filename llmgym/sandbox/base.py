@@ -122,7 +122,7 @@ def describe_failure(result: ExecutionResult, limits: SandboxLimits) -> str:
         return f"file size limit exceeded ({limits.file_size_mb} MB)"
     if code < 0:
         sig = -code
-        if sig == signal.SIGXCPU:
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and result.extra.get("cpu_s", 0.0) >= limits.cpu_time_s):
             return f"CPU time limit exceeded ({limits.cpu_time_s:g} s)"
         if sig == signal.SIGXFSZ:
             return f"file size limit exceeded ({limits.file_size_mb} MB)"

@@ -259,6 +259,7 @@ class SubprocessSandbox(Sandbox):
             return ExecutionResult(error=f"sandbox failure: {reply['sandbox_error']}")
         result = ExecutionResult(**{k: reply[k] for k in (
             "stdout", "stderr", "exit_code", "timed_out", "output_truncated", "duration_s")})
+        result.extra["cpu_s"] = reply.get("cpu_s", 0.0)
         result.error = describe_failure(result, limits)
         return result
 
@@ -268,15 +269,19 @@ class SubprocessSandbox(Sandbox):
             self.start() if self.warm else self._new_worker().kill()
         report = dict(self._isolation or {})
         dropped = report.get("uid") is not None
+        pidns = bool(report.get("pid_namespace"))
         return {
             "backend": "subprocess",
             "uid_drop": dropped,
+            "user_namespace": bool(report.get("user_namespace")),
+            "pid_namespace_per_run": pidns,
             "network_isolated": bool(report.get("network")),
             "private_tmp": bool(report.get("private_tmp")),
+            "read_only_root": bool(report.get("read_only_root")),
             "hidden_paths": report.get("hidden_paths", []),
-            "process_limit": dropped,
-            "can_signal_caller": not dropped,
-            "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE"] + (["RLIMIT_NPROC"] if dropped else []),
+            "process_limit": dropped or pidns,
+            "can_signal_caller": not (dropped or pidns),
+            "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE"] + (["RLIMIT_NPROC"] if dropped or pidns else []),
         }
 
     def close(self) -> None:
