@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
@@ -41,7 +41,6 @@ class _Job:
     top_logprobs: int
     future: asyncio.Future
     prompt_ids: list[int] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ServedModel:
