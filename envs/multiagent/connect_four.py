@@ -22,7 +22,7 @@ from typing import Any
 from llmgym.envs.multiagent.base import TextGameEnv
 from llmgym.tools import ToolError, tool
 
-__all__ = ["ConnectFourEnv", "env", "NegamaxPlayer", "ROWS", "COLUMNS"]
+__all__ = ["ConnectFourEnv", "env", "NegamaxPlayer", "TextNegamaxPlayer", "best_column", "read_columns", "ROWS", "COLUMNS"]
 
 ROWS, COLUMNS = 6, 7
 _MARKS = {"player_0": "X", "player_1": "O"}
@@ -273,6 +273,45 @@ class NegamaxPlayer:
         if self.tool_calls:
             return f'<tool_call>{{"name": "move", "arguments": {{"column": {column}}}}}</tool_call>'
         return f"column {column}"
+
+
+class TextNegamaxPlayer:
+    """:class:`NegamaxPlayer` that reads the board from the observation text alone.
+
+    For ``llmgym.wrappers.scripted.ScriptedPolicy`` (``act(observation) -> str``), e.g.
+    ``llmgym eval llmgym/ConnectFour-v0 --policy scripted:llmgym.envs.multiagent.connect_four:TextNegamaxPlayer``.
+
+    Args:
+        depth: plies searched.
+    """
+
+    def __init__(self, depth: int = 6):
+        self.depth = depth
+
+    def act(self, observation: str) -> str:
+        columns = read_columns(observation)
+        if columns is None or all(len(c) >= ROWS for c in columns):
+            return "I cannot see the board."
+        stones = sum(len(c) for c in columns)
+        return f"column {best_column(columns, 'X' if stones % 2 == 0 else 'O', self.depth) + 1}"
+
+
+def read_columns(text: str) -> list[str] | None:
+    r"""The last board in an observation as columns (bottom-up strings of marks); ``None`` when there is none.
+
+    Example:
+        >>> board = "Board:\n" + ". . . . . . .\n" * 5 + "X O . . . . .\n1 2 3 4 5 6 7"
+        >>> read_columns(board)
+        ['X', 'O', '', '', '', '', '']
+    """
+    block = text.rsplit("Board:", 1)
+    if len(block) < 2:
+        return None
+    rows = re.findall(r"^([XO.](?: [XO.]){6})$", block[1], re.MULTILINE)[:ROWS]
+    if len(rows) != ROWS:
+        return None
+    grid = [row.split() for row in rows]
+    return ["".join(grid[r][c] for r in reversed(range(ROWS)) if grid[r][c] != ".") for c in range(COLUMNS)]
 
 
 def env(**kwargs: Any) -> ConnectFourEnv:

@@ -2,7 +2,9 @@
 
 Holds :class:`TicTacToeEnv` (``player_0`` plays X and moves first),
 :func:`env` (the PettingZoo-style factory), :class:`MinimaxPlayer` (never
-loses), :func:`best_moves` and :func:`winner_of`.
+loses), :class:`TextMinimaxPlayer` (the same, reading only the observation
+text, for ``ScriptedPolicy``), :func:`best_moves`, :func:`winner_of` and
+:func:`read_board`.
 
 Moves are cells named column letter + row number, ``a1`` (top left) to
 ``c3``: as plain text (``"b2"``, ``"I take the centre: B2."``) or as a tool
@@ -23,7 +25,9 @@ import numpy as np
 from llmgym.envs.multiagent.base import TextGameEnv
 from llmgym.tools import ToolError, tool
 
-__all__ = ["TicTacToeEnv", "env", "MinimaxPlayer", "best_moves", "winner_of", "LINES", "cell_name"]
+__all__ = [
+    "TicTacToeEnv", "env", "MinimaxPlayer", "TextMinimaxPlayer", "best_moves", "winner_of", "read_board", "LINES", "cell_name",
+]
 
 LINES: tuple[tuple[int, int, int], ...] = (
     (0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6),
@@ -198,6 +202,38 @@ class MinimaxPlayer:
         if self.tool_calls:
             return f'<tool_call>{{"name": "move", "arguments": {{"cell": "{cell}"}}}}</tool_call>'
         return cell
+
+
+class TextMinimaxPlayer:
+    """:class:`MinimaxPlayer` that reads the board from the observation text alone.
+
+    For ``llmgym.wrappers.scripted.ScriptedPolicy`` (``act(observation) -> str``), e.g.
+    ``llmgym eval llmgym/TicTacToe-v0 --policy scripted:llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer``.
+    """
+
+    def act(self, observation: str) -> str:
+        board = read_board(observation)
+        if board is None or "." not in board:
+            return "I cannot see the board."
+        mark = "X" if board.count("X") == board.count("O") else "O"
+        choices = best_moves(board, mark) or [board.index(".")]
+        return cell_name(choices[0])
+
+
+def read_board(text: str) -> str | None:
+    r"""The last board in an observation, as 9 characters (``None`` when there is none).
+
+    Example:
+        >>> read_board("Board:\n   a b c\n1  X . .\n2  . O .\n3  . . .\nYour move.")
+        'X...O....'
+    """
+    block = text.rsplit("Board:", 1)
+    if len(block) < 2:
+        return None
+    rows = re.findall(r"^([123])  ([XO.]) ([XO.]) ([XO.])$", block[1], re.MULTILINE)
+    if len(rows) != 3:
+        return None
+    return "".join("".join(row[1:]) for row in rows)
 
 
 def env(**kwargs: Any) -> TicTacToeEnv:

@@ -429,3 +429,14 @@ def test_llm_self_play_episodes_feed_the_grpo_trainer():
     advantages = compute_advantages(episodes)
     batch = collate(episodes, advantages.token_advantages)
     assert batch.input_ids.shape[0] == len(episodes) and int(batch.mask.sum()) == sum(sum(e.mask) for e in episodes)
+
+
+def test_text_players_work_as_scripted_policies_on_the_single_agent_envs():
+    from llmgym.rollout import rollout
+    from llmgym.wrappers.scripted import load_scripted
+
+    ttt = rollout("llmgym/TicTacToe-v0", load_scripted("llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer"), seeds=[0, 1, 2])
+    assert [e.total_reward for e in ttt] == [0.0, 0.0, 0.0] and all(e.terminated for e in ttt)
+    c4 = rollout("llmgym/ConnectFour-v0", load_scripted("llmgym.envs.multiagent.connect_four:TextNegamaxPlayer"),
+                 seeds=[0], env_kwargs={"depth": 2})
+    assert c4[0].terminated and c4[0].component_totals()["game"] == 1.0  # depth-6 search beats a depth-2 opponent
