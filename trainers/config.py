@@ -188,6 +188,8 @@ class SFTConfig:
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input."""
     lora_target_modules: list[str] | str = "all-linear"
     """Modules that get adapters."""
     bf16: bool = True

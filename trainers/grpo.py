@@ -53,7 +53,7 @@ from llmgym.trainers.config import GRPOConfig, load_config
 from llmgym.trainers.losses import TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb, plot_metrics, reward_stats
 
-__all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id"]
+__all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id", "resolve_device", "add_lora"]
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -90,7 +90,7 @@ class GRPOTrainer:
     def __init__(self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False):
         self.config = config
         self.rank, self.world = _init_distributed()
-        self.device = _resolve_device(config.device)
+        self.device = resolve_device(config.device)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)
@@ -106,7 +106,7 @@ class GRPOTrainer:
             raise TypeError("GRPOTrainer(model=...) also needs tokenizer=")
         model.to(self.device)
         if config.lora:
-            model = _add_lora(model, config)
+            model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
         self.scorer = TokenScorer(self.model)
@@ -390,7 +390,8 @@ def _unusable(episode: Episode) -> bool:
     return "error" in episode.metadata or not episode.token_ids
 
 
-def _add_lora(model: Any, config: GRPOConfig) -> Any:
+def add_lora(model: Any, config: Any) -> Any:
+    """Wrap ``model`` in a peft LoRA adapter configured by ``config.lora_*``."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
@@ -413,7 +414,8 @@ def _init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = this rank's CUDA device when available, else CPU."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
