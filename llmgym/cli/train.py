@@ -1,0 +1,169 @@
+"""``llmgym train``: GRPO on an environment, or SFT warm-up on recorded episodes.
+
+``llmgym train grpo ENV_ID --steps 50 --group-size 8 --out runs/x`` trains with
+the settings of :class:`~llmgym.trainers.config.GRPOConfig`: flags override a
+``--config`` TOML file, and ``--set KEY=VALUE`` reaches any field (the value is
+read as TOML: ``--set beta=0.04 --set lora_target_modules='["q_proj"]'``).
+``llmgym train sft --episodes runs/eval/episodes.jsonl --min-reward 1 --out runs/sft``
+fine-tunes on the good episodes; ``--export-messages FILE`` writes them in the
+chat ``messages`` format (Hugging Face datasets, TRL's SFTTrainer) instead.
+For data parallel training run ``torchrun --nproc-per-node N -m llmgym.trainers.grpo --config cfg.toml``.
+The trainers are imported inside the command, so ``import llmgym`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from typing import Any
+
+from llmgym.cli import CLIError
+
+__all__ = ["add_parser", "run_grpo", "run_sft"]
+
+# flag -> GRPOConfig field, for the flags that only copy a value
+_GRPO_FLAGS = {
+    "model": "model", "out": "out", "steps": "steps", "group_size": "group_size", "prompts_per_step": "prompts_per_step",
+    "max_new_tokens": "max_new_tokens", "lr": "learning_rate", "beta": "beta", "turn_lambda": "turn_lambda",
+    "loss": "loss_aggregation", "scale_rewards": "scale_rewards", "temperature": "temperature", "seed": "seed",
+    "base_url": "base_url", "micro_batch_size": "micro_batch_size", "device": "device",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train a model: GRPO on an environment, SFT on episodes",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(title="trainers", metavar="TRAINER")
+
+    grpo = commands.add_parser("grpo", help="GRPO with turn-level credit on an environment")
+    grpo.add_argument("env_id", nargs="?", metavar="ENV_ID", help="environment id (or set env_id in --config)")
+    grpo.add_argument("--config", help="TOML file with GRPOConfig keys")
+    grpo.add_argument("--model", help="model name or path, or tiny-random (default smollm2)")
+    grpo.add_argument("--out", help="run folder (default runs/grpo)")
+    grpo.add_argument("--steps", type=int, help="optimizer rounds")
+    grpo.add_argument("--group-size", type=int, help="episodes per seed (G)")
+    grpo.add_argument("--prompts-per-step", type=int, help="seeds (groups) per step")
+    grpo.add_argument("--max-new-tokens", type=int, help="most tokens generated per turn")
+    grpo.add_argument("--lr", type=float, help="learning rate")
+    grpo.add_argument("--beta", type=float, help="KL weight (0 = no reference model)")
+    grpo.add_argument("--turn-lambda", type=float, help="weight of the turn-level advantage")
+    grpo.add_argument("--loss", choices=["sequence_mean", "token_mean", "dr_grpo"], help="loss aggregation")
+    grpo.add_argument("--scale-rewards", choices=["group", "batch", "none"], help="advantage scaling")
+    grpo.add_argument("--temperature", type=float, help="sampling temperature")
+    grpo.add_argument("--micro-batch-size", type=int, help="episodes per forward/backward")
+    grpo.add_argument("--seed", type=int, help="run seed")
+    grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
+    grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
+    grpo.add_argument("--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step")
+    grpo.add_argument("--env-kwargs", metavar="TOML", help='environment arguments as an inline TOML table: "{max_turns = 4}"')
+    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any GRPOConfig field (TOML value)")
+    grpo.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    grpo.set_defaults(func=run_grpo)
+
+    sft = commands.add_parser("sft", help="SFT warm-up on recorded episodes (or export them as chat messages)")
+    sft.add_argument("--episodes", required=True, help="episodes JSONL (llmgym eval output)")
+    sft.add_argument("--min-reward", type=float, help="keep episodes with at least this total reward")
+    sft.add_argument("--model", help="model name or path, or tiny-random (default smollm2)")
+    sft.add_argument("--out", help="run folder (default runs/sft)")
+    sft.add_argument("--epochs", type=int, help="passes over the episodes")
+    sft.add_argument("--lr", type=float, help="learning rate")
+    sft.add_argument("--batch-size", type=int, help="episodes per optimizer step")
+    sft.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
+    sft.add_argument("--retokenize", action="store_true", help="render messages with this model's template even when episodes carry token ids")
+    sft.add_argument("--export-messages", metavar="FILE", help="only write the kept episodes as chat messages JSONL")
+    sft.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sft.set_defaults(func=run_sft)
+    parser.set_defaults(func=lambda args: parser.print_help() or 0)
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word: a string
+
+
+def _grpo_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if args.env_id:
+        overrides["env_id"] = args.env_id
+    for flag, field in _GRPO_FLAGS.items():
+        if getattr(args, flag) is not None:
+            overrides[field] = getattr(args, flag)
+    if args.lora:
+        overrides["lora"] = True
+    if args.no_progress:
+        overrides["progress"] = False
+    if args.env_kwargs:
+        value = _toml_value(args.env_kwargs)
+        if not isinstance(value, dict):
+            raise CLIError(f"--env-kwargs must be an inline TOML table like '{{max_turns = 4}}', got {args.env_kwargs!r}")
+        overrides["env_kwargs"] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CLIError(f"--set needs KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = _toml_value(value.strip())
+    return overrides
+
+
+def run_grpo(args: argparse.Namespace) -> int:
+    try:
+        from llmgym.trainers.config import GRPOConfig, load_config
+        from llmgym.trainers.grpo import GRPOTrainer
+    except ImportError as err:
+        raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
+    import llmgym  # noqa: F401  registers the environments
+
+    overrides = _grpo_overrides(args)
+    names = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise CLIError(f"unknown GRPOConfig fields {unknown}")
+    try:
+        config = load_config(args.config, GRPOConfig, **overrides) if args.config else GRPOConfig(**overrides)
+        if not args.config and not args.env_id:
+            raise CLIError("give an ENV_ID or a --config file that sets env_id")
+        trainer = GRPOTrainer(config, resume=args.resume)
+    except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as err:
+        raise CLIError(str(err)) from None
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+    if history:
+        last = history[-1]
+        print(f"step {last['step']}: reward {last.get('reward/mean', float('nan')):.3f}; run in {config.out}")
+    return 0
+
+
+def run_sft(args: argparse.Namespace) -> int:
+    try:
+        from llmgym.episode import load_jsonl
+        from llmgym.trainers.config import SFTConfig
+        from llmgym.trainers.sft import SFTTrainer, export_messages, select_episodes
+    except ImportError as err:
+        raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
+    try:
+        episodes = load_jsonl(args.episodes)
+    except (OSError, ValueError) as err:
+        raise CLIError(f"cannot read episodes: {err}") from None
+    if args.export_messages:
+        count = export_messages(select_episodes(episodes, args.min_reward), args.export_messages)
+        print(f"wrote {count} of {len(episodes)} episodes to {args.export_messages}")
+        return 0
+    fields = {"min_reward": args.min_reward, "model": args.model, "out": args.out, "epochs": args.epochs,
+              "learning_rate": args.lr, "batch_size": args.batch_size, "lora": args.lora}
+    settings = {k: v for k, v in fields.items() if v is not None}
+    if args.no_progress:
+        settings["progress"] = False
+    try:
+        config = SFTConfig(episodes=args.episodes, **settings)
+        trainer = SFTTrainer(config, episodes=episodes, retokenize=args.retokenize)
+    except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as err:
+        raise CLIError(str(err)) from None
+    history = trainer.train()
+    print(f"{len(trainer.episodes)} episodes, {len(history)} steps, last loss {history[-1]['loss']:.4f}; weights in {config.out}/final")
+    return 0
