@@ -186,6 +186,9 @@ class GRPOTrainer:
         local_seeds = seeds[self.rank :: self.world]
         resample_rng = np.random.default_rng([config.seed, step, self.rank])
         episodes = self._rollout(local_seeds, step, first_group=0)
+        if episodes and all(_unusable(e) for e in episodes):
+            reasons = {e.metadata.get("error") or e.metadata.get("token_ids_dropped") or "no token ids" for e in episodes}
+            raise RuntimeError(f"no episode of step {step + 1} can be trained on: {sorted(map(str, reasons))[:3]}")
         errors = sum(1 for e in episodes if _unusable(e))
         episodes = [e for e in episodes if not _unusable(e)]
         advantages = self._advantages(episodes)
