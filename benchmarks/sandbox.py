@@ -3,17 +3,18 @@
 Measures the wall time a caller waits for one tool call that runs a small
 program and returns its output, for:
 
-- ``warm_pool``: :class:`llmgym.sandbox.SubprocessSandbox` with warm workers
+- ``warm_pool``: :class:`llmgym.sandbox.SubprocessSandbox` with a warm worker
   (a fork of a pre-started, isolated interpreter per call; all limits, the
-  uid drop and namespaces as in the environments);
+  uid drop and namespaces as in the environments), and
+  ``warm_pool_preload_sympy``, the same with ``preload=("sympy",)``;
 - ``fresh_python_c``: ``subprocess.run([python, "-c", code])`` per call (no
   isolation at all: the baseline an agent framework usually starts from);
 - ``cold_isolated``: the same sandbox with ``warm=False`` (a fresh isolated
   worker per call: what the pool saves).
 
 Programs: ``print(1 + 1)`` (pure overhead) and a small sympy computation
-(``import sympy`` is paid per call by a fresh interpreter, once by the pool
-when ``preload=("sympy",)``). Reports p50/p99 in milliseconds and writes
+(``import sympy`` is paid per call by a fresh interpreter and by the plain
+pool's forks, once per worker by the preloading pool). Reports p50/p99 in milliseconds and writes
 ``benchmarks/results/sandbox.json``. Target: warm p50 under 20 ms.
 
 Run: ``python benchmarks/sandbox.py [--calls 200]``
@@ -65,35 +66,42 @@ def main() -> None:
     limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
     load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
     results: dict[str, dict[str, dict[str, float]]] = {}
-    with SubprocessSandbox(limits, preload=("sympy",)) as pool:
+    plain = SubprocessSandbox(limits)  # what the environments use: no preloaded modules
+    with_sympy = SubprocessSandbox(limits, preload=("sympy",))  # import sympy paid once per worker
+    cold_box = SubprocessSandbox(limits, warm=False)
+    for pool in (plain, with_sympy):
         pool.start()
-        isolation = pool.isolation()
+    isolation = plain.isolation()
 
-        def warm(code: str) -> None:
+    def warm_call(pool: SubprocessSandbox):
+        def call(code: str) -> None:
             result = pool.run(code)
             assert result.ok, result.to_text()
+        return call
 
-        def fresh(code: str) -> None:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
+    def fresh(code: str) -> None:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
 
-        cold_box = SubprocessSandbox(limits, warm=False)
+    def cold(code: str) -> None:
+        result = cold_box.run(code)
+        assert result.ok, result.to_text()
 
-        def cold(code: str) -> None:
-            result = cold_box.run(code)
-            assert result.ok, result.to_text()
-
-        for name, code in PROGRAMS.items():
-            warm(code)  # first call: nothing to measure but the program's own first import
-            results.setdefault("warm_pool", {})[name] = percentiles(time_calls(warm, code, args.calls))
-            results.setdefault("fresh_python_c", {})[name] = percentiles(time_calls(fresh, code, args.fresh_calls))
-            results.setdefault("cold_isolated", {})[name] = percentiles(time_calls(cold, code, args.fresh_calls))
-        cold_box.close()
+    backends = {"warm_pool": warm_call(plain), "warm_pool_preload_sympy": warm_call(with_sympy),
+                "fresh_python_c": fresh, "cold_isolated": cold}
+    for name, code in PROGRAMS.items():
+        for backend, call in backends.items():
+            call(code)  # first call: nothing to measure but the program's own first import
+            cheap = backend == "warm_pool_preload_sympy" or (backend == "warm_pool" and name == "print")
+            n = args.calls if cheap else args.fresh_calls
+            results.setdefault(backend, {})[name] = percentiles(time_calls(call, code, n))
+    for pool in (plain, with_sympy, cold_box):
+        pool.close()
     report = {
         "benchmark": "sandbox tool-call latency",
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_average_1m_before": load_before, "load_average_1m_after": round(os.getloadavg()[0], 2)},
-        "pool": {"preload": ["sympy"], "note": "one warm worker; every call is a fresh fork with all limits"},
+        "pool": "one warm worker per pool; every call is a fresh fork with all limits and isolation",
         "isolation": isolation,
         "results": results,
         "target": "warm_pool print p50 < 20 ms",
@@ -101,10 +109,10 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'backend':<16} {'program':<8} {'p50 ms':>9} {'p99 ms':>9}")
+    print(f"{'backend':<24} {'program':<8} {'p50 ms':>9} {'p99 ms':>9}")
     for backend, programs in results.items():
         for name, stats in programs.items():
-            print(f"{backend:<16} {name:<8} {stats['p50_ms']:>9.2f} {stats['p99_ms']:>9.2f}")
+            print(f"{backend:<24} {name:<8} {stats['p50_ms']:>9.2f} {stats['p99_ms']:>9.2f}")
     print(f"wrote {RESULTS}")
 
 
