@@ -256,3 +256,24 @@ def test_unprivileged_user_gets_user_and_pid_namespaces():
     assert out["kill_parent"] and not out["net"]
     assert "Read-only file system" in out["write"]
     assert out["after"] == "alive\n" and out["restarts"] == 0
+
+
+def test_shared_sandboxes_are_reference_counted():
+    from llmgym.sandbox import shared_sandbox
+
+    a, b = shared_sandbox(limits=LIMITS, role="test"), shared_sandbox(limits=LIMITS, role="test")
+    other = shared_sandbox(limits=LIMITS, role="test-other")
+    assert a._sandbox is b._sandbox and other._sandbox is not a._sandbox
+    assert a.run("print(1)").stdout == "1\n"
+    pool = a._sandbox
+    a.close()
+    a.close()  # closing a handle twice releases it once
+    assert b.run("print(2)").stdout == "2\n" and not pool._closed
+    b.close()
+    assert pool._closed
+    with pytest.raises(RuntimeError):
+        b.run("print(3)")
+    other.close()
+    fresh = shared_sandbox(limits=LIMITS, role="test")
+    assert fresh._sandbox is not pool and fresh.run("print(4)").stdout == "4\n"
+    fresh.close()

@@ -43,7 +43,7 @@ from llmgym.env import LLMEnv
 from llmgym.envs.code_tests.harness import GradeReport, grade
 from llmgym.envs.code_tests.problems import CodeProblem, make_problem
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
-from llmgym.sandbox import Sandbox, SandboxLimits, make_sandbox
+from llmgym.sandbox import Sandbox, SandboxLimits, shared_sandbox
 from llmgym.tools import ToolError, tool
 
 __all__ = ["CodeTestsEnv"]
@@ -62,7 +62,9 @@ class CodeTestsEnv(LLMEnv):
         per_test_timeout_s: time one test may take.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    Sandboxes start on the first tool call; :meth:`close` stops them.
+    Sandboxes (warm pools shared by the process's CodeTests envs, one for the
+    agent's runs and one for grading) start on the first tool call;
+    :meth:`close` releases them.
     """
 
     description = "Write a function from a spec; run it on visible examples, then be graded on hidden tests in a fresh sandbox."
@@ -103,9 +105,10 @@ class CodeTestsEnv(LLMEnv):
 
     def _sandbox(self, role: str) -> Sandbox:
         """The agent's sandbox (``"agent"``) or the grading one (``"grader"``): separate pools, started lazily."""
-        if role not in self._sandboxes:
+        if role not in self._sandboxes:  # pools are shared by every CodeTests env of the process, per role
             limits = SandboxLimits(wall_time_s=10, cpu_time_s=10, memory_mb=512)
-            self._sandboxes[role] = make_sandbox(self.sandbox_backend, limits)
+            options = {"pool_size": 4} if self.sandbox_backend == "subprocess" else {}
+            self._sandboxes[role] = shared_sandbox(self.sandbox_backend, limits, role=f"code_tests.{role}", **options)
         return self._sandboxes[role]
 
     @tool(max_output_chars=6000)

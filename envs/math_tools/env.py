@@ -52,7 +52,7 @@ from llmgym.env import LLMEnv
 from llmgym.envs.math_tools.calculator import CalculatorError, evaluate, format_number, numbers_in, parse_answer
 from llmgym.envs.math_tools.problems import DIFFICULTIES, Problem, generate_problem
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
-from llmgym.sandbox import Sandbox, SandboxLimits, make_sandbox
+from llmgym.sandbox import Sandbox, SandboxLimits, shared_sandbox
 from llmgym.tools import ToolError, tool
 
 __all__ = ["MathToolsEnv", "answers_match"]
@@ -79,7 +79,9 @@ class MathToolsEnv(LLMEnv):
         python_timeout_s: wall-clock limit of one ``python`` call.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    The sandbox starts on the first ``python`` call; :meth:`close` stops it.
+    The sandbox (a warm pool shared by the process's MathTools envs, see
+    :func:`llmgym.sandbox.shared_sandbox`) starts on the first ``python`` call;
+    :meth:`close` releases it.
     """
 
     description = "Multi-step word problems with calculator and Python tools; exact answers checked with sympy."
@@ -142,9 +144,9 @@ class MathToolsEnv(LLMEnv):
         Args:
             code: the program; print the values you need.
         """
-        if self._sandbox is None:
-            self._sandbox = make_sandbox(self.sandbox_backend, self.sandbox_limits, **(
-                {"preload": ("fractions", "math")} if self.sandbox_backend == "subprocess" else {}))
+        if self._sandbox is None:  # one warm pool per process, shared by every MathTools env
+            options = {"preload": ("fractions", "math"), "pool_size": 4} if self.sandbox_backend == "subprocess" else {}
+            self._sandbox = shared_sandbox(self.sandbox_backend, self.sandbox_limits, role="math_tools", **options)
         result = self._sandbox.run(code)
         if result.ok:
             printed = numbers_in(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else []

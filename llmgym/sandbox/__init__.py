@@ -3,7 +3,8 @@
 Holds the shared types (:class:`SandboxLimits`, :class:`ExecutionResult`,
 :class:`Sandbox`), the backends (:class:`SubprocessSandbox`, a pool of warm
 forking workers, the default; :class:`DockerSandbox`, used when an engine
-answers) and :func:`make_sandbox`, which picks one. A program's failure
+answers), :func:`make_sandbox`, which picks one, and :func:`shared_sandbox`,
+one reference-counted pool per setting for all environments of a process. A program's failure
 (timeout, memory, crash, a killed worker) comes back as an
 :class:`ExecutionResult` with ``error`` set, never as an exception.
 
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits
 from llmgym.sandbox.docker_backend import DockerSandbox, docker_available
+from llmgym.sandbox.shared import SharedSandbox, shared_sandbox
 from llmgym.sandbox.subprocess_backend import SubprocessSandbox, default_hidden_paths
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "docker_available",
     "default_hidden_paths",
     "make_sandbox",
+    "shared_sandbox",
+    "SharedSandbox",
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from typing import Any
 
@@ -63,6 +64,7 @@ class DockerSandbox(Sandbox):
         self.image = image
         self._client = client
         self._container: Any = None
+        self._owner_pid = os.getpid()
 
     def _ensure(self) -> Any:
         if self._container is not None:
@@ -121,7 +123,7 @@ class DockerSandbox(Sandbox):
 
     def close(self) -> None:
         container, self._container = self._container, None
-        if container is not None:
+        if container is not None and os.getpid() == self._owner_pid:  # a forked copy must not remove the parent's
             try:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001  already gone

@@ -211,6 +211,7 @@ class SubprocessSandbox(Sandbox):
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(pool_size)
         self._closed = False
+        self._owner_pid = os.getpid()
         self.restarts = 0
         self._isolation: dict[str, Any] | None = None
 
@@ -288,6 +289,8 @@ class SubprocessSandbox(Sandbox):
         self._closed = True
         with self._lock:
             idle, self._idle = self._idle, []
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy of this object: the workers belong to the parent process
         for worker in idle:
             worker.kill()
 
