@@ -109,10 +109,12 @@ class DockerSandbox(Sandbox):
         container.exec_run(["sh", "-c", "kill -9 -1; rm -rf /work/* /work/.[!.]* /tmp/*"])
         out, err = out or b"", err or b""
         cap = limits.max_output_bytes
+        timed_out = exit_code in (124, 137) and duration >= 0.9 * limits.wall_time_s
+        if exit_code is not None and exit_code > 128:  # timeout and sh report "killed by signal N" as 128 + N
+            exit_code = -(exit_code - 128)
         result = ExecutionResult(
             stdout=out[:cap].decode("utf-8", "replace"), stderr=err[:cap].decode("utf-8", "replace"),
-            exit_code=-9 if exit_code == 137 else exit_code, timed_out=exit_code == 137 and duration >= limits.wall_time_s,
-            output_truncated=len(out) > cap or len(err) > cap, duration_s=duration,
+            exit_code=exit_code, timed_out=timed_out, output_truncated=len(out) > cap or len(err) > cap, duration_s=duration,
         )
         result.error = describe_failure(result, limits)
         return result
