@@ -139,7 +139,7 @@ def test_malformed_calls_are_penalised_and_answered():
 
 
 def test_python_tool_runs_in_a_lazy_sandbox_and_earns_credit():
-    env = gym.make("llmgym/MathTools-v0", difficulty=1)
+    env = gym.make("llmgym/MathTools-v0", difficulty=1, python_timeout_s=1.0)
     obs, _ = env.reset(seed=2)
     assert env.unwrapped._sandbox is None  # nothing started at make/reset
     first = plan(obs)[0]
