@@ -79,6 +79,7 @@ class MathToolsEnv(LLMEnv):
         python_timeout_s: wall-clock limit of one ``python`` call.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
+    ``reset(options={"difficulty": 3})`` changes the level for one episode.
     The sandbox (a warm pool shared by the process's MathTools envs, see
     :func:`llmgym.sandbox.shared_sandbox`) starts on the first ``python`` call;
     :meth:`close` releases it.
@@ -115,6 +116,8 @@ class MathToolsEnv(LLMEnv):
 
     def setup(self, options: dict[str, Any] | None) -> str:
         difficulty = (options or {}).get("difficulty", self.difficulty)
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(f"options['difficulty'] must be one of {DIFFICULTIES}, got {difficulty!r}")
         self.problem = generate_problem(self.np_random, difficulty)
         self.given_answer, self.answer_text = None, ""
         self.tool_values = []

@@ -168,3 +168,8 @@ def test_check_env_every_difficulty():
         env.close()
     with pytest.raises(ValueError):
         gym.make("llmgym/MathTools-v0", difficulty=7)
+    env = gym.make("llmgym/MathTools-v0", difficulty=1)
+    env.reset(seed=0, options={"difficulty": 3})
+    assert env.unwrapped.problem.difficulty == 3
+    with pytest.raises(ValueError):
+        env.reset(seed=0, options={"difficulty": 0})
