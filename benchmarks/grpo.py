@@ -1,0 +1,227 @@
+"""GRPO step cost, llmgym's trainer vs TRL's GRPOTrainer, same model, data and settings.
+
+Usage::
+
+    python benchmarks/grpo.py                       # tiny random Llama and SmolLM2-135M, 5 steps each
+    python benchmarks/grpo.py --models tiny --steps 4
+
+Both trainers get the same plain safetensors checkpoint (the tiny random Llama
+saved once, and the SmolLM2-135M-Instruct GGUF converted by ``load_model``),
+the same 16 chat prompts, 4 generations per prompt, 4 completions per step,
+at most 32 completion tokens, lr 1e-6, beta 0, DAPO/token-mean loss, fp32 on
+CPU, the same torch thread count and the same reward (fraction of vowels).
+Each trainer runs in a fresh subprocess, so peak RSS is its own; TRL runs in
+its own virtual environment (``--trl-venv``, created with
+``--system-site-packages`` and ``pip install trl==1.16.0`` when missing), never
+as an llmgym dependency. The first step is warm-up and not counted. Writes
+``benchmarks/results/grpo.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROMPTS = [
+    "Name a fruit.", "Say hello.", "What color is the sky?", "Count to three.", "Name an animal.",
+    "Give me a word that rhymes with cat.", "What is two plus two?", "Name a country.", "Say something nice.",
+    "What day comes after Monday?", "Name a planet.", "Spell the word cat.", "What is water made of?",
+    "Name a musical instrument.", "Describe the sun in one word.", "What do bees make?",
+]
+TRL_VERSION = "1.16.0"
+
+
+def vowel_fraction(text: str) -> float:
+    letters = [c for c in text.lower() if c.isalpha()]
+    return sum(c in "aeiou" for c in letters) / len(letters) if letters else 0.0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- workers (run in their own processes) ----------------------------------------------------
+
+
+def run_ours(model: str, steps: int, threads: int) -> dict:
+    import gymnasium as gym
+    import torch
+
+    from llmgym.env import LLMEnv
+    from llmgym.rubric import Reward, Rubric
+    from llmgym.trainers.config import GRPOConfig
+    from llmgym.trainers.grpo import GRPOTrainer
+
+    torch.set_num_threads(threads)
+
+    class PromptsEnv(LLMEnv):
+        """One reply to one of the 16 prompts (seed % 16), rewarded by its vowel fraction."""
+
+        def __init__(self):
+            super().__init__(max_turns=1)
+
+        def setup(self, options):
+            return PROMPTS[self.seed_used % len(PROMPTS)]
+
+        def is_done(self):
+            return True
+
+        def build_rubric(self):
+            return Rubric([Reward(lambda ctx: vowel_fraction(ctx.action_text), name="vowels")])
+
+    PromptsEnv.system_prompt = ""
+    gym.register("llmgym-bench/Prompts-v0", entry_point=PromptsEnv)
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmgym-bench-grpo-{os.getpid()}"
+    config = GRPOConfig(
+        env_id="llmgym-bench/Prompts-v0", model=model, out=str(out), steps=steps, prompts_per_step=1, group_size=4,
+        seed_pool=len(PROMPTS), max_new_tokens=32, temperature=1.0, learning_rate=1e-6, beta=0.0,
+        loss_aggregation="token_mean", micro_batch_size=4, progress=False, plot=False, save_every=10**6,
+        torch_threads=threads, device="cpu",
+    )
+    trainer = GRPOTrainer(config)
+    history = trainer.train()
+    trainer.close()
+    timed = history[1:]
+    seconds = sum(m["time/step_s"] for m in timed)
+    tokens = sum(m["tokens/total"] for m in timed)
+    return {"s_per_step": seconds / len(timed), "tokens_per_s": tokens / seconds, "peak_rss_mb": peak_rss_mb(),
+            "completion_tokens_per_step": sum(m["tokens/generated"] for m in timed) / len(timed),
+            "reward_mean": sum(m["reward/mean"] for m in history) / len(history)}
+
+
+def run_trl(model: str, steps: int, threads: int) -> dict:
+    import tempfile
+
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+
+    torch.set_num_threads(threads)
+    marks: list[float] = []
+    tokens: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            marks.append(time.perf_counter())
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "num_tokens" in logs:
+                tokens.append(float(logs["num_tokens"]))
+
+        def on_train_end(self, args, state, control, **kwargs):
+            marks.append(time.perf_counter())
+
+    def reward(completions, **kwargs):
+        return [vowel_fraction(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS]})
+    args = trl.GRPOConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
+        learning_rate=1e-6, beta=0.0, loss_type="dapo", max_steps=steps, logging_steps=1, report_to=[],
+        use_cpu=True, save_strategy="no", bf16=False, seed=0, temperature=1.0, disable_tqdm=True,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                              processing_class=tokenizer, callbacks=[Timer()])
+    trainer.train()
+    seconds = marks[-1] - marks[1]  # from the start of step 2 to the end
+    counted = tokens[-1] - tokens[0] if len(tokens) >= 2 else float("nan")
+    return {"s_per_step": seconds / (steps - 1), "tokens_per_s": counted / seconds, "peak_rss_mb": peak_rss_mb(),
+            "trl_version": trl.__version__}
+
+
+# -- driver ---------------------------------------------------------------------------------
+
+
+def ensure_trl_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    probe = subprocess.run([str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        subprocess.run([str(python), "-m", "pip", "install", f"trl=={TRL_VERSION}"], check=True)
+    return python
+
+
+def checkpoints(names: list[str]) -> dict[str, str]:
+    from llmgym.wrappers.models import convert_gguf, tiny_random_model
+
+    paths = {}
+    if "tiny" in names:
+        folder = HERE / ".cache" / "tiny-llama"
+        if not (folder / "config.json").is_file():
+            model, tokenizer = tiny_random_model(0)
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+        paths["tiny"] = str(folder)
+    if "smollm2" in names:
+        paths["smollm2"] = str(convert_gguf())
+    return paths
+
+
+def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(REPO)}
+    command = [python, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--steps", str(steps),
+               "--threads", str(threads)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    if result.returncode != 0:
+        return {"error": result.stderr[-2000:]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
+    parser.add_argument("--steps", type=int, default=5, help="steps per run (the first is warm-up)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for both trainers")
+    parser.add_argument("--trl-venv", default=str(HERE / ".venv-trl"), help="virtual environment holding TRL")
+    parser.add_argument("--out", default=str(HERE / "results" / "grpo.json"))
+    parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be >= 2 (the first step is warm-up)")
+    if args.worker:
+        run = run_ours if args.worker == "ours" else run_trl
+        print(json.dumps(run(args.model, args.steps, args.threads)))
+        return 0
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    trl_python = str(ensure_trl_venv(Path(args.trl_venv)))
+    results = {}
+    for name, path in checkpoints(names).items():
+        ours = worker("ours", sys.executable, path, args.steps, args.threads)
+        theirs = worker("trl", trl_python, path, args.steps, args.threads)
+        row = {"llmgym": ours, "trl": theirs}
+        if "error" not in ours and "error" not in theirs:
+            row["tokens_per_s_ratio"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
+            row["peak_rss_ratio"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
+        results[name] = row
+        print(name, json.dumps(row, indent=1))
+    report = {
+        "benchmark": "GRPO step, llmgym vs TRL GRPOTrainer",
+        "settings": {"prompts": len(PROMPTS), "num_generations": 4, "completions_per_step": 4,
+                     "max_completion_tokens": 32, "learning_rate": 1e-6, "beta": 0.0, "loss": "dapo / token_mean",
+                     "steps": args.steps, "warmup_steps": 1, "torch_threads": args.threads, "dtype": "float32"},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
