@@ -62,6 +62,21 @@ class _Seat:
     tokens: TokenRecord = field(default_factory=TokenRecord)
     policy_seconds: float = 0.0
 
+    def flush(self) -> None:
+        """Turn the observations not yet shown into the next user message.
+
+        The first observation of a game repeats the rules that are already the
+        system prompt (a PettingZoo user sees no system prompt); that copy is dropped.
+        """
+        if not self.pending:
+            return
+        text = "\n\n".join(self.pending)
+        prompt = self.messages[0]["content"] if self.messages and self.messages[0]["role"] == "system" else ""
+        if prompt and len(self.messages) == 1:
+            text = text.replace(prompt + "\n", "", 1)
+        self.messages.append(user(text))
+        self.pending = []
+
     def credit(self, reward: float) -> None:
         if self.turn_rewards:
             self.turn_rewards[-1] += float(reward)
@@ -69,9 +84,7 @@ class _Seat:
             self.early_reward += float(reward)
 
     async def act(self, env: Any, tools: list[dict[str, Any]], sampling: SamplingParams) -> str | dict[str, Any]:
-        if self.pending:
-            self.messages.append(user("\n\n".join(self.pending)))
-            self.pending = []
+        self.flush()
         tick = time.perf_counter()
         if isinstance(self.player, Policy):
             request = PolicyRequest(list(self.messages), tools, sampling, self.tokens.prefix())
@@ -149,8 +162,7 @@ async def _play_game(
     names = {a: player_name(p) for a, p in players.items()}
     episodes = {}
     for agent, seat in seats.items():
-        if seat.pending:
-            seat.messages.append(user("\n\n".join(seat.pending)))
+        seat.flush()
         episode = Episode(
             env_id=env_id or type(game).__name__, seed=seed, messages=seat.messages,
             tools=getattr(game, "tool_schemas", []), turn_rewards=seat.turn_rewards,

@@ -440,3 +440,10 @@ def test_text_players_work_as_scripted_policies_on_the_single_agent_envs():
     c4 = rollout("llmgym/ConnectFour-v0", load_scripted("llmgym.envs.multiagent.connect_four:TextNegamaxPlayer"),
                  seeds=[0], env_kwargs={"depth": 2})
     assert c4[0].terminated and c4[0].component_totals()["game"] == 1.0  # depth-6 search beats a depth-2 opponent
+
+
+def test_rollout_chat_states_the_rules_once():
+    game = play_match(negotiation.env, {"player_0": negotiation.HagglerPlayer(), "player_1": negotiation.HagglerPlayer()}, seeds=[0])[0]
+    for episode in game.values():
+        system, first = episode.messages[0]["content"], episode.messages[1]["content"]
+        assert system == negotiation.NegotiationEnv.system_prompt and system not in first and "private values" in first
