@@ -10,16 +10,24 @@ The agent moves with the game's tools or plain text, exactly as in the
 multi-agent env; after each legal move the opponent answers at once, and
 the observation shows its move. Rewards (components):
 
-=========== ====== ===== =========================================================
-name        weight when  value
-=========== ====== ===== =========================================================
-game        1.0    turn  what ``player_0`` earned in the game this turn: illegal
-                         move penalties, payoffs, the final win/draw/loss
-unfinished  -1.0   end   1 when the turn budget ran out before the game ended
-format_error -0.1  turn  1 for a malformed tool call (it never reaches the game)
-=========== ====== ===== =========================================================
+============ ====== ===== ========================================================
+name         weight when  value
+============ ====== ===== ========================================================
+game         1.0    turn  what ``player_0`` earned in the game this turn: illegal
+                          move penalties, payoffs, the final win/draw/loss
+unfinished   -1.0   end   1 when the turn budget ran out before the game ended
+format_error -0.1   turn  1 for a malformed tool call (it never reaches the game)
+============ ====== ===== ========================================================
 
 Only one tool call per turn is honoured (one move per turn).
+
+How it could be gamed, and why that does not pay: claiming a win in prose,
+naming several cells or columns, or playing "for the opponent" is an illegal
+move (-0.1, and the third in a row forfeits at -1); malformed tool calls and
+bad arguments never reach the game and cost 0.1 each until the turn budget
+ends the episode with ``unfinished`` (-1); extra tool calls in a turn are
+refused. ``tests/envs/test_multiagent.py`` checks that such policies end at
+-1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play draws (0).
 """
 
 from __future__ import annotations
