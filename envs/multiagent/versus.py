@@ -21,12 +21,12 @@ format_error -0.1   turn  1 for a malformed tool call (it never reaches the game
 
 Only one tool call per turn is honoured (one move per turn).
 
-How it could be gamed, and why that does not pay: claiming a win in prose,
-naming several cells or columns, or playing "for the opponent" is an illegal
-move (-0.1, and the third in a row forfeits at -1); malformed tool calls and
-bad arguments never reach the game and cost 0.1 each until the turn budget
-ends the episode with ``unfinished`` (-1); extra tool calls in a turn are
-refused. ``tests/envs/test_multiagent.py`` checks that such policies end at
+How it could be gamed, and why that does not pay: claiming a win in prose
+or naming several cells or columns is an illegal move (-0.1, and the third in
+a row forfeits at -1); malformed tool calls and bad arguments (a ``player``
+argument to move for the opponent) never reach the game and cost 0.1 each
+until the turn budget ends the episode with ``unfinished`` (-1); extra tool
+calls in a turn are refused. ``tests/envs/test_multiagent.py`` checks that such policies end at
 -1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play draws (0).
 """
 
