@@ -100,3 +100,23 @@ def test_the_chat_rows_render_with_a_transformers_chat_template():
     row = episodes_to_messages([env.unwrapped.episode()])[0]
     text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
     assert '"name": "guess", "arguments": {"word": "crane"}' in text and "CRANE x x x x Y" in text
+
+
+@pytest.mark.slow
+def test_grpo_trainer_plays_the_env_through_its_tools(monkeypatch):
+    """examples/trl_grpo.py: one GRPO step of TRL's trainer whose rollouts call the env's guess tool."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("trl")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
+    sys.modules.pop("trl_grpo", None)
+    import trl_grpo
+
+    result = trl_grpo.main(steps=1)
+    logs = [entry for entry in result["log_history"] if "reward" in entry]
+    assert logs and logs[0]["tools/call_frequency"] > 0
+    episodes = result["episodes"]
+    assert episodes and all(ep.messages[2]["tool_calls"][0]["function"]["name"] == "guess" for ep in episodes)
+    assert len(result["rewards"]) == 4  # one env per rollout (per_device_train_batch_size=4)
+    assert logs[0]["reward"] == pytest.approx(sum(result["rewards"]) / 4, abs=1e-4)
