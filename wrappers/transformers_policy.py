@@ -31,10 +31,10 @@ __all__ = ["TransformersPolicy"]
 class _Row:
     """Decoding state of one sequence in a batch."""
 
-    def __init__(self, prompt: Prompt, device: torch.device, tokenizer: Any, forced_close: list[int]) -> None:
+    def __init__(self, prompt: Prompt, tokenizer: Any, forced_close: list[int]) -> None:
         sampling = prompt.request.sampling
         self.sampling = sampling
-        self.generator = torch.Generator(device=device)
+        self.generator = torch.Generator()
         if sampling.seed is None:
             self.generator.seed()
         else:
@@ -207,7 +207,7 @@ class TransformersPolicy(Policy):
     @torch.inference_mode()
     def _decode(self, prompts: list[Prompt]) -> list[_Row]:
         device = self.device
-        rows = [_Row(prompt, device, self.tokenizer, self.forced_close) for prompt in prompts]
+        rows = [_Row(prompt, self.tokenizer, self.forced_close) for prompt in prompts]
         width = max(len(prompt.ids) for prompt in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -219,7 +219,7 @@ class TransformersPolicy(Policy):
         output = self.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
         )
-        cache, logits = output.past_key_values, output.logits[:, -1, :]
+        cache, logits = output.past_key_values, _last_logits(output)
         while True:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
             step = torch.full((len(rows), 1), self.pad_id, dtype=torch.long)
@@ -239,7 +239,7 @@ class TransformersPolicy(Policy):
                 input_ids=step.to(device), attention_mask=attention, position_ids=positions,
                 past_key_values=cache, use_cache=True,
             )
-            cache, logits = output.past_key_values, output.logits[:, -1, :]
+            cache, logits = output.past_key_values, _last_logits(output)
 
     def _to_generation(self, prompt: Prompt, row: _Row, elapsed: float, batch: int) -> Generation:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
@@ -275,3 +275,8 @@ class TransformersPolicy(Policy):
         """Drop the model so its memory can be freed."""
         self.model = None
 
+
+def _last_logits(output: Any) -> torch.Tensor:
+    # Sampling runs on the CPU from one transfer per step: one device sync instead of one per row,
+    # and seeded CPU generators give the same tokens on every device.
+    return output.logits[:, -1, :].float().cpu()
