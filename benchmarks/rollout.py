@@ -80,6 +80,7 @@ def measure(policy: Policy, *, concurrency: int, episodes: int, sampling: Sampli
         "outside_model_s": round(outside, 3),
         "outside_model_fraction": round(outside / wall, 4),
         "mean_reward": round(sum(e.total_reward for e in records) / episodes, 4),
+        "load_average_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -138,6 +139,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=8, help="episodes for the local backends (default 8)")
     parser.add_argument("--sequential-episodes", type=int, default=2, help="episodes for sequential transformers")
     parser.add_argument("--concurrency", default="1,8,32,64", help="server concurrencies (default 1,8,32,64)")
+    parser.add_argument("--serve-max-turns", type=int, default=1,
+                        help="turns per episode in the server sweep (default 1: 64 episodes must fit the time budget)")
     parser.add_argument("--only", default=",".join(CASES), help=f"cases to run, of {','.join(CASES)}")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
@@ -194,7 +197,8 @@ def main() -> None:
                 policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
                 try:
                     _run_case(f"{case}_c{level}", results, lambda: measure(
-                        policy, concurrency=level, episodes=episodes, client_process_is_outside=True, **common))
+                        policy, concurrency=level, episodes=episodes, client_process_is_outside=True,
+                        sampling=sampling, max_turns=args.serve_max_turns))
                 finally:
                     policy.close()
         finally:
@@ -226,7 +230,8 @@ def main() -> None:
         "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "env": ENV_ID,
         "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7,
-                     "episodes": args.episodes, "sequential_episodes": args.sequential_episodes},
+                     "episodes": args.episodes, "sequential_episodes": args.sequential_episodes,
+                     "serve_max_turns": args.serve_max_turns},
         "results": results,
         "ratios": ratios,
         "targets": targets,
