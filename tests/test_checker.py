@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import gymnasium as gym
 import pytest
 
 import llmgym

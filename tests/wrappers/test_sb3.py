@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import llmgym  # noqa: F401
+import llmgym  # noqa: F401  (registers the envs)
 
 pytest.importorskip("stable_baselines3")
 from llmgym.wrappers.sb3 import CandidateActions, TextEmbeddingObservation  # noqa: E402

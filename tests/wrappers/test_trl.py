@@ -8,7 +8,7 @@ import json
 import gymnasium as gym
 import pytest
 
-import llmgym
+import llmgym  # noqa: F401  (registers the envs)
 from llmgym.envs.wordle.solver import WordleSolver
 from llmgym.wrappers.trl import episodes_to_messages, save_messages_jsonl, trl_dataset, trl_environment
 
