@@ -13,6 +13,7 @@ observations, chat history, turn and token budgets, per-turn rewards.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -80,6 +81,25 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.tokens_used = 0
         self.seed_used: int | None = None
         self._over = True
+
+    def add_tools(self, tools: Mapping[str, Any] | Iterable[Any]) -> None:
+        """Offer the agent more tools, e.g. an MCP server's (``env.add_tools(toolset.tools())``).
+
+        Args:
+            tools: objects with ``name``, ``schema`` (OpenAI function format) and
+                ``call(arguments) -> ToolResult``, or a mapping whose values are such objects.
+
+        Raises:
+            ValueError: a tool's name is already taken.
+        """
+        new = list(tools.values() if isinstance(tools, Mapping) else tools)
+        names = [*self.tools, *(item.name for item in new)]
+        taken = sorted({name for name in names if names.count(name) > 1})
+        if taken:
+            raise ValueError(f"tool names already taken: {taken}; give the new tools a prefix")
+        for item in new:
+            self.tools[item.name] = item
+            self.tool_schemas.append(item.schema)
 
     # -- what subclasses provide -------------------------------------------------
 

@@ -1,0 +1,394 @@
+"""MCP: the tools of any Model Context Protocol server as an environment's tools.
+
+Holds :class:`MCPToolset` (starts an MCP server over stdio with the ``mcp``
+package, lists its tools, calls them), :class:`MCPTool` (one server tool with
+the interface :class:`~llmgym.LLMEnv` expects of a tool: ``name``, ``schema``
+and ``call(arguments) -> ToolResult``), :func:`openai_tool_schema` and
+:class:`MCPEnv`, an example environment that hands an MCP server's tools to
+the agent and ends when it submits an answer.
+
+The MCP client is async; llmgym's ``step`` is not. The client session lives
+on a private event-loop thread for the toolset's lifetime, and each call is
+submitted to it and waited for with a timeout, so a synchronous ``step`` (or
+many threads at once) can call tools.
+
+Arguments are validated with ``jsonschema`` against the tool's
+``inputSchema`` before anything is sent; invalid ones get the same
+``"Error: invalid arguments for <tool>: ..."`` observation as a Python tool
+(so the rubric's format penalty applies). A tool that reports an error
+(``isError``), a timeout, or a server that died also come back as error
+observations; none of them raises inside an episode.
+
+Use in an environment (``add_tools`` updates ``tools`` and ``tool_schemas``)::
+
+    class MyEnv(LLMEnv):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.toolset = MCPToolset("python", ["my_server.py"])
+            self.add_tools(self.toolset.tools())
+
+        def close(self):
+            self.toolset.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import json
+import logging
+import re
+import tempfile
+import threading
+import weakref
+from typing import Any
+
+import jsonschema
+
+from llmgym.env import LLMEnv
+from llmgym.rubric import Reward, Rubric, format_error
+from llmgym.tools import ToolResult, _strip_titles, tool
+
+__all__ = ["MCPToolset", "MCPTool", "MCPEnv", "openai_tool_schema"]
+
+logger = logging.getLogger(__name__)
+
+_INSTALL_HINT = 'MCP tools need the mcp package: pip install "llmgym[tools]"'
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def openai_tool_schema(name: str, description: str, input_schema: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool as an OpenAI function schema (pydantic's ``title`` keys dropped: noise in a prompt).
+
+    Example:
+        >>> schema = openai_tool_schema("add", "Add.", {"type": "object", "title": "addArguments",
+        ...     "properties": {"a": {"type": "integer", "title": "A"}}, "required": ["a"]})
+        >>> schema["function"]["parameters"]
+        {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}
+    """
+    parameters = copy.deepcopy(input_schema)
+    _strip_titles(parameters)
+    parameters.setdefault("type", "object")
+    parameters.setdefault("properties", {})
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+class MCPTool:
+    """One tool of an MCP server, callable like an llmgym tool.
+
+    Attributes:
+        name: the name the agent calls (the toolset's ``prefix`` + the server's name).
+        server_name: the tool's name on the server.
+        description: the server's description.
+        input_schema: the server's JSON schema for the arguments (what calls are validated against).
+        schema: the OpenAI function schema offered to the agent.
+    """
+
+    def __init__(self, toolset: MCPToolset, server_name: str, description: str, input_schema: dict[str, Any]):
+        self.toolset = toolset
+        self.server_name = server_name
+        self.name = toolset.prefix + server_name
+        self.description = description
+        self.input_schema = input_schema
+        self.schema = openai_tool_schema(self.name, description, input_schema)
+        validator_class = jsonschema.validators.validator_for(input_schema)
+        try:
+            validator_class.check_schema(input_schema)
+        except jsonschema.SchemaError as err:
+            raise ValueError(f"MCP tool {server_name!r} has an invalid inputSchema: {err.message}") from None
+        self._validator = validator_class(input_schema)
+
+    def validate(self, arguments: Any) -> str | None:
+        """Why ``arguments`` do not match the input schema (at most 5 problems), or ``None`` when they do."""
+        if not isinstance(arguments, dict):
+            return "arguments must be a JSON object"
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        return "; ".join(f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}" for e in errors[:5])
+
+    def call(self, arguments: dict[str, Any]) -> ToolResult:
+        """Validate ``arguments`` and call the tool on the server; never raises for the agent's mistakes."""
+        problem = self.validate(arguments)
+        if problem is not None:
+            return ToolResult(f"Error: invalid arguments for {self.name}: {problem}", ok=False)
+        return self.toolset.call(self.server_name, arguments)
+
+    def __repr__(self) -> str:
+        return f"MCPTool({self.name!r})"
+
+
+class MCPToolset:
+    """An MCP server started over stdio, its tools listed once, callable from synchronous code.
+
+    Args:
+        command: the executable that starts the server (``"python"``, ``"npx"``, ``"uvx"``...).
+        args: its arguments.
+        env: extra environment variables for the server.
+        cwd: the server's working directory.
+        prefix: put before every tool name (to keep two servers' tools apart).
+        timeout: seconds a tool call may take before the agent gets an error.
+        startup_timeout: seconds the server may take to start and list its tools.
+        max_output_chars: longer tool output is cut, with a note.
+
+    Raises:
+        ImportError: the ``mcp`` package is missing.
+        RuntimeError: the server did not start or list its tools (with the tail of its stderr).
+        ValueError: a tool name the OpenAI API would refuse, a duplicate, or an invalid input schema.
+
+    The server runs until :meth:`close` (or the ``with`` block ends, or the toolset is garbage-collected).
+    """
+
+    def __init__(self, command: str, args: list[str] | None = None, env: dict[str, str] | None = None,
+                 cwd: str | None = None, *, prefix: str = "", timeout: float = 30.0, startup_timeout: float = 60.0,
+                 max_output_chars: int = 8192):
+        try:
+            import mcp
+        except ImportError as err:
+            raise ImportError(_INSTALL_HINT) from err
+        self._mcp = mcp
+        self.command, self.args, self.env, self.cwd = command, list(args or []), dict(env or {}), cwd
+        self.prefix, self.timeout, self.max_output_chars = prefix, timeout, max_output_chars
+        self._session: Any = None
+        self._task_cell: list[asyncio.Task[None] | None] = [None]  # the session task, cancelled to stop the server
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name=f"llmgym-mcp-{command}", daemon=True)
+        self._thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, self._loop, self._thread, self._task_cell, self._stderr)
+        if not self._ready.wait(startup_timeout):
+            tail = self._stderr_tail()
+            self.close()
+            raise RuntimeError(f"MCP server {self._describe()} did not start within {startup_timeout:g} s{tail}")
+        if self._error is not None:
+            error, tail = self._error, self._stderr_tail()
+            self.close()
+            raise RuntimeError(
+                f"MCP server {self._describe()} failed to start: {type(error).__name__}: {error}{tail}"
+            ) from error
+        self._tools: dict[str, MCPTool] = {}
+        for listed in self._listed:
+            schema = listed.get("inputSchema") or {"type": "object"}
+            item = MCPTool(self, listed["name"], listed.get("description") or "", schema)
+            if not _NAME.match(item.name):
+                self.close()
+                raise ValueError(f"MCP tool name {item.name!r} is not a valid function name (letters, digits, _ and -, "
+                                 "at most 64); choose another prefix or server")
+            self._tools[item.name] = item
+
+    # -- public API ----------------------------------------------------------
+
+    def tools(self) -> dict[str, MCPTool]:
+        """The server's tools by the name the agent calls."""
+        return dict(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' OpenAI function schemas."""
+        return [t.schema for t in self._tools.values()]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call a tool by its name on the server (no validation: :meth:`MCPTool.call` validates).
+
+        Errors (the tool's own, a timeout, a dead server) come back as ``ToolResult(ok=False)``.
+        """
+        if self._session is None or not self._thread.is_alive():
+            return ToolResult(f"Error: the MCP server for {self.prefix + name} is not running", ok=False)
+        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments), self._loop)
+        try:
+            result = future.result(self.timeout + 5)
+        except (concurrent.futures.TimeoutError, TimeoutError):
+            future.cancel()
+            return ToolResult(f"Error: {self.prefix + name} took longer than {self.timeout:g} s", ok=False)
+        except Exception as err:  # the server failed or hung up: tell the agent, keep the episode alive
+            return ToolResult(f"Error: {self.prefix + name} failed: {type(err).__name__}: {err}", ok=False)
+        content = self._content(result)
+        if len(content) > self.max_output_chars:
+            content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
+        if result.get("isError"):
+            return ToolResult(f"Error: {self.prefix + name}: {content}", ok=False, value=result)
+        return ToolResult(content, ok=True, value=result.get("structuredContent", content))
+
+    def close(self) -> None:
+        """Stop the server (stdin closed, then terminated if it lingers) and the event-loop thread."""
+        self._finalizer()
+
+    def __enter__(self) -> MCPToolset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the event-loop thread ---------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as err:  # reported to the constructor, which raises it with context
+            self._error = self._error or err
+        finally:
+            self._ready.set()
+            self._session = None
+
+    async def _serve(self) -> None:
+        mcp = self._mcp
+        self._task_cell[0] = asyncio.current_task()
+        parameters = mcp.StdioServerParameters(command=self.command, args=self.args, env=self.env or None, cwd=self.cwd)
+        if self.env:  # mcp 1.x replaces the default environment with env; 2.x merges: merge for both
+            parameters.env = {**_default_environment(), **self.env}
+        try:
+            async with mcp.stdio_client(parameters, errlog=self._stderr) as (read, write):
+                async with mcp.ClientSession(read, write) as session:
+                    await session.initialize()
+                    listed, cursor = [], None
+                    while True:
+                        page = await (session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
+                                      if cursor else session.list_tools())
+                        listed += [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in page.tools]
+                        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
+                        if not cursor:
+                            break
+                    self._listed = listed
+                    self._session = session
+                    self._ready.set()
+                    await asyncio.Future()  # serve calls until close() cancels this task
+        except asyncio.CancelledError:
+            return
+        except BaseException as err:
+            while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+                err = err.exceptions[0]  # anyio's task groups wrap the one error that matters
+            if not self._ready.is_set():
+                self._error = err
+                return
+            logger.warning("MCP server %s stopped: %s: %s", self._describe(), type(err).__name__, err)
+
+    async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await asyncio.wait_for(self._session.call_tool(name, arguments), self.timeout)
+        return result.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    # -- helpers -------------------------------------------------------------
+
+    @staticmethod
+    def _content(result: dict[str, Any]) -> str:
+        parts = []
+        for block in result.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(block.get("text", ""))
+            elif kind == "resource" and "text" in block.get("resource", {}):
+                parts.append(block["resource"]["text"])
+            elif kind == "resource_link":
+                parts.append(f"[resource: {block.get('uri', '')}]")
+            else:
+                mime = block.get("mimeType") or block.get("resource", {}).get("mimeType", "?")
+                parts.append(f"[{kind} content: {mime}]")
+        if not parts and "structuredContent" in result:
+            parts.append(json.dumps(result["structuredContent"], ensure_ascii=False))
+        return "\n".join(parts)
+
+    def _describe(self) -> str:
+        return " ".join([self.command, *self.args])
+
+    def _stderr_tail(self, chars: int = 2000) -> str:
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0)
+            text = self._stderr.read()[-chars:].strip()
+        except (OSError, ValueError):
+            return ""
+        return f"; its stderr ends:\n{text}" if text else ""
+
+
+def _default_environment() -> dict[str, str]:
+    from mcp.client.stdio import get_default_environment
+
+    return get_default_environment()
+
+
+def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, task_cell: list[Any], stderr: Any) -> None:
+    """Cancel the session task (the ``mcp`` client then stops the server, bounded waits) and end the loop thread.
+
+    Safe to call twice.
+    """
+    task = task_cell[0]
+    if thread.is_alive() and not loop.is_closed():
+        if task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+        thread.join(timeout=15)
+    if not thread.is_alive() and not loop.is_closed():
+        loop.close()
+    stderr.close()
+
+
+class MCPEnv(LLMEnv):
+    """An environment whose tools are an MCP server's, plus ``submit(answer)`` to end the task.
+
+    Not registered (it needs a server); make it directly or register your own subclass. Every
+    keyword is plain data, so a registered subclass re-makes cleanly.
+
+    Args:
+        command: the executable that starts the MCP server.
+        args: its arguments.
+        task: the first user message (what the agent must do).
+        answer: the expected answer; when given, ``correct`` pays 1.0 for an answer that equals it
+            (case and surrounding space ignored). ``None``: no correctness reward (add a judge).
+        server_env: extra environment variables for the server.
+        prefix: put before every server tool name.
+        tool_timeout: seconds per tool call.
+        **kwargs: :class:`~llmgym.LLMEnv` options (``max_turns``...).
+
+    Rewards: ``correct`` (weight 1, at the end) and ``format_error`` (weight -0.1 per malformed turn:
+    bad JSON, unknown tool, arguments that fail the schema).
+
+    The server starts with the env and keeps its state across episodes (tools that store
+    data see earlier episodes' calls); ``close()`` stops it.
+    """
+
+    description = "Tools from an MCP server; submit(answer) ends the task."
+    system_prompt = "You solve the task with the tools you have. When you know the answer, call submit."
+
+    def __init__(self, command: str, args: list[str] | None = None, task: str = "", answer: str | None = None,
+                 server_env: dict[str, str] | None = None, prefix: str = "", tool_timeout: float = 30.0,
+                 **kwargs: Any):
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError("task must be a non-empty string: the first message the agent reads")
+        self.task, self.answer = task, answer
+        self.submitted: str | None = None
+        super().__init__(**kwargs)
+        self.toolset = MCPToolset(command, args, server_env, prefix=prefix, timeout=tool_timeout)
+        self.add_tools(self.toolset.tools())
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        self.submitted = None
+        return self.task
+
+    @tool
+    def submit(self, answer: str) -> str:
+        """Give your final answer; this ends the task.
+
+        Args:
+            answer: the answer, as short as possible.
+        """
+        self.submitted = answer
+        return "Answer received."
+
+    def is_done(self) -> bool:
+        return self.submitted is not None
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([
+            Reward(self._correct, when="end", name="correct"),
+            Reward(format_error, weight=-0.1, name="format_error"),
+        ])
+
+    def _correct(self, ctx: Any) -> float:
+        if self.answer is None or self.submitted is None:
+            return 0.0
+        return 1.0 if self.submitted.strip().casefold() == self.answer.strip().casefold() else 0.0
+
+    def close(self) -> None:
+        self.toolset.close()
+        super().close()

@@ -1,0 +1,67 @@
+"""A small MCP server over stdio for tests/test_mcp.py (run as a script; not a test module).
+
+Tools: ``add(a, b)``, ``lookup(key)`` (a tool error for an unknown key), ``remember(key, value)``
+(keeps state in the server process), ``crash()`` (an unexpected exception in the tool body),
+``sleep(seconds)`` and ``die()`` (the server process exits).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as MCPServer
+    from mcp.server.fastmcp.exceptions import ToolError
+
+server = MCPServer("llmgym-test")
+TABLE = {"capital_of_france": "Paris", "answer": "42"}
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def lookup(key: str) -> str:
+    """Look a key up in the server's table."""
+    if key not in TABLE:
+        raise ToolError(f"no entry for {key!r}; known keys: {', '.join(sorted(TABLE))}")
+    return TABLE[key]
+
+
+@server.tool()
+def remember(key: str, value: str) -> str:
+    """Store a value under a key (the server keeps it)."""
+    TABLE[key] = value
+    return f"stored {key}"
+
+
+@server.tool()
+def crash() -> str:
+    """A tool whose body fails."""
+    raise RuntimeError("boom")
+
+
+@server.tool()
+def sleep(seconds: float) -> str:
+    """Sleep, then answer."""
+    time.sleep(seconds)
+    return "awake"
+
+
+@server.tool()
+def die() -> str:
+    """Kill the server process."""
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    if os.environ.get("MCP_TEST_SECRET"):
+        TABLE["secret"] = os.environ["MCP_TEST_SECRET"]
+    server.run()

@@ -1,0 +1,126 @@
+"""MCP tools as env tools, against the real stdio server in tests/mcp_server_for_tests.py.
+
+Covers schema derivation, valid calls, argument validation before the call, tool errors and timeouts
+as observations, a server that dies, startup failures, LLMEnv.add_tools and an MCPEnv episode.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from llmgym.env import LLMEnv  # noqa: E402
+from llmgym.mcp import MCPEnv, MCPTool, MCPToolset  # noqa: E402
+
+SERVER = [str(Path(__file__).with_name("mcp_server_for_tests.py"))]
+
+
+@pytest.fixture(scope="module")
+def toolset():
+    with MCPToolset(sys.executable, SERVER, env={"MCP_TEST_SECRET": "s3cret"}, timeout=1.0) as tools:
+        yield tools
+
+
+def test_schemas_are_derived_from_the_server(toolset):
+    tools = toolset.tools()
+    assert list(tools) == ["add", "lookup", "remember", "crash", "sleep", "die"]
+    assert tools["add"].schema == {"type": "function", "function": {
+        "name": "add", "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}}
+    assert tools["add"].input_schema["title"] == "addArguments"  # validation uses the server's schema as given
+    assert toolset.schemas() == [t.schema for t in tools.values()]
+
+
+def test_valid_calls_return_text_and_structured_values(toolset):
+    result = toolset.tools()["add"].call({"a": 2, "b": 40})
+    assert result.ok and result.content == "42" and result.value == {"result": 42}
+    assert toolset.tools()["lookup"].call({"key": "secret"}).content == "s3cret"  # env reaches the server
+
+
+def test_invalid_arguments_are_refused_before_the_call(toolset):
+    remember = toolset.tools()["remember"]
+    result = remember.call({"key": "k", "value": 5})
+    assert not result.ok and result.content == "Error: invalid arguments for remember: value: 5 is not of type 'string'"
+    assert not toolset.tools()["lookup"].call({"key": "k"}).ok  # the refused call never reached the server
+    for bad in [{"a": 1}, {"a": "1", "b": 2}, [1, 2], "a=1"]:
+        result = toolset.tools()["add"].call(bad)
+        assert not result.ok and result.content.startswith("Error: invalid arguments for add: ")
+
+
+def test_tool_errors_and_timeouts_are_observations(toolset):
+    missing = toolset.tools()["lookup"].call({"key": "nope"})
+    assert not missing.ok and missing.content.startswith("Error: lookup: ") and "no entry for 'nope'" in missing.content
+    crashed = toolset.tools()["crash"].call({})
+    assert not crashed.ok and "crash" in crashed.content
+    slow = toolset.tools()["sleep"].call({"seconds": 3})
+    assert not slow.ok and "longer than 1 s" in slow.content
+    assert toolset.tools()["add"].call({"a": 1, "b": 1}).content == "2"  # the server is still usable
+
+
+def test_invalid_input_schema_is_a_clear_error(toolset):
+    with pytest.raises(ValueError, match="invalid inputSchema"):
+        MCPTool(toolset, "bad", "", {"type": 12})
+
+
+def test_startup_failures_are_clear_errors():
+    with pytest.raises(RuntimeError, match="failed to start: FileNotFoundError"):
+        MCPToolset("/nonexistent/mcp-server")
+    with pytest.raises(RuntimeError, match="(?s)failed to start.*bad config"):
+        MCPToolset(sys.executable, ["-c", "import sys; sys.stderr.write('bad config'); sys.exit(2)"])
+
+
+class Calculator(LLMEnv):
+    def setup(self, options):
+        return "compute"
+
+
+def test_add_tools_updates_tools_and_schemas(toolset):
+    env = Calculator()
+    env.add_tools(toolset.tools())
+    assert list(env.tools) == list(toolset.tools()) and env.tool_schemas == toolset.schemas()
+    _, info = env.reset(seed=0)
+    assert [t["function"]["name"] for t in info["tools"]] == list(toolset.tools())
+    obs, *_ = env.step('<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>')
+    assert obs == "5"
+    with pytest.raises(ValueError, match="already taken"):
+        env.add_tools(toolset.tools())
+    assert len(env.tool_schemas) == len(env.tools)
+
+
+def test_mcp_env_episode_end_to_end():
+    env = MCPEnv(sys.executable, SERVER, task="What is the capital of France? Look it up.", answer="Paris",
+                 prefix="kb_", tool_timeout=5.0, max_turns=6)
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs.startswith("What is the capital")
+        assert {t["function"]["name"] for t in info["tools"]} == {
+            "submit", "kb_add", "kb_lookup", "kb_remember", "kb_crash", "kb_sleep", "kb_die"}
+        obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "kb_lookup", "arguments": {"key": 7}}</tool_call>')
+        assert obs.startswith("Error: invalid arguments for kb_lookup") and info["reward_components"]["format_error"] == 1.0
+        assert reward == pytest.approx(-0.1) and not terminated
+        action = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "kb_lookup", "arguments": '{"key": "capital_of_france"}'}}]}
+        obs, reward, terminated, _, _ = env.step(action)
+        assert obs == "Paris" and reward == 0.0 and not terminated
+        obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "submit", "arguments": {"answer": "paris"}}</tool_call>')
+        assert terminated and not truncated and reward == 1.0 and info["reward_components"]["correct"] == 1.0
+        assert env.episode().turn_rewards == pytest.approx([-0.1, 0.0, 1.0])
+
+        env.reset(seed=1)
+        obs, *_ = env.step('<tool_call>{"name": "kb_die", "arguments": {}}</tool_call>')
+        assert obs.startswith("Error: kb_die failed")
+        obs, reward, terminated, truncated, _ = env.step('<tool_call>{"name": "kb_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+        assert obs.startswith("Error: kb_add") and not terminated and not truncated  # a dead server is an observation
+    finally:
+        env.close()
+    assert env.toolset.call("add", {"a": 1, "b": 2}).content == "Error: the MCP server for kb_add is not running"
+
+
+def test_mcp_env_needs_a_task():
+    with pytest.raises(ValueError, match="task"):
+        MCPEnv(sys.executable, SERVER, task=" ")
