@@ -220,24 +220,25 @@ class TransformersPolicy(Policy):
             input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
         )
         cache, logits = output.past_key_values, _last_logits(output)
+        active = list(range(len(rows)))  # rows still generating, in cache order
         while True:
-            logprobs = torch.log_softmax(logits.float(), dim=-1)
-            step = torch.full((len(rows), 1), self.pad_id, dtype=torch.long)
-            live = torch.zeros((len(rows), 1), dtype=torch.long)
-            for i, row in enumerate(rows):
-                if row.finish_reason is not None:
-                    continue
-                token = row.next_token(logits[i])
-                row.append(token, float(logprobs[i, token]), self.eos_ids)
-                if row.finish_reason is None:
-                    step[i, 0], live[i, 0] = token, 1
-            if all(row.finish_reason is not None for row in rows):
+            logprobs = torch.log_softmax(logits, dim=-1)
+            for slot, index in enumerate(active):
+                row = rows[index]
+                token = row.next_token(logits[slot])
+                row.append(token, float(logprobs[slot, token]), self.eos_ids)
+            keep = [slot for slot, index in enumerate(active) if rows[index].finish_reason is None]
+            if not keep:
                 return rows
-            attention = torch.cat([attention, live.to(device)], dim=-1)
-            positions = (attention.sum(-1, keepdim=True) - 1).clamp(min=0)
+            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
+                cache.batch_select_indices(torch.tensor(keep, device=device))
+                attention = attention[keep]
+                active = [active[slot] for slot in keep]
+            step = torch.tensor([[rows[index].tokens[-1]] for index in active], dtype=torch.long, device=device)
+            attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=-1)
+            positions = attention.sum(-1, keepdim=True) - 1
             output = self.model(
-                input_ids=step.to(device), attention_mask=attention, position_ids=positions,
-                past_key_values=cache, use_cache=True,
+                input_ids=step, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
             )
             cache, logits = output.past_key_values, _last_logits(output)
 

@@ -66,8 +66,10 @@ def test_greedy_ignores_seed(policy):
 
 
 def test_logprobs_match_a_forward_pass_on_the_same_ids(policy, tiny):
-    # Different prompt lengths, so the batch is left-padded.
-    outs = policy.generate([request(seed=0, temperature=1.5), request(HI * 4, seed=1, top_p=0.9)])
+    # Different prompt lengths (left padding) and lengths (finished rows leave the batch mid-way).
+    outs = policy.generate([request(seed=0, temperature=1.5, max_tokens=3), request(HI * 4, seed=1, top_p=0.9, max_tokens=9),
+                            request(HI * 2, seed=2, max_tokens=6)])
+    assert [len(out.token_ids) for out in outs] == [3, 9, 6]
     for out in outs:
         assert all(math.isfinite(x) and x <= 0 for x in out.logprobs)
         expected = recomputed_logprobs(tiny[0], out.prompt_token_ids, out.token_ids)
