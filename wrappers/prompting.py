@@ -57,12 +57,14 @@ def template_supports_tools(template: str | None) -> bool:
 def prepare_messages(messages: list[Message], tools: list[dict[str, Any]], native_tools: bool) -> list[Message]:
     """Copy messages into a form every chat template accepts.
 
-    ``None`` content becomes ``""``; without native tool support the text
+    ``None`` content becomes ``""`` and OpenAI content parts become their
+    text; without native tool support the text
     tool-call protocol (:func:`~llmgym.policy.tool_protocol_prompt`) is
     appended to the system message (one is added when there is none).
 
     Raises:
-        ValueError: a message is not a dict with a string ``role``.
+        ValueError: a message is not a dict with a string ``role``, or its
+            content is neither text nor content parts.
 
     Example:
         >>> tools = [{"type": "function", "function": {"name": "guess", "parameters": {}}}]
@@ -75,8 +77,15 @@ def prepare_messages(messages: list[Message], tools: list[dict[str, Any]], nativ
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ValueError(f"message {index} must be a dict with a string 'role', got {message!r:.80}")
         message = copy.deepcopy(message)
-        if message.get("content") is None:
+        content = message.get("content")
+        if content is None:
             message["content"] = ""
+        elif isinstance(content, list):  # OpenAI content parts: keep the text ones
+            message["content"] = "".join(
+                part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"
+            )
+        elif not isinstance(content, str):
+            raise ValueError(f"message {index} content must be a string or a list of content parts")
         prepared.append(message)
     if tools and not native_tools:
         protocol = tool_protocol_prompt(tools)

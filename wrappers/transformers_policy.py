@@ -193,6 +193,10 @@ class TransformersPolicy(Policy):
     def _generate_prompts(self, prompts: list[Prompt]) -> list[Generation]:
         if not prompts:
             return []
+        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        for prompt in prompts:
+            if limit and len(prompt.ids) >= limit:
+                raise ValueError(f"the prompt has {len(prompt.ids)} tokens but the model's context is {limit}")
         with self._lock:
             was_training = self.model.training
             self.model.eval()

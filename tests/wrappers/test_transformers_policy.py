@@ -218,3 +218,12 @@ def test_complete_continues_raw_token_ids(policy, tiny):
     assert first.message["content"] == tiny[1].decode(first.token_ids, skip_special_tokens=True)
     with pytest.raises(ValueError, match="non-empty list"):
         policy.complete([[]])
+
+
+def test_content_parts_and_bad_messages(policy):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
+    assert policy.build_prompt(request(parts)) == policy.build_prompt(request())
+    with pytest.raises(ValueError, match="role"):
+        policy.generate([request(["not a message"])])
+    with pytest.raises(ValueError, match="content"):
+        policy.generate([request([{"role": "user", "content": 42}])])
