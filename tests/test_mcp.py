@@ -40,6 +40,8 @@ def test_valid_calls_return_text_and_structured_values(toolset):
     result = toolset.tools()["add"].call({"a": 2, "b": 40})
     assert result.ok and result.content == "42" and result.value == {"result": 42}
     assert toolset.tools()["lookup"].call({"key": "secret"}).content == "s3cret"  # env reaches the server
+    assert toolset.call("remember", {"key": "colour", "value": "teal"}).content == "stored colour"
+    assert toolset.tools()["lookup"].call({"key": "colour"}).content == "teal"  # one server process keeps state
 
 
 def test_invalid_arguments_are_refused_before_the_call(toolset):
