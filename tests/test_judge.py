@@ -47,10 +47,11 @@ class RuleJudge(Policy):
         for request in requests:
             prompt = request.messages[-1]["content"]
             self.prompts.append(prompt)
-            results.append(Generation({"role": "assistant", "content": self.reply or self.grade(prompt)}))
+            is_group = "several transcripts" in request.messages[0]["content"]
+            results.append(Generation({"role": "assistant", "content": self.reply or self.grade(prompt, is_group)}))
         return results
 
-    def grade(self, prompt: str) -> str:
+    def grade(self, prompt: str, is_group: bool) -> str:
         regions, outside, last = [], [], 0
         for begin, end in MARKERS.findall(prompt):
             start = prompt.index(begin, prompt.index(end)) + len(begin)  # the quoted block, after the notice line
@@ -68,9 +69,9 @@ class RuleJudge(Policy):
             scores.append(10 if answers and reference.lower() in answers[-1].lower() else 0)
         if order:
             scores = [int(order.group(1))] * len(scores)
-        if len(regions) == 1 and "TRANSCRIPT 1" not in prompt:
-            return json.dumps({"reasoning": "rule", "score": scores[0]})
-        return json.dumps({"reasoning": "rule", "scores": scores})
+        if is_group:
+            return json.dumps({"reasoning": "rule", "scores": scores})
+        return json.dumps({"reasoning": "rule", "score": scores[0]})
 
 
 def chat(answer: str) -> list[dict]:
