@@ -1,13 +1,13 @@
 """Chat prompts for local policies: the tool protocol and token-exact continuation.
 
-Holds :class:`ChatPrompter` (a request to prompt token ids for one chat
+Holds :class:`ChatPrompter` (requests to prompt token ids for one chat
 template and tokenizer, used by every local policy; :func:`hf_chat_prompter`
-builds one for a transformers tokenizer), :func:`template_supports_tools`, :func:`prepare_messages` (OpenAI
+builds one for a transformers tokenizer), :func:`prepare_messages` (OpenAI
 messages made safe for a chat template, with the text tool-call protocol
-injected into the system message when the template has no tool support) and
-:func:`check_request` (clear errors for malformed requests) and
+injected into the system message when the template has no tool support),
 :func:`continuation_text` (the text to append to ``prefix_token_ids`` for the
-messages added since the last generation).
+messages added since the last generation), :func:`template_supports_tools`,
+:func:`check_request` and :func:`eos_token_ids`.
 
 Token-exact continuation, the method: let *k* be the last assistant message.
 Its content is replaced by a sentinel and the template is rendered twice, on
@@ -33,7 +33,18 @@ from llmgym.messages import Message
 from llmgym.policy import PolicyRequest, SamplingParams, tool_protocol_prompt
 from llmgym.wrappers.thinking import prompt_opens_thinking
 
-__all__ = ["Render", "Prompt", "ChatPrompter", "hf_chat_prompter", "eos_token_ids", "check_request", "template_supports_tools", "prepare_messages", "last_assistant_index", "continuation_text"]
+__all__ = [
+    "Render",
+    "Prompt",
+    "ChatPrompter",
+    "hf_chat_prompter",
+    "eos_token_ids",
+    "check_request",
+    "template_supports_tools",
+    "prepare_messages",
+    "last_assistant_index",
+    "continuation_text",
+]
 
 #: ``render(messages, add_generation_prompt) -> text``: a chat template with tools already bound.
 Render = Callable[[list[Message], bool], str]
