@@ -21,6 +21,7 @@ import asyncio
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,7 @@ class LlamaCppPolicy(Policy):
         self.forced_close = self.tokenize(FORCED_CLOSE)
         self._seeds = np.random.default_rng(seed) if seed is not None else None
         self._lock = threading.Lock()
-        self._async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def _piece(self, token: int) -> str:
         return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
