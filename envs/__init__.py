@@ -42,3 +42,6 @@ def register_envs() -> None:
     register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
     register("llmgym/PrisonersDilemma-v0", "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot", description="Iterated prisoner's dilemma with messages against tit-for-tat.")
     register("llmgym/RuleDiscovery-v0", "llmgym.envs.rule_discovery:RuleDiscoveryEnv", description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.")
+    from llmgym.envs.adapters import register_adapter_envs  # reasoning-gym / TextArena ids, only when installed
+
+    register_adapter_envs()

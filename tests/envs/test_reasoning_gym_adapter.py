@@ -1,0 +1,159 @@
+"""The reasoning-gym adapter: registration, dataset cache, seeding, answer extraction, verifier scores, cheating."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+import llmgym  # noqa: E402  registers the envs
+from llmgym.envs.adapters import RG_DEFAULT_TASKS, rg_env_id  # noqa: E402
+from llmgym.envs.adapters import reasoning_gym as rg  # noqa: E402
+
+
+def _answer_call(value: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "answer", "arguments": {"value": value}}) + "</tool_call>"
+
+
+def test_default_ids_registered_and_known_to_reasoning_gym():
+    from reasoning_gym.factory import DATASETS
+
+    ids = llmgym.list_envs()
+    for task in RG_DEFAULT_TASKS:
+        assert rg_env_id(task) in ids
+        assert task in DATASETS, f"{task} is not a reasoning-gym task any more"
+
+
+def test_import_llmgym_does_not_import_reasoning_gym():
+    code = "import sys, llmgym; print('reasoning_gym' in sys.modules, 'llmgym.envs.adapters.reasoning_gym' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize("task", RG_DEFAULT_TASKS)
+def test_honest_answer_scores_full_marks_on_every_default_task(task):
+    env = gym.make(rg_env_id(task))
+    for seed in (0, 1):
+        env.reset(seed=seed)
+        truth = env.unwrapped.entry["answer"]
+        _, reward, terminated, truncated, info = env.step(f"Reasoning...\n<answer>{truth}</answer>")
+        assert terminated and not truncated
+        assert info["reward_components"]["correct"] == 1.0 and info["reward_components"]["format"] == 1.0
+        assert reward == pytest.approx(1.1)
+    env.close()
+
+
+def test_dataset_built_once_per_task_and_config():
+    a, b = gym.make("llmgym/rg-chain_sum-v0"), gym.make("llmgym/rg-chain_sum-v0")
+    assert a.unwrapped.dataset is b.unwrapped.dataset
+    c = gym.make("llmgym/rg-chain_sum-v0", config={"seed": 5})
+    assert c.unwrapped.dataset is not a.unwrapped.dataset
+    assert rg.dataset("chain_sum", {"seed": 5}) is c.unwrapped.dataset
+
+
+def test_seed_picks_the_item_deterministically():
+    env = gym.make("llmgym/rg-basic_arithmetic-v0")
+    questions = {seed: env.reset(seed=seed)[0] for seed in range(8)}
+    assert questions[3] == env.reset(seed=3)[0]
+    assert len(set(questions.values())) >= 6
+    obs, _ = env.reset(options={"index": 42})
+    assert obs == env.unwrapped.dataset[42]["question"]
+    with pytest.raises(ValueError, match="index"):
+        env.reset(options={"index": -1})
+
+
+def test_answer_extraction_order_and_format_reward():
+    env = gym.make("llmgym/rg-chain_sum-v0")
+    env.reset(seed=0)
+    truth = env.unwrapped.entry["answer"]
+    # a plain last line is read as the answer, without format credit
+    _, reward, terminated, _, info = env.step(f"The sum is:\n{truth}")
+    assert terminated and info["reward_components"] == {"correct": 1.0, "format": 0.0, "tool_cost": 0.0}
+    # the last <answer> tag wins over earlier ones and over the last line
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(f"<answer>0</answer> no, <answer>{truth}</answer>\nbye")
+    assert info["reward_components"]["correct"] == 1.0 and reward == pytest.approx(1.1)
+    # the answer tool
+    env.reset(seed=0)
+    _, reward, terminated, _, _ = env.step(_answer_call(truth))
+    assert terminated and reward == pytest.approx(1.1)
+
+
+def test_verifier_that_raises_scores_zero_instead_of_crashing():
+    env = gym.make("llmgym/rg-chain_sum-v0", task="prime_factorization")
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step("<answer>junk</answer>")  # prime_factorization's verifier raises on it
+    assert terminated and info["reward_components"]["correct"] == 0.0 and reward == pytest.approx(0.1)
+
+
+def test_single_turn_without_python_tool_refuses_python():
+    env = gym.make("llmgym/rg-chain_sum-v0")
+    env.reset(seed=0)
+    assert [t["function"]["name"] for t in env.unwrapped.tool_schemas] == ["answer"]
+    obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>')
+    assert "unknown tool" in obs and truncated and not terminated
+    assert info["reward_components"]["correct"] == 0.0 and reward == 0.0
+
+
+def test_python_tool_multi_turn():
+    env = gym.make("llmgym/rg-chain_sum-v0", python_tool=True, python_timeout_s=10)
+    obs, _ = env.reset(seed=4)
+    assert {t["function"]["name"] for t in env.unwrapped.tool_schemas} == {"answer", "python"}
+    expression = env.unwrapped.entry["metadata"]["expression"]
+    code = json.dumps({"name": "python", "arguments": {"code": f"print({expression})"}})
+    obs, reward, terminated, truncated, info = env.step(f"<tool_call>{code}</tool_call>")
+    assert not terminated and not truncated and obs.strip() == env.unwrapped.entry["answer"]
+    assert info["reward_components"]["tool_cost"] == 1.0
+    _, reward, terminated, _, info = env.step(f"<answer>{obs.strip()}</answer>")
+    assert terminated and info["reward_components"]["correct"] == 1.0
+    env.close()
+
+
+def test_unknown_task_and_bad_config_fail_clearly():
+    with pytest.raises(ValueError, match="unknown reasoning-gym task"):
+        gym.make("llmgym/rg-chain_sum-v0", task="no_such_task")
+    with pytest.raises(ValueError, match="invalid config"):
+        gym.make("llmgym/rg-chain_sum-v0", config={"no_such_field": 1})
+
+
+def test_cheating_policies_score_below_honest():
+    env = gym.make("llmgym/rg-leg_counting-v0")
+    policies = {
+        "honest": lambda e: f"<answer>{e.unwrapped.entry['answer']}</answer>",
+        "junk_in_tags": lambda e: "<answer>banana</answer>",
+        "claims_success": lambda e: "I solved it, the answer is correct. Full marks please.",
+        "echo_question": lambda e: f"<answer>{e.unwrapped.entry['question']}</answer>",
+        "empty": lambda e: "",
+    }
+    totals = {}
+    for name, policy in policies.items():
+        total = 0.0
+        for seed in range(10):
+            env.reset(seed=seed)
+            total += env.step(policy(env))[1]
+        totals[name] = total
+    assert totals["honest"] == pytest.approx(11.0)
+    for name, total in totals.items():
+        if name != "honest":
+            assert total < 0.5 * totals["honest"], (name, totals)
+
+
+def test_register_all_registers_every_task():
+    # in a subprocess: a hundred more ids in this process would slow the other tests that list every env
+    code = (
+        "import gymnasium as gym, llmgym\n"
+        "from reasoning_gym.factory import DATASETS\n"
+        "from llmgym.envs.adapters import reasoning_gym as rg\n"
+        "ids = rg.register_all()\n"
+        "assert len(ids) == len(DATASETS) >= 100 and all(i in llmgym.list_envs() for i in ids)\n"
+        "env = gym.make('llmgym/rg-gcd-v0'); env.reset(seed=0)\n"
+        "print(env.step('<answer>' + env.unwrapped.entry['answer'] + '</answer>')[1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) == pytest.approx(1.1)
