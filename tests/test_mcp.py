@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 pytest.importorskip("mcp")
 
@@ -98,6 +99,7 @@ def test_mcp_env_episode_end_to_end():
     env = MCPEnv(sys.executable, SERVER, task="What is the capital of France? Look it up.", answer="Paris",
                  prefix="kb_", tool_timeout=5.0, max_turns=6)
     try:
+        check_env(env)
         obs, info = env.reset(seed=0)
         assert obs.startswith("What is the capital")
         assert {t["function"]["name"] for t in info["tools"]} == {
