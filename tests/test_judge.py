@@ -187,6 +187,7 @@ def test_verdicts_are_cached_in_memory_and_on_disk(tmp_path):
     reopened = LLMJudge("right answer", policy=fresh_policy, reference="Paris", cache_path=path)
     assert reopened.grade(chat("Paris")).cached and fresh_policy.prompts == []
     prompt = [{"role": "user", "content": "a"}]
+    pytest.importorskip("openai")
     endpoint_judge = LLMJudge("right answer", base_url="http://127.0.0.1:9/v1", model="rule-judge")
     assert endpoint_judge.cache_key(prompt) != reopened.cache_key(prompt)  # the judge's name is part of the key
     reopened.close()
@@ -281,6 +282,7 @@ def test_openai_policy_as_the_judge_and_group_judge(judge_server):
 
 
 def test_unreachable_endpoint_falls_back():
+    pytest.importorskip("openai")
     judge = LLMJudge("right answer", base_url="http://127.0.0.1:9/v1", model="x", timeout=2.0)
     verdict = judge.grade(chat("Paris"))
     assert not verdict.ok and verdict.score == 0.0 and judge.stats["backend_errors"] == 1
