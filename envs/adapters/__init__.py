@@ -35,7 +35,7 @@ RG_DEFAULT_TASKS: tuple[str, ...] = (
 )
 
 #: TextArena single-player games registered on ``import llmgym`` (no NLTK data, no API key needed).
-TA_DEFAULT_GAMES: tuple[str, ...] = ()
+TA_DEFAULT_GAMES: tuple[str, ...] = ("GuessTheNumber-v0", "Mastermind-v0", "TowerOfHanoi-v0", "FrozenLake-v0", "2048-v0")
 
 
 def rg_env_id(task: str) -> str:

@@ -1,0 +1,267 @@
+"""TextArena's games as llmgym environments: single-player as Gymnasium, multi-player as PettingZoo AEC.
+
+Holds :class:`TextArenaEnv` (``llmgym/ta-<Game>-v0``, an :class:`~llmgym.LLMEnv`),
+:func:`make_game`, :func:`render_messages` and :data:`NLTK_DATA`; the
+multi-player games are in :mod:`.textarena_aec` (PettingZoo AEC). Needs the
+``textarena`` extra (``pip install textarena``).
+
+What the adapter does beyond calling TextArena:
+
+- **Make once, reset many.** Each llmgym env makes its TextArena game once
+  (``ta.make`` loads dictionaries for some games) and resets that game on
+  every ``reset``.
+- **No history across episodes.** TextArena's ``LLMObservationWrapper``
+  keeps every message of every episode (an observation grew from 915 to
+  272,700 characters over 300 episodes). The adapter makes the raw game
+  (``<id>-raw``) and shows each turn only the messages that turn produced;
+  the chat (``info["messages"]``) starts afresh at ``reset``.
+- **Seeded.** TextArena draws from the global ``random`` module. The adapter
+  gives each env a private ``random`` state, seeded from ``reset(seed)``, and
+  swaps it in around every call into the game (and the caller's state back
+  out), so episodes are reproducible and the caller's ``random`` is untouched.
+- **NLTK data.** Some games call ``nltk.download`` when imported and need
+  corpora at run time. The adapter checks :data:`NLTK_DATA` before importing
+  such a game and raises a ``RuntimeError`` naming the missing data (and any
+  other ``LookupError`` from NLTK is turned into the same message).
+- **Incremental rewards.** Each step pays what it earned: an invalid move
+  costs ``invalid_penalty`` on that step, TextArena's outcome is paid on the
+  last step (per agent in the AEC env).
+
+Actions are TextArena's: text with the move in square brackets (``[5]``,
+``[1 2 3 4]``); a reply without brackets is wrapped in them, as TextArena's
+``ActionFormattingWrapper`` does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from llmgym.env import LLMEnv
+from llmgym.envs.adapters import TA_DEFAULT_GAMES
+from llmgym.rubric import Reward, Rubric, TurnContext
+
+__all__ = ["TextArenaEnv", "make_game", "render_messages", "NLTK_DATA", "TA_DEFAULT_GAMES"]
+
+#: NLTK data each TextArena game (its folder in ``textarena/envs``) needs: checked before the game is imported.
+NLTK_DATA: dict[str, tuple[str, ...]] = {
+    "Codenames": ("corpora/words", "taggers/averaged_perceptron_tagger_eng"),
+    "DontSayIt": ("corpora/words", "taggers/averaged_perceptron_tagger_eng"),
+    "Wordle": ("corpora/words", "taggers/averaged_perceptron_tagger_eng"),
+    "Hangman": ("corpora/words",),
+    "LetterAuction": ("corpora/words",),
+    "SpellingBee": ("corpora/words",),
+    "WordChains": ("corpora/words",),
+    "WordLadder": ("corpora/words",),
+    "WordSearch": ("corpora/words",),
+}
+
+_NLTK_RESOURCE = re.compile(r"Resource\s+'?([\w./-]+?)'?\s+not found")
+_INVALID = "invalid move"
+
+
+def _textarena() -> Any:
+    try:
+        import textarena
+    except ImportError as err:
+        raise ImportError("the TextArena adapter needs textarena: pip install 'llmgym[textarena]'") from err
+    return textarena
+
+
+def _missing_nltk(paths: tuple[str, ...]) -> list[str]:
+    import nltk
+
+    missing = []
+    for path in paths:
+        try:
+            nltk.data.find(path)
+        except LookupError:
+            missing.append(path)
+    return missing
+
+
+def _nltk_error(game: str, names: list[str]) -> RuntimeError:
+    downloads = " ".join(name.rsplit("/", 1)[-1] for name in names)
+    return RuntimeError(
+        f"TextArena game {game!r} needs NLTK data that is not installed: {', '.join(names)}. "
+        f"Install it where there is network access with `python -m nltk.downloader {downloads}` "
+        "(or copy an nltk_data folder to one of nltk.data.path)."
+    )
+
+
+def make_game(game: str, **kwargs: Any) -> Any:
+    """Make TextArena's raw game ``game`` (``"TicTacToe-v0"``): no observation wrapper, no history.
+
+    Raises:
+        ValueError: unknown game.
+        RuntimeError: the game needs NLTK data that is not installed (named in the message).
+    """
+    ta = _textarena()
+    from textarena.envs.registration import ENV_REGISTRY
+
+    raw = f"{game}-raw"
+    if raw not in ENV_REGISTRY:
+        known = sorted(i for i in ENV_REGISTRY if re.fullmatch(r"[\w]+-v0[\w-]*", i) and not i.endswith(("-raw", "-train")))
+        raise ValueError(f"unknown TextArena game {game!r}; known: {', '.join(known)}")
+    entry = ENV_REGISTRY[raw].entry_point
+    folder = entry.split(".")[2] if isinstance(entry, str) and entry.startswith("textarena.envs.") else ""
+    missing = _missing_nltk(NLTK_DATA[folder]) if folder in NLTK_DATA else []
+    if missing:  # checked before importing the game: its import calls nltk.download, which needs the network
+        raise _nltk_error(game, missing)
+    try:
+        return ta.make(raw, **kwargs)
+    except LookupError as err:
+        names = _NLTK_RESOURCE.findall(str(err))
+        raise _nltk_error(game, names or [str(err).strip()[:200]]) from err
+
+
+def render_messages(messages: list[tuple[int, str, Any]], player_id: int, roles: dict[int, str]) -> str:
+    """TextArena messages as the text ``player_id`` reads; its own echoed actions are left out (the chat has them)."""
+    lines = []
+    for sender, message, kind in messages:
+        if sender == player_id and getattr(kind, "name", "") == "PLAYER_ACTION":
+            continue
+        text = str(message).strip()
+        if not text:
+            continue
+        lines.append(text if sender < 0 else f"[{roles.get(sender, f'Player {sender}')}] {text}")
+    return "\n\n".join(lines)
+
+
+def _format_action(text: str) -> str:
+    """TextArena's ``ActionFormattingWrapper``: wrap a reply without brackets in ``[...]``."""
+    return text if "[" in text or "]" in text else f"[{text.strip()}]"
+
+
+class _PrivateRandom:
+    """A ``random`` state of its own, swapped into the global module while TextArena runs."""
+
+    def __init__(self) -> None:
+        self.state = random.Random(0).getstate()
+
+    def seed(self, seed: int) -> None:
+        self.state = random.Random(seed).getstate()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        outer = random.getstate()
+        random.setstate(self.state)
+        try:
+            yield
+        finally:
+            self.state = random.getstate()
+            random.setstate(outer)
+
+
+class TextArenaEnv(LLMEnv):
+    """A TextArena single-player game as an llmgym env.
+
+    Args:
+        game: TextArena's id (``"GuessTheNumber-v0"``).
+        game_kwargs: passed to ``ta.make`` (plain data: ``{"max_number": 50}``).
+        invalid_penalty: reward charged (as a negative) on each step TextArena calls an invalid move.
+        max_turns: llmgym's turn budget (invalid moves and malformed replies count; the game has its own limit too).
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    Rewards (components in ``info["reward_components"]``):
+
+    ============== ====== ===== ========================================================
+    name           weight when  value
+    ============== ====== ===== ========================================================
+    outcome        1.0    end   TextArena's reward for the player (1 for a win; some
+                                games pay a completion fraction otherwise)
+    invalid_move   -1.0   turn  ``invalid_penalty`` when TextArena rejected the move,
+                                or the reply had no move at all
+    ============== ====== ===== ========================================================
+
+    How it could be gamed, and why that does not pay: every reply is judged by
+    the game's own rules; claiming a win or spamming malformed moves is an
+    invalid move (penalised; two in a row end the game on TextArena's terms),
+    and only TextArena's outcome pays at the end.
+    """
+
+    description = "A TextArena single-player game."
+    system_prompt = (
+        "You are playing a text game. Read the rules, then reply with your move in square brackets, "
+        "exactly as the game asks (for example [5]). Only the bracketed move is read."
+    )
+
+    def __init__(
+        self,
+        game: str,
+        game_kwargs: dict[str, Any] | None = None,
+        invalid_penalty: float = 0.1,
+        max_turns: int = 100,
+        **kwargs: Any,
+    ):
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty is charged as a negative reward; give a number >= 0, got {invalid_penalty}")
+        self.game = game
+        self.game_kwargs = dict(game_kwargs or {})
+        self.invalid_penalty = float(invalid_penalty)
+        self._random = _PrivateRandom()
+        with self._random.active():
+            self.ta_env = make_game(game, **self.game_kwargs)
+            try:
+                self.ta_env.reset(num_players=1, seed=0)
+            except AssertionError as err:
+                raise ValueError(
+                    f"TextArena game {game!r} is not a single-player game ({err}); "
+                    "play it with llmgym.envs.adapters.textarena_aec.aec_env"
+                ) from err
+        super().__init__(max_turns=max_turns, **kwargs)
+        self.game_over = False
+        self.outcome = 0.0
+        self.invalid_turns: set[int] = set()
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        seed = int(self.np_random.integers(2**31))
+        self._random.seed(seed)
+        with self._random.active():
+            self.ta_env.reset(num_players=1, seed=seed)
+            _, messages = self.ta_env.get_observation()
+        self.game_over, self.outcome = False, 0.0
+        self.invalid_turns = set()
+        return render_messages(messages, 0, self.ta_env.state.role_mapping)
+
+    def on_text(self, text: str) -> str:
+        turn = len(self.turn_contexts) + 1
+        if not text.strip():
+            self.invalid_turns.add(turn)
+            return "No move found: reply with your move in square brackets, e.g. [5]."
+        with self._random.active():
+            try:
+                done, _ = self.ta_env.step(_format_action(text))
+            except Exception as err:  # a game bug on odd input ends the episode; it must not crash the caller
+                self.game_over = True
+                return f"The game could not process this move ({type(err).__name__}: {str(err)[:200]}). Episode over."
+            _, messages = self.ta_env.get_observation()
+            if done:
+                rewards, game_info = self.ta_env.close()
+                self.outcome = float((rewards or {}).get(0, 0.0))
+                self.game_over = True
+                if game_info.get(0, {}).get("invalid_move"):
+                    self.invalid_turns.add(turn)
+        observation = render_messages(messages, 0, self.ta_env.state.role_mapping)
+        if any(_INVALID in str(m[1]).lower() and getattr(m[2], "name", "") == "GAME_ADMIN" for m in messages):
+            self.invalid_turns.add(turn)
+        if self.game_over:
+            reason = self.ta_env.state.game_info.get(0, {}).get("reason")
+            observation = "\n\n".join(part for part in (observation, f"Game over: {reason}" if reason else "Game over.") if part)
+        return observation
+
+    def is_done(self) -> bool:
+        return self.game_over
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([
+            Reward(lambda ctx: self.outcome, weight=1.0, when="end", name="outcome"),
+            Reward(self._invalid, weight=-1.0, name="invalid_move"),
+        ])
+
+    def _invalid(self, ctx: TurnContext) -> float:
+        bad = ctx.turn in self.invalid_turns or bool(ctx.format_errors) or bool(ctx.parsed.tool_calls)
+        return self.invalid_penalty if bad else 0.0
