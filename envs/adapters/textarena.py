@@ -119,16 +119,35 @@ def make_game(game: str, **kwargs: Any) -> Any:
 
 
 def render_messages(messages: list[tuple[int, str, Any]], player_id: int, roles: dict[int, str]) -> str:
-    """TextArena messages as the text ``player_id`` reads; its own echoed actions are left out (the chat has them)."""
+    """TextArena messages as the text ``player_id`` reads; its own echoed actions are left out (the chat has them).
+
+    A message is ``(sender, text, ObservationType)``; a few games pass the
+    three in another order, so each part is recognised by its type.
+    """
     lines = []
-    for sender, message, kind in messages:
-        if sender == player_id and getattr(kind, "name", "") == "PLAYER_ACTION":
-            continue
-        text = str(message).strip()
-        if not text:
+    for parts in messages:
+        kind = next((p for p in parts if hasattr(p, "name")), None)
+        text = next((p for p in parts if isinstance(p, str)), "").strip()
+        sender = next((p for p in parts if isinstance(p, int) and not isinstance(p, bool)), -1)
+        if not text or (sender == player_id and getattr(kind, "name", "") == "PLAYER_ACTION"):
             continue
         lines.append(text if sender < 0 else f"[{roles.get(sender, f'Player {sender}')}] {text}")
     return "\n\n".join(lines)
+
+
+def _is_invalid_notice(parts: tuple[Any, ...]) -> bool:
+    """True for TextArena's notice of an invalid move (a GAME_ADMIN message saying so)."""
+    kind = next((p for p in parts if hasattr(p, "name")), None)
+    return getattr(kind, "name", "") == "GAME_ADMIN" and any(isinstance(p, str) and _INVALID in p.lower() for p in parts)
+
+
+def _as_reward(value: Any) -> float:
+    """A TextArena reward as a float; 0.0 when a game put something else there (a few pass the reason as the reward)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if number == number else 0.0
 
 
 def _format_action(text: str) -> str:
@@ -241,12 +260,12 @@ class TextArenaEnv(LLMEnv):
             _, messages = self.ta_env.get_observation()
             if done:
                 rewards, game_info = self.ta_env.close()
-                self.outcome = float((rewards or {}).get(0, 0.0))
+                self.outcome = _as_reward((rewards or {}).get(0, 0.0))
                 self.game_over = True
                 if game_info.get(0, {}).get("invalid_move"):
                     self.invalid_turns.add(turn)
         observation = render_messages(messages, 0, self.ta_env.state.role_mapping)
-        if any(_INVALID in str(m[1]).lower() and getattr(m[2], "name", "") == "GAME_ADMIN" for m in messages):
+        if any(_is_invalid_notice(m) for m in messages):
             self.invalid_turns.add(turn)
         if self.game_over:
             reason = self.ta_env.state.game_info.get(0, {}).get("reason")

@@ -30,7 +30,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
-from llmgym.envs.adapters.textarena import _INVALID, _format_action, _PrivateRandom, make_game, render_messages
+from llmgym.envs.adapters.textarena import _as_reward, _format_action, _is_invalid_notice, _PrivateRandom, make_game, render_messages
 from llmgym.envs.multiagent.base import observation_space
 from llmgym.spaces import Text
 
@@ -137,7 +137,7 @@ class TextArenaAECEnv(AECEnv):
                 self._accumulate_rewards()
                 return
             received = self._collect()
-            if any(_INVALID in str(m[1]).lower() and getattr(m[2], "name", "") == "GAME_ADMIN" for m in received.get(player, [])):
+            if any(_is_invalid_notice(m) for m in received.get(player, [])):
                 self.rewards[agent] -= self.invalid_penalty
             if done:
                 outcome, game_info = self.ta_env.close()
@@ -145,7 +145,7 @@ class TextArenaAECEnv(AECEnv):
                     self.rewards[agent] -= self.invalid_penalty
                 for pid, value in (outcome or {}).items():
                     if 0 <= pid < self.num_players:
-                        self.rewards[self.possible_agents[pid]] += float(value)
+                        self.rewards[self.possible_agents[pid]] += _as_reward(value)
                 reason = next((info.get("reason") for info in game_info.values() if info.get("reason")), None)
                 self._end(f"Game over: {reason}" if reason else "Game over.", truncated=False)
             else:
