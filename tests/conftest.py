@@ -8,6 +8,8 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Tiny test models are dominated by thread overhead on 2 cores: one thread is faster and steadier.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
