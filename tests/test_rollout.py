@@ -361,3 +361,42 @@ def test_llamacpp_policy_is_token_exact():
     assert len(episode.turn_spans) == episode.num_turns == 3
     assert sum(episode.mask) == sum(end - start for start, end in episode.turn_spans) == episode.metadata["generated_tokens"]
     assert all(lp <= 0.0 for lp in episode.logprobs)
+
+
+_KILLED_RUN = """
+import asyncio, sys
+import llmgym
+from llmgym.envs.wordle.solver import WordleSolver
+from llmgym.rollout import rollout
+from llmgym.wrappers.scripted import ScriptedPolicy
+
+class Slow(ScriptedPolicy):
+    async def agenerate(self, request):
+        await asyncio.sleep(0.05)
+        return await super().agenerate(request)
+
+rollout("llmgym/Wordle-v0", Slow(WordleSolver, name="scripted:wordle"), seeds=24, max_concurrency=2,
+        jsonl_path=sys.argv[1])
+"""
+
+
+def test_a_killed_process_loses_no_finished_episode(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "run.jsonl"
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(path)])
+    try:
+        deadline = time.time() + 60
+        while not (path.exists() and len(path.read_text().splitlines()) >= 3):
+            assert time.time() < deadline and process.poll() is None, "the run did not start writing"
+            time.sleep(0.02)
+    finally:
+        process.kill()  # SIGKILL: no cleanup runs
+        process.wait()
+    survivors = load_jsonl(path)
+    assert 3 <= len(survivors) < 24
+    resumed = rollout(WORDLE, load_scripted("wordle"), seeds=24, jsonl_path=path, resume=True)
+    full = rollout(WORDLE, load_scripted("wordle"), seeds=24)
+    assert [_comparable(e) for e in resumed] == [_comparable(e) for e in full]
