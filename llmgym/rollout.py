@@ -150,6 +150,7 @@ async def arollout(
 
     done: dict[tuple[int | None, int], Episode] = {}
     if resume and Path(jsonl_path).exists():
+        _repair_tail(Path(jsonl_path))
         for episode in iter_jsonl(jsonl_path):
             if env_id is not None and episode.env_id != env_id:
                 raise ValueError(
@@ -292,6 +293,29 @@ async def _play(
     if error is not None:
         episode.metadata["error"] = error
     return episode
+
+
+def _repair_tail(path: Path) -> None:
+    """End a JSONL file cut short mid-line (a killed run) cleanly, so appended lines stay whole.
+
+    A last line that is a complete episode gets its newline; a half-written one is cut off
+    (:func:`~llmgym.episode.iter_jsonl` skips it too, so that episode is played again).
+    """
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    try:
+        Episode.from_json(data[cut:].decode("utf-8"))
+        complete = True
+    except (ValueError, TypeError, UnicodeDecodeError):
+        complete = False
+    with open(path, "r+b") as file:
+        if complete:
+            file.seek(0, os.SEEK_END)
+            file.write(b"\n")
+        else:
+            file.truncate(cut)
 
 
 def _check_seeds(seeds: Sequence[int] | int) -> list[int]:

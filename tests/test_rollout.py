@@ -397,6 +397,20 @@ def test_a_killed_process_loses_no_finished_episode(tmp_path):
         process.wait()
     survivors = load_jsonl(path)
     assert 3 <= len(survivors) < 24
+    with open(path, "a") as file:  # as if the kill had come in the middle of a write
+        file.write(survivors[-1].to_json()[:50])
     resumed = rollout(WORDLE, load_scripted("wordle"), seeds=24, jsonl_path=path, resume=True)
     full = rollout(WORDLE, load_scripted("wordle"), seeds=24)
     assert [_comparable(e) for e in resumed] == [_comparable(e) for e in full]
+    assert sorted(e.seed for e in load_jsonl(path)) == list(range(24))  # every line whole again
+
+
+def test_resume_keeps_a_complete_last_line_that_lost_its_newline(tmp_path):
+    path = tmp_path / "run.jsonl"
+    rollout(WORDLE, load_scripted("wordle"), seeds=2, jsonl_path=path)
+    path.write_text(path.read_text().rstrip("\n"))
+    calls = []
+    rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True,
+            progress=lambda done, total, episode: calls.append(episode.seed))
+    assert calls == [2]
+    assert [e.seed for e in load_jsonl(path)] == [0, 1, 2]
