@@ -1,9 +1,9 @@
 """TextArena's games as llmgym environments: single-player as Gymnasium, multi-player as PettingZoo AEC.
 
 Holds :class:`TextArenaEnv` (``llmgym/ta-<Game>-v0``, an :class:`~llmgym.LLMEnv`),
-:func:`make_game`, :func:`render_messages` and :data:`NLTK_DATA`; the
-multi-player games are in :mod:`.textarena_aec` (PettingZoo AEC). Needs the
-``textarena`` extra (``pip install textarena``).
+:func:`make_game`, :func:`render_messages`, :data:`NLTK_DATA` and
+:data:`UNSUPPORTED`; the multi-player games are in :mod:`.textarena_aec`
+(PettingZoo AEC). Needs the ``textarena`` extra (``pip install textarena``).
 
 What the adapter does beyond calling TextArena:
 
@@ -44,7 +44,7 @@ from llmgym.env import LLMEnv
 from llmgym.envs.adapters import TA_DEFAULT_GAMES
 from llmgym.rubric import Reward, Rubric, TurnContext
 
-__all__ = ["TextArenaEnv", "make_game", "render_messages", "NLTK_DATA", "TA_DEFAULT_GAMES"]
+__all__ = ["TextArenaEnv", "make_game", "render_messages", "NLTK_DATA", "UNSUPPORTED", "TA_DEFAULT_GAMES"]
 
 #: NLTK data each TextArena game (its folder in ``textarena/envs``) needs: checked before the game is imported.
 NLTK_DATA: dict[str, tuple[str, ...]] = {
@@ -57,6 +57,11 @@ NLTK_DATA: dict[str, tuple[str, ...]] = {
     "WordChains": ("corpora/words",),
     "WordLadder": ("corpora/words",),
     "WordSearch": ("corpora/words",),
+}
+
+#: Games the adapter refuses (folder -> why), found with TextArena 0.7.4: they would hang the caller.
+UNSUPPORTED: dict[str, str] = {
+    "Stratego": "its board set-up (rejection sampling in reset) can loop forever",
 }
 
 _NLTK_RESOURCE = re.compile(r"Resource\s+'?([\w./-]+?)'?\s+not found")
@@ -96,7 +101,7 @@ def make_game(game: str, **kwargs: Any) -> Any:
     """Make TextArena's raw game ``game`` (``"TicTacToe-v0"``): no observation wrapper, no history.
 
     Raises:
-        ValueError: unknown game.
+        ValueError: unknown game, or one in :data:`UNSUPPORTED`.
         RuntimeError: the game needs NLTK data that is not installed (named in the message).
     """
     ta = _textarena()
@@ -108,6 +113,8 @@ def make_game(game: str, **kwargs: Any) -> Any:
         raise ValueError(f"unknown TextArena game {game!r}; known: {', '.join(known)}")
     entry = ENV_REGISTRY[raw].entry_point
     folder = entry.split(".")[2] if isinstance(entry, str) and entry.startswith("textarena.envs.") else ""
+    if folder in UNSUPPORTED:
+        raise ValueError(f"TextArena game {game!r} is not supported: {UNSUPPORTED[folder]}")
     missing = _missing_nltk(NLTK_DATA[folder]) if folder in NLTK_DATA else []
     if missing:  # checked before importing the game: its import calls nltk.download, which needs the network
         raise _nltk_error(game, missing)

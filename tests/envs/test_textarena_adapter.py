@@ -150,6 +150,8 @@ def test_bad_game_ids_fail_clearly():
         TextArenaEnv("NoSuchGame-v0")
     with pytest.raises(ValueError, match="not a single-player game"):
         TextArenaEnv("TicTacToe-v0")
+    with pytest.raises(ValueError, match="not supported: its board set-up"):
+        make_game("Stratego-v0")
     with pytest.raises(ValueError, match="invalid_penalty"):
         TextArenaEnv("GuessTheNumber-v0", invalid_penalty=-1)
 
