@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -66,6 +67,7 @@ UNSUPPORTED: dict[str, str] = {
 
 _NLTK_RESOURCE = re.compile(r"Resource\s+'?([\w./-]+?)'?\s+not found")
 _INVALID = "invalid move"
+_random_lock = threading.RLock()
 
 
 def _textarena() -> Any:
@@ -163,7 +165,11 @@ def _format_action(text: str) -> str:
 
 
 class _PrivateRandom:
-    """A ``random`` state of its own, swapped into the global module while TextArena runs."""
+    """A ``random`` state of its own, swapped into the global module while TextArena runs.
+
+    A process-wide lock serialises the swaps, so envs stepped from several
+    threads never see each other's state (TextArena calls take well under 1 ms).
+    """
 
     def __init__(self) -> None:
         self.state = random.Random(0).getstate()
@@ -173,13 +179,14 @@ class _PrivateRandom:
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        outer = random.getstate()
-        random.setstate(self.state)
-        try:
-            yield
-        finally:
-            self.state = random.getstate()
-            random.setstate(outer)
+        with _random_lock:
+            outer = random.getstate()
+            random.setstate(self.state)
+            try:
+                yield
+            finally:
+                self.state = random.getstate()
+                random.setstate(outer)
 
 
 class TextArenaEnv(LLMEnv):
