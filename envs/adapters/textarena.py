@@ -39,7 +39,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
 from llmgym.env import LLMEnv
 from llmgym.envs.adapters import TA_DEFAULT_GAMES
