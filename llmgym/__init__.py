@@ -16,6 +16,7 @@ from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl
 from llmgym.messages import Message, ToolCall
 from llmgym.parsing import ParsedAction, parse_action
 from llmgym.registry import list_envs, load_plugins, register
+from llmgym.rollout import arollout, rollout, summarize
 from llmgym.rubric import Reward, Rubric, TurnContext
 from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError, ToolResult, tool
@@ -36,6 +37,9 @@ __all__ = [
     "list_envs",
     "load_plugins",
     "register",
+    "rollout",
+    "arollout",
+    "summarize",
     "Reward",
     "Rubric",
     "TurnContext",
