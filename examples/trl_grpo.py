@@ -4,9 +4,9 @@
 the env's tools (``guess``), whose ``reset`` starts a seeded episode and whose
 ``get_reward`` is the episode's return. The model is the project's tiny random
 Llama (SmolLM2 tokenizer, Qwen2.5 tool-calling chat template), first taught
-in a few SFT steps to emit one ``guess`` tool call, so the GRPO rollouts
-really call into the environment. Swap in a real instruct model for real
-training. Needs ``pip install trl==1.16.0`` (and the ``local`` extra).
+in a short SFT warm-up (until its loss is below 0.003) to emit one ``guess``
+tool call, so the GRPO rollouts really call into the environment. Swap in a
+real instruct model for real training. Needs ``pip install trl==1.16.0`` (and the ``local`` extra).
 
 Run: ``python examples/trl_grpo.py --steps 2``
 """
@@ -29,7 +29,7 @@ ENV_ID = "llmgym/Wordle-v0"
 TOOL_CALL = '<tool_call>\n{"name": "guess", "arguments": {"word": "crane"}}\n</tool_call><|im_end|>'
 
 
-def tool_calling_tiny_model(sft_steps: int = 120) -> tuple[Any, Any]:
+def tool_calling_tiny_model(sft_steps: int = 300, target_loss: float = 0.003) -> tuple[Any, Any]:
     """The tiny random model, with a tool-calling chat template, taught to answer the first turn with a guess."""
     import torch
     from transformers.utils import get_json_schema
@@ -49,16 +49,21 @@ def tool_calling_tiny_model(sft_steps: int = 120) -> tuple[Any, Any]:
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     target_ids = tokenizer(TOOL_CALL, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt_ids + target_ids])
-    labels = ids.clone()
-    labels[0, : len(prompt_ids)] = -100
+    targets = torch.tensor(target_ids)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(sft_steps):
-        loss = model(input_ids=ids, labels=labels).loss
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=sft_steps)
+    for step in range(1, sft_steps + 1):
+        # logits only where the tool call is predicted: the 49k-token output layer is most of the cost
+        hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt_ids) - 1 : -1]
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden), targets)
+        if loss.item() < target_loss:  # memorised: nearly every sample is the whole tool call
+            break
         loss.backward()
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad()
-    print(f"SFT warm-up: loss {loss.item():.3f} on the tool call")
+    print(f"SFT warm-up: loss {loss.item():.4f} on the tool call after {step} steps")
     return model, tokenizer
 
 
@@ -77,7 +82,7 @@ def main(steps: int = 2, seed: int = 0) -> dict[str, Any]:
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="llmgym-trl-"), per_device_train_batch_size=4, num_generations=4,
         max_completion_length=96, max_tool_calling_iterations=2, max_steps=steps, logging_steps=1,
-        learning_rate=1e-5, report_to="none", use_cpu=True, save_strategy="no", seed=seed,
+        temperature=0.7, learning_rate=1e-5, report_to="none", use_cpu=True, save_strategy="no", seed=seed,
     )
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer, args=args,

@@ -103,6 +103,7 @@ def test_the_chat_rows_render_with_a_transformers_chat_template():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_grpo_trainer_plays_the_env_through_its_tools(monkeypatch):
     """examples/trl_grpo.py: one GRPO step of TRL's trainer whose rollouts call the env's guess tool."""
     import sys
