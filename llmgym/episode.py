@@ -102,8 +102,19 @@ class Episode:
         return cls(**data)
 
     def to_json(self) -> str:
-        """One line of JSON."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+        """One line of JSON (non-ASCII kept as is, unless the text cannot be UTF-8, e.g. a lone surrogate).
+
+        Example:
+            >>> Episode.from_json(Episode("x", messages=[{"content": "\\ud800 é"}]).to_json()).messages
+            [{'content': '\\ud800 é'}]
+        """
+        data = self.to_dict()
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates from an agent: escape them so the file stays valid UTF-8
+            text = json.dumps(data, ensure_ascii=True, allow_nan=False)
+        return text
 
     @classmethod
     def from_json(cls, line: str) -> Episode:

@@ -47,3 +47,10 @@ def test_env_episode_record(wordle):
     assert episode.env_id == "llmgym/Wordle-v0" and episode.seed == 4
     assert episode.num_turns == 1 and len(episode.messages) == 4
     assert Episode.from_json(episode.to_json()) == episode
+
+
+def test_lone_surrogates_from_an_agent_round_trip(tmp_path):
+    episode = Episode("llmgym/Wordle-v0", messages=[{"role": "assistant", "content": "bad \ud800 text é"}])
+    save_jsonl([episode], tmp_path / "e.jsonl")
+    assert load_jsonl(tmp_path / "e.jsonl") == [episode]
+    (tmp_path / "e.jsonl").read_text(encoding="utf-8")  # still valid UTF-8
