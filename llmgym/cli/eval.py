@@ -61,6 +61,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", action="store_true", help="write OUT/rewards.png, the reward distribution per component")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from llmgym.cli._opponents import OPPONENT_HELP
+
+    parser.add_argument("--opponent", action="append", metavar="SPEC", help=OPPONENT_HELP)
+    parser.add_argument("--round-robin", action="store_true",
+                        help="with several --opponent: also play the opponents against each other")
     parser.set_defaults(func=run)
 
 
@@ -73,12 +78,26 @@ def run(args: argparse.Namespace) -> int:
     from llmgym.registry import close_matches
     from llmgym.rollout import rollout, summarize
 
-    if args.env_id not in gym.registry:
-        matches = close_matches(args.env_id)
+    multiagent = _multiagent_ids()
+    if args.opponent is None and args.env_id in multiagent:
+        raise CLIError(f"{args.env_id} is a multi-agent game: pass --opponent SPEC (scripted:NAME, self, "
+                       "local[:BACKEND[:MODEL]], url:BASE_URL[@MODEL]); see `llmgym eval --help`")
+    if args.opponent is not None and args.env_id not in multiagent:
+        versus = "llmgym/ma-" + args.env_id.partition("/")[2]
+        if args.env_id in gym.registry and versus in multiagent:
+            raise CLIError(f"{args.env_id} plays a fixed scripted opponent; to choose the opponent, evaluate the "
+                           f"multi-agent game instead: llmgym eval {versus} --opponent ...")
+        if args.env_id in gym.registry:
+            raise CLIError(f"--opponent needs a multi-agent environment ({', '.join(sorted(multiagent))}); "
+                           f"{args.env_id} is single-agent")
+    if args.env_id not in gym.registry and args.opponent is None:
+        matches = _close(args.env_id, close_matches(args.env_id) + multiagent)
         hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
         raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
     if args.concurrency is None:
-        local_llamacpp = not args.policy and not args.base_url and args.backend == "llama.cpp"
+        local = [f"local:{args.backend}"] if not args.policy and not args.base_url else []
+        local_llamacpp = any(s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
+                             for s in local + (args.opponent or []))
         args.concurrency = 1 if local_llamacpp else 32
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
@@ -93,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
     if not isinstance(env_kwargs, dict):
         raise CLIError("--env-kwargs must be a JSON object")
+    if args.opponent is not None:
+        from llmgym.cli._opponents import run_multiagent
+
+        return run_multiagent(args, env_kwargs)
     try:
         gym.make(args.env_id, **env_kwargs).close()
     except TypeError as err:
@@ -178,6 +201,21 @@ def _build_policy(args: argparse.Namespace) -> Any:
             raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
     except ImportError as err:
         raise CLIError(_missing_extra(err)) from None
+
+
+def _multiagent_ids() -> list[str]:
+    """The multi-agent game ids (none when the multiagent extra is missing)."""
+    try:
+        from llmgym.envs.multiagent import MULTIAGENT_ENVS
+    except ImportError:
+        return []
+    return list(MULTIAGENT_ENVS)
+
+
+def _close(env_id: str, candidates: list[str]) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(env_id, candidates, n=3, cutoff=0.5)
 
 
 def _missing_extra(err: ImportError) -> str:
