@@ -342,7 +342,8 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
 def _summarize(games: list[dict[str, Any]], names: list[str], me: str, orders: list[tuple[str, str]]) -> dict[str, Any]:
     """The matrix: ``matrix[a][b]`` is a's wins/draws/losses, score and mean reward against b, both seats together.
 
-    A self-play game counts once, from ``player_0``'s side (a "win" is a first-mover win).
+    A self-play game counts once, from ``player_0``'s side (a "win" is a first-mover win);
+    ``totals[a]`` sums a's games against the others (self-play left out).
 
     Example:
         >>> from llmgym.episode import Episode
@@ -378,7 +379,7 @@ def _summarize(games: list[dict[str, Any]], names: list[str], me: str, orders: l
     matrix = {a: {b: finish(cells[a][b]) for b in players} for a in players}
     totals = {}
     for a in players:
-        summed = {k: sum(cells[a][b][k] for b in players) for k in ("win", "draw", "loss", "reward")}
+        summed = {k: sum(cells[a][b][k] for b in players if b != a) for k in ("win", "draw", "loss", "reward")}
         totals[a] = finish(summed)
     return {"games": len(games), "failed_games": failed, "episodes": 2 * len(games), "policy": me,
             "players": players, "pairings": [list(o) for o in orders], "matrix": matrix, "totals": totals}
@@ -392,7 +393,7 @@ def _print_matrix(summary: dict[str, Any]) -> None:
     table = Table("W/D/L", *players, "score", "mean reward",
                   title=f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s",
                   caption="row player's wins/draws/losses against the column player, both seats; "
-                  "score = (wins + draws/2) / games; self-play counts first-mover results; * = evaluated")
+                  "score and mean reward: against the others; self-play counts first-mover results; * = evaluated")
     for a in players:
         row = []
         for b in players:
