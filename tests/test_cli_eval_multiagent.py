@@ -123,6 +123,54 @@ def test_random_player_plays_legal_moves_and_refuses_unknown_games():
         RandomPlayer().act(negotiation, "player_0")
 
 
+@pytest.fixture
+def minimax_server():
+    """A real ``llmgym serve --backend scripted`` playing text minimax, on a free loopback port."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("openai")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())", "serve", "--backend", "scripted",
+         "--model", "llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer", "--model-name", "ttt-bot",
+         "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/models", timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or process.poll() is not None:
+                    pytest.fail("llmgym serve did not start")
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_server_policies_as_opponent_and_as_evaluated(tmp_path, capsys, minimax_server):
+    summary, episodes = _json(tmp_path, capsys, TTT, "--policy", "scripted:minimax", "--opponent", f"url:{minimax_server}",
+                              "--opponent", f"url:{minimax_server}@ttt-bot", "-n", "2")
+    assert summary["players"] == ["minimax", "openai:ttt-bot", "openai:ttt-bot#2"]
+    assert all(summary["matrix"]["minimax"][b]["draw"] == 4 for b in summary["players"][1:])
+    assert {e.metadata["outcome"] for e in episodes} == {"draw"}
+    summary, _ = _json(tmp_path, capsys, TTT, "--base-url", minimax_server, "--opponent", "scripted:random",
+                       "--opponent", "self", "-n", "2")
+    assert summary["policy"] == "openai:ttt-bot" and summary["matrix"]["openai:ttt-bot"]["random"]["loss"] == 0
+    assert summary["matrix"]["openai:ttt-bot"]["openai:ttt-bot"]["draw"] == 2
+
+
 @pytest.mark.slow
 def test_local_llm_opponent_plays_both_seats(tmp_path, capsys, monkeypatch):
     pytest.importorskip("llama_cpp")

@@ -6,6 +6,9 @@ with a progress bar, streams the episodes to ``OUT/episodes.jsonl``, writes
 ``--plot``, ``OUT/rewards.png``. The policy is, in order of precedence:
 ``--policy scripted:NAME``, an OpenAI-compatible server (``--base-url``), or
 a local model (``--backend``, default the embedded SmolLM2 through llama.cpp).
+On a multi-agent game (``llmgym/ma-*``), ``--opponent SPEC`` (repeatable) plays
+it against other players in both seats and summarizes a win/draw/loss matrix
+(:mod:`llmgym.cli._opponents`).
 Adapters are imported here, inside the command, so ``import llmgym`` stays light.
 """
 
