@@ -248,7 +248,15 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         from llmgym.cli.eval import _build_policy
 
         evaluated = _build_policy(args)
-    opponents = [build_player(spec, env_id, args, evaluated) for spec in args.opponent]
+    opponents: list[Any] = []
+    try:
+        for spec in args.opponent:
+            opponents.append(build_player(spec, env_id, args, evaluated))
+    except CLIError:
+        for player in {id(p): p for p in [evaluated, *opponents]}.values():
+            if isinstance(player, Policy):
+                player.close()
+        raise
     players = [evaluated, *opponents]
     names = _unique_names(players)
     by_name = dict(zip(names, players))
