@@ -126,7 +126,9 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
     def reward(completions, **kwargs):
         return [vowel_fraction(c[0]["content"] if isinstance(c, list) else c) for c in completions]
 
-    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS]})
+    # the same chat as llmgym's env renders: an empty system message (else the template adds its default one)
+    chats = [[{"role": "system", "content": ""}, {"role": "user", "content": p}] for p in PROMPTS]
+    data = Dataset.from_dict({"prompt": chats})
     args = trl.GRPOConfig(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
         learning_rate=1e-6, beta=0.0, loss_type="dapo", max_steps=steps, logging_steps=1, report_to=[],
