@@ -89,6 +89,16 @@ def test_connect_four_negamax_depth_from_the_name(tmp_path, capsys):
     assert {e.policy for e in episodes} == {"negamax-2", "random"}
 
 
+def test_a_forfeiting_opponent_loses_every_game_and_the_winner_is_paid_in_both_seats(tmp_path, capsys):
+    # the Wordle solver answers tic-tac-toe with five-letter words: three illegal moves forfeit the game,
+    # sometimes before minimax (second seat) ever moved; the matrix still credits it the win's +1
+    summary, _ = _json(tmp_path, capsys, TTT, "--policy", "scripted:minimax",
+                       "--opponent", "scripted:llmgym.envs.wordle.solver:WordleSolver", "-n", "2")
+    assert summary["matrix"]["minimax"]["WordleSolver"] | {"score": None} == {
+        "win": 4, "draw": 0, "loss": 0, "games": 4, "score": None, "mean_reward": 1.0}
+    assert summary["matrix"]["WordleSolver"]["minimax"]["mean_reward"] < -1.0  # the loss plus the penalties
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     ([TTT, "--opponent", "bogus"], "bad opponent spec 'bogus'"),
     ([TTT, "--opponent", "url:"], "bad opponent spec"),

@@ -377,7 +377,9 @@ def _summarize(games: list[dict[str, Any]], names: list[str], me: str, orders: l
             if outcome in OUTCOMES:
                 cell = cells[mine.policy][theirs.policy]
                 cell[outcome] += 1
-                cell["reward"] += mine.total_reward
+                # a game can end before a seat ever moved (the first mover forfeits): its result is then
+                # in metadata, not in a turn reward
+                cell["reward"] += mine.total_reward + mine.metadata.get("reward_before_first_turn", 0.0)
 
     def finish(c: dict[str, Any]) -> dict[str, Any]:
         n = c["win"] + c["draw"] + c["loss"]
