@@ -99,6 +99,9 @@ class Policy:
     name: str = "policy"
     #: True when :class:`Generation` carries token ids and log-probs.
     returns_tokens: bool = False
+    #: Episodes this policy serves well at once (``None``: no limit). A single-stream
+    #: backend sets 1: interleaving episodes would throw away its prompt cache every turn.
+    max_concurrency: int | None = None
 
     async def agenerate(self, request: PolicyRequest) -> Generation:
         """Generate one assistant turn."""

@@ -186,6 +186,9 @@ async def arollout(
         finally:
             instance.close()
 
+    policy_limit = getattr(policy, "max_concurrency", None)
+    if policy_limit is not None:  # the policy knows its own sweet spot (llama.cpp: one stream)
+        max_concurrency = min(max_concurrency, policy_limit)
     workers = [asyncio.create_task(worker()) for _ in range(min(max_concurrency, len(jobs)))]
     try:
         await asyncio.gather(*workers)

@@ -94,6 +94,7 @@ class LlamaCppPolicy(Policy):
     """
 
     returns_tokens = True
+    max_concurrency = 1  # one sequence and one KV cache: interleaved episodes would re-evaluate every prompt
 
     def __init__(
         self,
