@@ -112,7 +112,7 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5]
             )
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
-        return dict(model)
+        return dict(model.__dict__)
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
         """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
