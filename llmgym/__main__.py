@@ -1,0 +1,7 @@
+"""``python -m llmgym``: the same as the ``llmgym`` command."""
+
+import sys
+
+from llmgym.cli import main
+
+sys.exit(main())

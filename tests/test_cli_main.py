@@ -1,0 +1,26 @@
+"""The CLI's shared error handling."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_a_missing_extra_names_the_extra_to_install():
+    # A real import failure: hide pettingzoo from the interpreter, then play a game that needs it.
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["pettingzoo"] = None  # makes `import pettingzoo` raise ModuleNotFoundError
+        from llmgym.cli import main
+        sys.exit(main(["eval", "llmgym/TicTacToe-v0", "-n", "1", "--policy", "scripted:wordle", "--no-progress"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert 'pip install "llmgym[multiagent]"' in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "llmgym", "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("list", "eval", "serve", "train", "play", "check", "init"):
+        assert command in out
