@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgym: error: this needs {top!r}, which is not installed: "
               f'pip install "llmgym[{EXTRA_FOR_MODULE[top]}]"', file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `llmgym list | head`: the reader left; exit quietly like other Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("llmgym: interrupted", file=sys.stderr)
         return 130
