@@ -334,7 +334,7 @@ class GRPOTrainer:
 
         self._push_adapter()
         return OpenAIPolicy(config.lora_name, base_url=config.base_url, api_key=config.api_key,
-                            return_tokens=True, max_concurrency=config.concurrency)
+                            return_tokens=True, max_concurrency=config.concurrency, tokenizer=self.tokenizer)
 
     def _push_adapter(self) -> None:
         """Save the adapter and load it on the server under ``lora_name`` (replacing the previous one)."""

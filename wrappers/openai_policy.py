@@ -18,6 +18,11 @@ native tool calling.
   ``return_tokens_as_token_ids`` and fills :class:`~llmgym.policy.Generation`'s
   token ids and log-probs from them; a server that rejects those extras is
   asked without them from then on.
+- Token-exact mode: given the served model's ``tokenizer=``, the policy renders
+  prompts itself with :class:`~llmgym.wrappers.prompting.ChatPrompter` (the
+  local policies' prompter: ``prefix_token_ids`` plus the new turns) and sends
+  the token ids to ``/v1/completions``, so multi-turn episodes keep exactly the
+  tokens the model produced, as with a local policy.
 
 All network work runs on one private event-loop thread, so the policy can
 be called from :meth:`generate` (sync), from any event loop through
@@ -36,6 +41,8 @@ from typing import Any
 from llmgym.messages import Message, ToolCall
 from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_text_tool_calls
 from llmgym.policy import Generation, Policy, PolicyRequest, tool_protocol_prompt
+from llmgym.wrappers.prompting import ChatPrompter, Prompt, eos_token_ids, hf_chat_prompter
+from llmgym.wrappers.thinking import split_thinking
 
 __all__ = ["OpenAIPolicy", "to_text_protocol"]
 
@@ -65,10 +72,19 @@ class OpenAIPolicy(Policy):
             ``Retry-After``), done by the ``openai`` client.
         extra_body: extra JSON fields sent with every request (for example
             vLLM's ``{"top_k": 20}``).
+        tokenizer: the served model's tokenizer (a transformers tokenizer, or
+            a local path or cached name loaded offline with ``AutoTokenizer``).
+            With it the policy is token-exact: it builds the prompt token ids
+            itself (chat template, text tool protocol when the template has no
+            tools, ``prefix_token_ids`` plus the new turns) and calls
+            ``/v1/completions`` with them; ``native_tools`` then means whether
+            the template renders the tools (``None``: when it can).
 
     Raises:
         ImportError: the ``openai`` package is missing (names the extra to install).
-        ValueError: no base URL, or a limit below 1.
+        ValueError: no base URL, a limit below 1, ``tokenizer`` with
+            ``return_tokens=False``, or a tokenizer without a chat template.
+        OSError: ``tokenizer`` is a path or name that cannot be loaded offline.
 
     Example:
         >>> policy = OpenAIPolicy("smollm2-135m", base_url="http://127.0.0.1:8000/v1")
@@ -88,6 +104,7 @@ class OpenAIPolicy(Policy):
         timeout: float = 120.0,
         max_retries: int = 4,
         extra_body: dict[str, Any] | None = None,
+        tokenizer: Any = None,
     ):
         try:
             import openai
@@ -100,6 +117,8 @@ class OpenAIPolicy(Policy):
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
+        if tokenizer is not None and return_tokens is False:
+            raise ValueError("tokenizer= makes the policy token-exact, which needs token ids: drop return_tokens=False")
         self._openai = openai
         self.model = model
         self.name = f"openai:{model}"
@@ -119,6 +138,11 @@ class OpenAIPolicy(Policy):
         self._clients: list[Any] = []
         self._semaphore: asyncio.Semaphore | None = None
         self._start_lock = threading.Lock()
+        self.tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
+        self.prompter: ChatPrompter | None = None
+        if self.tokenizer is not None:
+            self.prompter = hf_chat_prompter(self.tokenizer, None, native_tools, eos_token_ids(self.tokenizer))
+            self.returns_tokens = True
 
     # -- public API ---------------------------------------------------------
 
@@ -188,12 +212,15 @@ class OpenAIPolicy(Policy):
 
     async def _generate(self, request: PolicyRequest) -> Generation:
         assert self._semaphore is not None
+        prompt = self.prompter.prepare(request) if self.prompter is not None else None
         async with self._semaphore:
             tried: set[int] = set()
             while True:
                 index = self._pick_server(tried)
                 self._in_flight[index] += 1
                 try:
+                    if prompt is not None:
+                        return await self._complete_on(index, prompt)
                     return await self._generate_on(index, request)
                 except self._openai.APIConnectionError as err:
                     tried.add(index)
@@ -233,6 +260,34 @@ class OpenAIPolicy(Policy):
             "base_url": self.base_urls[index],
             "latency_s": time.perf_counter() - started,
             "native_tools": native,
+        })
+        return generation
+
+    async def _complete_on(self, index: int, prompt: Prompt) -> Generation:
+        """One token-exact turn: the prompt's ids to ``/v1/completions``, token ids and log-probs back."""
+        sampling = prompt.request.sampling
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt.ids),
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "logprobs": 0,
+            "extra_body": {**self.extra_body, **_VLLM_TOKEN_EXTRAS},
+        }
+        if sampling.seed is not None:
+            kwargs["seed"] = sampling.seed
+        if sampling.stop:
+            kwargs["stop"] = list(sampling.stop)
+        started = time.perf_counter()
+        response = await self._clients[index].completions.create(**kwargs)
+        generation = _read_completion(response, prompt)
+        generation.metadata.update({
+            "model": response.model or self.model,
+            "base_url": self.base_urls[index],
+            "latency_s": time.perf_counter() - started,
+            "prefix_reused": prompt.prefix_reused,
+            "token_exact": True,
         })
         return generation
 
@@ -356,6 +411,71 @@ def _read_tokens(choice: Any) -> tuple[list[int] | None, list[float] | None]:
             f"the server returned {len(token_ids)} token ids but {len(logprobs)} log-probs for one completion"
         )
     return token_ids, logprobs
+
+
+def _read_completion(response: Any, prompt: Prompt) -> Generation:
+    """A token-exact :class:`Generation` from a ``/v1/completions`` response to ``prompt.ids``."""
+    if not response.choices:
+        raise RuntimeError(f"the server answered without choices: {response!r}")
+    choice = response.choices[0]
+    echoed = getattr(choice, "prompt_token_ids", None) or getattr(response, "prompt_token_ids", None)
+    if echoed is not None and [int(t) for t in echoed] != list(prompt.ids):
+        raise RuntimeError(
+            f"the server saw other prompt token ids than the {len(prompt.ids)} sent ({len(echoed)} ids): "
+            "it must take token-id prompts verbatim (no added BOS) for token-exact episodes"
+        )
+    block = getattr(choice, "logprobs", None)
+    tokens = list(getattr(block, "tokens", None) or []) if block is not None else []
+    raw_logprobs = list(getattr(block, "token_logprobs", None) or []) if block is not None else []
+    token_ids = getattr(choice, "token_ids", None)
+    if token_ids is not None:
+        token_ids = [int(t) for t in token_ids]
+    elif tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        token_ids = [int(t.split(":", 1)[1]) for t in tokens]
+    else:
+        raise RuntimeError(
+            "the server returned no completion token ids; token-exact mode needs a server that honours "
+            "return_token_ids or return_tokens_as_token_ids (llmgym serve, vLLM)"
+        )
+    if len(raw_logprobs) != len(token_ids) or any(lp is None for lp in raw_logprobs):
+        raise RuntimeError(
+            f"the server returned {len(raw_logprobs)} log-probs for {len(token_ids)} completion tokens; "
+            "token-exact mode needs one per token (logprobs=0)"
+        )
+    text = choice.text or ""
+    for stop in prompt.request.sampling.stop:
+        if stop and stop in text:
+            text = text[: text.index(stop)]
+    message: Message = {"role": "assistant", "content": text}
+    reasoning, answer = split_thinking(text, prompt.opens_thinking)
+    if reasoning is not None:
+        message = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+    usage = getattr(response, "usage", None)
+    return Generation(
+        message=message,
+        prompt_token_ids=list(prompt.ids),
+        token_ids=token_ids,
+        logprobs=[float(lp) for lp in raw_logprobs],
+        finish_reason=choice.finish_reason or "stop",
+        metadata={"usage": usage.model_dump() if usage is not None else None},
+    )
+
+
+def _load_tokenizer(source: Any) -> Any:
+    """A tokenizer object as given, or loaded offline from a local path or cached name."""
+    if not isinstance(source, (str, os.PathLike)):
+        if not callable(getattr(source, "apply_chat_template", None)) or not callable(getattr(source, "encode", None)):
+            raise TypeError(f"tokenizer must be a transformers tokenizer or a path/name, got {type(source).__name__}")
+        return source
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as err:
+        raise ImportError('tokenizer= by name needs transformers: pip install "llmgym[local]"') from err
+    try:
+        return AutoTokenizer.from_pretrained(os.fspath(source), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise OSError(f"cannot load the tokenizer {os.fspath(source)!r} offline (a local folder or a cached "
+                      f"model name): {err}") from err
 
 
 def _unreachable(urls: list[str], tried: set[int], err: Exception) -> ConnectionError:
