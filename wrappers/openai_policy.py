@@ -143,6 +143,7 @@ class OpenAIPolicy(Policy):
         if self.tokenizer is not None:
             self.prompter = hf_chat_prompter(self.tokenizer, None, native_tools, eos_token_ids(self.tokenizer))
             self.returns_tokens = True
+            self.native_tools = self.prompter.native_tools  # what the template does with tools
 
     # -- public API ---------------------------------------------------------
 
