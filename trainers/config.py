@@ -64,6 +64,20 @@ class GRPOConfig:
     resample_zero_signal: int = 0
     """Extra rollout rounds per step to replace groups with no signal (all rewards equal)."""
 
+    # -- curriculum (off unless curriculum_kwarg is set) ----------------------------
+    curriculum_kwarg: str | None = None
+    """Env keyword argument set to the current level (``"difficulty"``); ``None`` = no curriculum."""
+    curriculum_levels: list[Any] = field(default_factory=list)
+    """The levels, easiest first; the run starts at the first."""
+    curriculum_promote_at: float = 0.8
+    """Solve rate over the window at or above which the next level starts."""
+    curriculum_demote_at: float | None = None
+    """Solve rate over the window below which the previous level comes back; ``None`` never demotes."""
+    curriculum_window: int = 16
+    """Groups played at a level before its solve rate is judged (and the window a change empties)."""
+    solve_threshold: float = 1.0
+    """An episode counts as solved when its total reward is at least this (curriculum and ``groups/all_*`` counts)."""
+
     # -- advantages -----------------------------------------------------------
     scale_rewards: str = "group"
     """Divide centred rewards by the group's std (``group``), the batch's std (``batch``) or not at all (``none``, Dr. GRPO)."""
@@ -152,6 +166,13 @@ class GRPOConfig:
             raise ValueError(f"is_cap must be > 0 or None, got {self.is_cap}")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 for GRPO (it needs diverse samples and finite log-probs)")
+        if self.curriculum_kwarg is not None:
+            from llmgym.trainers.curriculum import Curriculum
+
+            Curriculum(self.curriculum_kwarg, self.curriculum_levels, self.curriculum_promote_at,  # validates
+                       self.curriculum_demote_at, self.curriculum_window, self.solve_threshold)
+            if self.curriculum_kwarg in self.env_kwargs:
+                raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
         if self.base_url is not None and not self.lora:
             raise ValueError("generating on base_url needs lora=True: the server receives the trained LoRA adapter each step")
 

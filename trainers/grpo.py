@@ -50,6 +50,7 @@ from llmgym.trainers.advantages import Advantages, compute_advantages
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from llmgym.trainers.config import GRPOConfig, load_config
+from llmgym.trainers.curriculum import Curriculum, group_solve_rates
 from llmgym.trainers.losses import TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb, plot_metrics, reward_stats
 
@@ -95,7 +96,11 @@ class GRPOTrainer:
             torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)
         self.env_id = resolve_env_id(config.env_id)
-        probe = gym.make(self.env_id, **config.env_kwargs)
+        self.curriculum = None
+        if config.curriculum_kwarg is not None:
+            self.curriculum = Curriculum(config.curriculum_kwarg, config.curriculum_levels, config.curriculum_promote_at,
+                                         config.curriculum_demote_at, config.curriculum_window, config.solve_threshold)
+        probe = gym.make(self.env_id, **self._env_kwargs())
         self.max_turns = int(getattr(probe.unwrapped, "max_turns", 1))
         probe.close()
         self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
@@ -193,6 +198,7 @@ class GRPOTrainer:
         episodes = [e for e in episodes if not _unusable(e)]
         advantages = self._advantages(episodes)
         zero_signal_first, replaced = advantages.zero_signal_groups, 0
+        first_rates = _gather(group_solve_rates(episodes, config.solve_threshold), self.world)  # before resampling
         for attempt in range(config.resample_zero_signal):
             empty = {e.group for e, keep in zip(episodes, advantages.keep) if not keep and not (config.mask_truncated and e.truncated)}
             if not empty:
@@ -213,10 +219,18 @@ class GRPOTrainer:
             "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
             "groups/zero_signal": float(_sum_ranks(zero_signal_first, self.world)),
             "groups/resampled": float(_sum_ranks(replaced, self.world)),
+            "groups/all_solved": float(sum(rate == 1.0 for rate in first_rates)),
+            "groups/all_failed": float(sum(rate == 0.0 for rate in first_rates)),
             "tokens/total": float(_sum_ranks(sum(len(e.token_ids) for e in episodes), self.world)),
             "tokens/generated": float(_sum_ranks(sum(sum(e.mask) for e in episodes), self.world)),
         })
+        if self.curriculum is not None:
+            stats.update(self.curriculum.update(first_rates))  # the next step plays the new level
         return episodes, advantages, stats
+
+    def _env_kwargs(self) -> dict[str, Any]:
+        """The env's keyword arguments, with the curriculum's current level when there is one."""
+        return self.curriculum.env_kwargs(self.config.env_kwargs) if self.curriculum else dict(self.config.env_kwargs)
 
     def _rollout(self, seeds: list[int], step: int, first_group: int, attempt: int = 0) -> list[Episode]:
         if not seeds:
@@ -230,7 +244,7 @@ class GRPOTrainer:
         try:
             episodes = rollout(
                 self.env_id, self.policy, seeds=list(dict.fromkeys(seeds)), group_size=self.config.group_size,
-                sampling=sampling, env_kwargs=self.config.env_kwargs, max_concurrency=self.config.concurrency,
+                sampling=sampling, env_kwargs=self._env_kwargs(), max_concurrency=self.config.concurrency,
             )
         finally:
             self.model.train(was_training)
@@ -359,6 +373,8 @@ class GRPOTrainer:
         folder = None
         if self.rank == 0:
             state = {"episodes_seen": self.episodes_seen, "seed_sampler": self.seed_sampler.bit_generator.state}
+            if self.curriculum is not None:
+                state["curriculum"] = self.curriculum.state_dict()
             folder = save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizer, state, self.config.keep_checkpoints)
             if self.config.plot:
                 try:
@@ -376,6 +392,8 @@ class GRPOTrainer:
         state = load_checkpoint(folder, self.model, self.optimizer)
         self.step, self.episodes_seen = int(state["step"]), int(state["episodes_seen"])
         self.seed_sampler.bit_generator.state = state["seed_sampler"]
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
 
     def close(self) -> None:
         """Close the metrics file and the policy."""
