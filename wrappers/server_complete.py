@@ -44,30 +44,12 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
 
 
 def complete_ids_llama(policy: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
-    """Continue each ``(prompt_ids, sampling)`` with a LlamaCppPolicy, one after the other.
+    """Continue each ``(prompt_ids, sampling)`` with a LlamaCppPolicy's public ``complete``, one after the other.
 
     Raises:
         ValueError: an empty prompt, a token id outside the vocabulary, or a prompt that fills ``n_ctx``.
     """
-    import numpy as np
-
-    results = []
-    for ids, sampling in prompts:
-        if not ids or not all(0 <= t < policy.n_vocab for t in ids):
-            raise ValueError(f"the prompt must be token ids in [0, {policy.n_vocab}), got {len(ids)} ids")
-        if len(ids) >= policy.n_ctx:
-            raise ValueError(f"the prompt has {len(ids)} tokens but n_ctx is {policy.n_ctx}")
-        with policy._lock:  # the policy's own lock: one sequence at a time on its llama.cpp context
-            policy._evaluate_prompt(list(ids))
-            tokens, logprobs, _, _, finish, _ = policy._decode(
-                sampling, np.random.default_rng(sampling.seed), min(sampling.max_tokens, policy.n_ctx - len(ids)), False)
-        text = policy.llm.detokenize(tokens, special=False).decode("utf-8", errors="replace")
-        for stop in sampling.stop:
-            if stop and stop in text:
-                text = text[: text.index(stop)]
-        results.append(Generation({"role": "assistant", "content": text}, prompt_token_ids=list(ids),
-                                  token_ids=tokens, logprobs=logprobs or None, finish_reason=finish))
-    return results
+    return [policy.complete([list(ids)], sampling)[0] for ids, sampling in prompts]
 
 
 def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
