@@ -155,11 +155,11 @@ class WordleEnv(LLMEnv):
                 "No guess found. Reply with just a five-letter word, or call "
                 '<tool_call>{"name": "guess", "arguments": {"word": "..."}}</tool_call>'
             )
-        result = self.guess.call({"word": match.group(1)})
+        result = self.tools["guess"].call({"word": match.group(1)})
         return result.content
 
     def is_done(self) -> bool:
-        return bool(self.guesses) and (self.solved or len(self.guesses) >= self.max_guesses)
+        return self.solved or len(self.guesses) >= self.max_guesses
 
     @property
     def solved(self) -> bool:
