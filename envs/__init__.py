@@ -5,9 +5,17 @@ built-in environments arrive the same way a third-party plugin's do. Each
 environment lives in a module or subpackage of its own; add its id here.
 """
 
-from llmgym.registry import register
+from functools import partial
+
+from llmgym import registry
 
 __all__ = ["register_envs"]
+
+# gym.make returns llmgym's own environments without Gymnasium's OrderEnforcing and
+# PassiveEnvChecker wrappers: LLMEnv refuses step() before reset() itself, every built-in
+# environment passes check_env in the test suite, and the two wrappers cost ~1 us a step
+# (a tenth of Wordle's). gym.make(id, disable_env_checker=False) brings the checker back.
+register = partial(registry.register, order_enforce=False, disable_env_checker=True)
 
 
 def register_envs() -> None:
@@ -42,6 +50,7 @@ def register_envs() -> None:
     register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
     register("llmgym/PrisonersDilemma-v0", "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot", description="Iterated prisoner's dilemma with messages against tit-for-tat.")
     register("llmgym/RuleDiscovery-v0", "llmgym.envs.rule_discovery:RuleDiscoveryEnv", description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.")
+    register("llmgym/MentalMath-v0", "llmgym.envs.mental_math:MentalMathEnv", description="Answer a one-operation arithmetic question (single digits by default) with just the number.")
     from llmgym.envs.adapters import register_adapter_envs  # reasoning-gym / TextArena ids, only when installed
 
     register_adapter_envs()

@@ -150,24 +150,28 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()")
         turn = len(self.turn_contexts) + 1
-        text = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None
-        if text is not None and not isinstance(text, str):
-            text = ""
-        if isinstance(text, str) and len(text) > self.max_action_chars:
+        if isinstance(action, dict):
+            content = action.get("content")
+            size = len(content) if isinstance(content, str) else 0
+        else:
+            size = len(action) if isinstance(action, str) else 0  # anything else: parse_action raises TypeError
+        if size > self.max_action_chars:
             parsed = ParsedAction(
-                "", [], [f"your message has {len(text)} characters; the limit is {self.max_action_chars}"],
-                {"role": "assistant", "content": text},
+                "", [], [f"your message has {size} characters; the limit is {self.max_action_chars}"],
+                {"role": "assistant", "content": action if isinstance(action, str) else action.get("content")},
             )
         else:
             parsed = parse_action(action, id_prefix=f"call_{turn}")
+        messages = self.messages
         text = parsed.message.get("content") or ""
-        self.messages.append(parsed.message)
+        messages.append(parsed.message)
         tokens = self.count_tokens(text)
         self.tokens_used += tokens
         format_errors = list(parsed.errors)
         tool_results: list[tuple[str, ToolResult]] = []
         replies: list[str] = []
-        for index, call in enumerate(parsed.tool_calls):
+        calls = parsed.tool_calls
+        for index, call in enumerate(calls):
             handler = self.tools.get(call.name)
             if index >= self.max_tool_calls:
                 result = ToolResult(f"Error: at most {self.max_tool_calls} tool calls per turn", ok=False)
@@ -181,36 +185,35 @@ class LLMEnv(gym.Env[str, str], ABC):
                 if not result.ok and result.content.startswith(f"Error: invalid arguments for {call.name}"):
                     format_errors.append(result.content)
             tool_results.append((call.name, result))
-            self.messages.append(tool_result(call, result.content))
-            replies.append(result.content if len(parsed.tool_calls) == 1 else f"[{call.name}] {result.content}")
+            messages.append(tool_result(call, result.content))
+            replies.append(result.content if len(calls) == 1 else f"[{call.name}] {result.content}")
         if parsed.errors:
             feedback = "Format error: " + "; ".join(parsed.errors)
             if TOOL_CALL_OPEN not in feedback:
                 feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
             replies.append(feedback)
-        elif not parsed.tool_calls:
+        elif not calls:
             reply = self.on_text(parsed.content)
             if reply:
                 replies.append(reply)
-        observation = self._clip("\n".join(replies))
-        if parsed.errors or (not parsed.tool_calls and observation):
-            self.messages.append(user(observation))
+        observation = self._clip(replies[0] if len(replies) == 1 else "\n".join(replies))
+        if parsed.errors or (not calls and observation):
+            messages.append(user(observation))
         terminated = bool(self.is_done())
         truncated = not terminated and (
             turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
         )
         thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
-        ctx = TurnContext(
-            env=self, turn=turn, action_text=text, parsed=parsed, tool_results=tool_results,
-            format_errors=format_errors, action_tokens=tokens, thinking_tokens=thinking,
-            done=terminated or truncated, terminated=terminated, history=self.turn_contexts[:],
+        ctx = TurnContext(  # positional, in field order: half the cost of eleven keywords, paid every step
+            self, turn, text, parsed, tool_results, format_errors, tokens, thinking,  # env ... thinking_tokens
+            terminated or truncated, terminated, self.turn_contexts[:],  # done, terminated, history
         )
         reward, components = self.rubric.score(ctx)
         self.turn_contexts.append(ctx)
         self.turn_rewards.append(reward)
         self.turn_components.append(components)
         self._over = terminated or truncated
-        return observation, float(reward), terminated, bool(truncated), self._info(components)
+        return observation, float(reward), terminated, truncated, self._info(components)
 
     def render(self) -> str | None:
         """The transcript so far as text (``render_mode="ansi"``)."""

@@ -9,13 +9,60 @@ any chat-completions client, tokenizer chat template or JSONL file.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ToolCall", "Message", "system", "user", "assistant", "tool_result"]
+import orjson
+
+__all__ = ["ToolCall", "Message", "system", "user", "assistant", "tool_result", "loads_json"]
 
 #: A chat message: ``{"role": ..., "content": ..., ...}`` in OpenAI format.
 Message = dict[str, Any]
+
+_LONG_NUMBER = re.compile(r"[0-9]{19}")
+_MAX_FAST_BRACKETS = 256
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads(text)``, several times faster on the usual input (tool calls are parsed every step).
+
+    orjson reads the usual input; what it reads differently goes to ``json.loads``: text it
+    refuses that the standard library accepts (NaN, lone surrogate escapes), 19 or more digits
+    in a row (orjson turns integers over 64 bits into floats) and many brackets (orjson nests
+    deeper than ``json.loads``, which stops with ``RecursionError``). Results, accepted inputs
+    and errors are ``json.loads``'s.
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON.
+        RecursionError: nested too deeply.
+    """
+    if text.count("[") + text.count("{") <= _MAX_FAST_BRACKETS and _LONG_NUMBER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+def _encoder() -> Any:
+    """``json.dumps(value, ensure_ascii=False)`` without building an encoder per call (tool calls are encoded every step).
+
+    CPython's C encoder, made once, writes the same text; elsewhere the pure-Python encoder does.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(ensure_ascii=False).encode
+
+    def unserializable(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    # markers=None: no cycle check (the C encoder raises RecursionError on a cycle instead)
+    encode = make(None, unserializable, json.encoder.encode_basestring, None, ": ", ", ", False, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_encode = _encoder()
 
 
 @dataclass
@@ -39,7 +86,7 @@ class ToolCall:
         return {
             "id": self.id,
             "type": "function",
-            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+            "function": {"name": self.name, "arguments": _encode(self.arguments)},
         }
 
     @classmethod
@@ -58,7 +105,7 @@ class ToolCall:
         arguments = function.get("arguments", {})
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = loads_json(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as err:
                 raise ValueError(f"tool call {function['name']!r}: arguments are not valid JSON ({err.msg})") from None
             except RecursionError:

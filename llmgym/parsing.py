@@ -14,13 +14,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmgym.messages import Message, ToolCall, assistant
+from llmgym.messages import Message, ToolCall, assistant, loads_json
 
 __all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
 
@@ -56,11 +55,15 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
     calls: list[ToolCall] = []
     errors: list[str] = []
     prose_parts: list[str] = []
-    position = 0
-    for index, match in enumerate(_BLOCK.finditer(text)):
-        prose_parts.append(text[position : match.start()])
-        position = match.end()
-        call, error = _read_block(match.group(1), f"{id_prefix}_{index}")
+    position = index = 0
+    while (start := text.find(TOOL_CALL_OPEN, position)) >= 0:  # each <tool_call> up to the first </tool_call> after it
+        end = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+        if end < 0:
+            break
+        prose_parts.append(text[position:start])
+        position = end + len(TOOL_CALL_CLOSE)
+        call, error = _read_block(text[start + len(TOOL_CALL_OPEN) : end], f"{id_prefix}_{index}")
+        index += 1
         if call is not None:
             calls.append(call)
         else:
@@ -81,16 +84,18 @@ def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
         if fenced:
             body = fenced.group(1).strip()
     try:
-        data = json.loads(body)
+        data = loads_json(body)
     except json.JSONDecodeError as err:
         return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {_clip(body)}"
     except RecursionError:
         return None, "tool call JSON is nested too deeply"
     if not isinstance(data, dict):
         return None, f"tool call must be a JSON object with name and arguments, got {_clip(body)}"
-    extra = set(data) - _ALLOWED_KEYS
-    if extra:
-        return None, f"tool call has unexpected keys {sorted(extra)}; use only name and arguments"
+    if not data.keys() <= _ALLOWED_KEYS:
+        return None, f"tool call has unexpected keys {sorted(set(data) - _ALLOWED_KEYS)}; use only name and arguments"
+    name, arguments = data.get("name"), data.get("arguments", {})
+    if type(name) is str and type(arguments) is dict:  # the usual case, without from_openai's checks for strings
+        return ToolCall(name, arguments, call_id), ""
     try:
         return ToolCall.from_openai({"id": call_id, "function": data}), ""
     except ValueError as err:

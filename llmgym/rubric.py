@@ -34,7 +34,7 @@ __all__ = [
 THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnContext:
     """Everything a reward function may look at for one turn.
 
@@ -105,20 +105,21 @@ class Rubric:
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
             raise ValueError(f"reward names must be unique, repeated: {sorted(duplicates)}")
-        self.rewards = list(rewards)
+        self.rewards: tuple[Reward, ...] = tuple(rewards)
+        # dispatch lists built once: scoring runs every step
+        self._every_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards if r.when == "turn")
+        self._last_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards)
 
     def score(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
         """This turn's reward and its components (unweighted values, by name)."""
         components: dict[str, float] = {}
         total = 0.0
-        for reward in self.rewards:
-            if reward.when == "end" and not ctx.done:
-                continue
-            value = float(reward.fn(ctx))
+        for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
+            value = float(fn(ctx))
             if not math.isfinite(value):
-                raise ValueError(f"reward {reward.name!r} returned {value}; rewards must be finite")
-            components[reward.name] = value
-            total += reward.weight * value
+                raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
+            components[name] = value
+            total += weight * value
         return total, components
 
     def weights(self) -> dict[str, float]:

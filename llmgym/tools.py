@@ -82,6 +82,7 @@ class Tool:
         self._model = pydantic.create_model(
             f"{self.name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
+        self._validate = self._model.__pydantic_validator__.validate_python  # the compiled validator, called directly
         parameters = self._model.model_json_schema()
         _strip_titles(parameters)
         parameters.setdefault("properties", {})
@@ -106,19 +107,19 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolError(f"arguments for {self.name} must be a JSON object")
         try:
-            model = self._model.model_validate(arguments)
+            model = self._validate(arguments)
         except pydantic.ValidationError as err:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5]
             )
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
-        return dict(model.__dict__)
+        return model.__dict__
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
         """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
         try:
             kwargs = self.validate(arguments)
-            value = self.fn(bound_to, **kwargs) if bound_to is not None else self.fn(**kwargs)
+            value = self.fn(**kwargs) if bound_to is None else self.fn(bound_to, **kwargs)
         except ToolError as err:
             return ToolResult(f"Error: {err}", ok=False)
         except Exception as err:  # the agent's input broke the tool body: report it, keep the episode alive
@@ -126,7 +127,7 @@ class Tool:
         content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         if len(content) > self.max_output_chars:
             content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
-        return ToolResult(content, ok=True, value=value)
+        return ToolResult(content, True, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -148,7 +149,8 @@ class BoundTool:
         self.name, self.schema = tool.name, tool.schema
 
     def call(self, arguments: dict[str, Any]) -> ToolResult:
-        return self.tool.call(arguments, bound_to=self.instance)
+        """Validate ``arguments`` and run the tool on the instance (see :meth:`Tool.call`)."""
+        return self.tool.call(arguments, self.instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.tool.fn(self.instance, *args, **kwargs)

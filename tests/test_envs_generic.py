@@ -32,6 +32,16 @@ def test_check_env(env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
+def test_step_before_reset_is_refused(env_id):
+    # llmgym's own ids come without Gymnasium's OrderEnforcing wrapper: the env itself must refuse
+    env = gym.make(env_id)
+    with pytest.raises((RuntimeError, gym.error.ResetNeeded)):
+        env.step("hello")
+    env.reset(seed=0)
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_same_seed_same_actions_same_episode(env_id):
     def play(seed):
         env = gym.make(env_id)

@@ -65,18 +65,19 @@ def score_guess(guess: str, answer: str) -> str:
         >>> score_guess("crane", "react"), score_guess("eerie", "there")
         ('YYGxY', 'YxYxG')
     """
-    result = ["x"] * WORD_LENGTH
-    remaining: dict[str, int] = {}
-    for i, (g, a) in enumerate(zip(guess, answer)):
+    if guess == answer:
+        return "G" * len(answer)
+    unmatched = [a for g, a in zip(guess, answer) if g != a]  # answer letters not already green
+    marks = []
+    for g, a in zip(guess, answer):
         if g == a:
-            result[i] = "G"
+            marks.append("G")
+        elif g in unmatched:
+            unmatched.remove(g)
+            marks.append("Y")
         else:
-            remaining[a] = remaining.get(a, 0) + 1
-    for i, g in enumerate(guess):
-        if result[i] != "G" and remaining.get(g, 0) > 0:
-            result[i] = "Y"
-            remaining[g] -= 1
-    return "".join(result)
+            marks.append("x")
+    return "".join(marks)
 
 
 class WordleEnv(LLMEnv):
@@ -106,7 +107,7 @@ class WordleEnv(LLMEnv):
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
         self._greens: set[int] = set()
         self._letters: set[str] = set()
-        self._facts_after: dict[int, int] = {}
+        self._new_facts: dict[int, int] = {}  # turn -> facts its guesses revealed
 
     def setup(self, options: dict[str, Any] | None) -> str:
         answer = (options or {}).get("answer")
@@ -117,7 +118,7 @@ class WordleEnv(LLMEnv):
         self.answer = answer.lower()
         self.guesses = []
         self._greens, self._letters = set(), set()
-        self._facts_after = {}  # turn -> placed letters + letters known in the word, after that turn
+        self._new_facts = {}
         return f"Guess the five-letter word. You have {self.max_guesses} guesses."
 
     @tool
@@ -137,9 +138,13 @@ class WordleEnv(LLMEnv):
         feedback = score_guess(word, self.answer)
         turn = len(self.turn_contexts) + 1
         self.guesses.append((word, feedback, turn))
-        self._greens |= {i for i, mark in enumerate(feedback) if mark == "G"}
-        self._letters |= {word[i] for i, mark in enumerate(feedback) if mark != "x"}
-        self._facts_after[turn] = len(self._greens) + len(self._letters)
+        known = len(self._greens) + len(self._letters)  # facts: placed letters + letters known to be in the word
+        for i, mark in enumerate(feedback):
+            if mark == "G":
+                self._greens.add(i)
+            if mark != "x":
+                self._letters.add(word[i])
+        self._new_facts[turn] = self._new_facts.get(turn, 0) + len(self._greens) + len(self._letters) - known
         left = self.max_guesses - len(self.guesses)
         if feedback == "G" * WORD_LENGTH:
             return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} guesses!"
@@ -176,11 +181,11 @@ class WordleEnv(LLMEnv):
         ])
 
     def _information(self, ctx: TurnContext) -> float:
-        before = max((facts for turn, facts in self._facts_after.items() if turn < ctx.turn), default=0)
-        return (self._facts_after.get(ctx.turn, before) - before) / (2 * WORD_LENGTH)
+        return self._new_facts.get(ctx.turn, 0) / (2 * WORD_LENGTH)
 
     def _invalid_guess(self, ctx: TurnContext) -> float:
-        return 0.0 if any(turn == ctx.turn for _, _, turn in self.guesses) else 1.0
+        # guesses are kept in turn order: this turn made one iff the last guess is from this turn
+        return 0.0 if self.guesses and self.guesses[-1][2] == ctx.turn else 1.0
 
     def _speed(self, ctx: TurnContext) -> float:
         if not self.solved:
