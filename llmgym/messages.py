@@ -65,7 +65,7 @@ def _encoder() -> Any:
 _encode = _encoder()
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCall:
     """One tool call: the tool's name, its arguments and the call's id.
 

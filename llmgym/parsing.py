@@ -24,7 +24,7 @@ _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
 
 
-@dataclass
+@dataclass(slots=True)
 class ParsedAction:
     """An action taken apart: prose, tool calls, problems, and the message to record."""
 
