@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["GRPOConfig", "SFTConfig", "load_config", "LOSS_AGGREGATIONS", "REWARD_SCALINGS"]
+__all__ = ["GRPOConfig", "SFTConfig", "load_config", "LOSS_AGGREGATIONS", "REWARD_SCALINGS", "REPORT_SINKS"]
 
 LOSS_AGGREGATIONS = ("sequence_mean", "token_mean", "dr_grpo")
 REWARD_SCALINGS = ("group", "batch", "none")
+REPORT_SINKS = ("tensorboard", "wandb")
 
 
 @dataclass
@@ -148,6 +149,16 @@ class GRPOConfig:
     torch_threads: int | None = None
     """``torch.set_num_threads`` on CPU; ``None`` keeps torch's default."""
 
+    # -- scale and overlap -----------------------------------------------------------
+    fsdp: bool = False
+    """Shard weights, gradients and optimizer state over the ranks (FSDP2, one unit per decoder layer); see docs/training.md."""
+    async_generation: bool = False
+    """With ``base_url``: generate step k+1's episodes on the server while step k trains (one step stale, importance-corrected)."""
+    report_to: list[str] = field(default_factory=list)
+    """Metric sinks besides ``metrics.jsonl``: ``"tensorboard"`` (``out/tensorboard``), ``"wandb"`` (needs ``llmgym[wandb]``)."""
+    wandb_project: str | None = None
+    """W&B project; ``None`` = ``$WANDB_PROJECT`` or ``"llmgym"``. The run is named after ``out`` and resumes with it."""
+
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO compares episodes within a group), got {self.group_size}")
@@ -175,6 +186,11 @@ class GRPOConfig:
                 raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
         if self.base_url is not None and not self.lora:
             raise ValueError("generating on base_url needs lora=True: the server receives the trained LoRA adapter each step")
+        if self.async_generation and self.base_url is None:
+            raise ValueError("async_generation=True needs base_url: only a server can generate while the trainer trains")
+        unknown_sinks = sorted(set(self.report_to) - set(REPORT_SINKS))
+        if isinstance(self.report_to, str) or unknown_sinks:
+            raise ValueError(f"report_to must be a list drawn from {REPORT_SINKS}, got {self.report_to!r}")
 
 
 @dataclass

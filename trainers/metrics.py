@@ -1,7 +1,9 @@
-"""Run metrics: one JSONL line per step, optional TensorBoard, a PNG of the curves.
+"""Run metrics: one JSONL line per step, optional TensorBoard and Weights & Biases, a PNG of the curves.
 
 Holds :class:`MetricsLogger`, :func:`plot_metrics`, :func:`reward_stats` and
-:func:`peak_memory_mb`.
+:func:`peak_memory_mb`. TensorBoard and W&B are imported only when a run
+reports to them; a missing one raises ``ModuleNotFoundError`` naming the
+extra to install (the CLI prints it as its usual one-line hint).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import math
 import os
 import resource
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,16 +60,22 @@ def peak_memory_mb() -> dict[str, float]:
 
 
 class MetricsLogger:
-    """Appends one JSON line per step to ``out/metrics.jsonl`` (and TensorBoard if asked).
+    """Appends one JSON line per step to ``out/metrics.jsonl``, and mirrors the numbers to TensorBoard and W&B if asked.
 
     Args:
         out: the run folder.
         resume_step: on resume, lines of later steps (written after the
             checkpoint the run resumes from) are dropped, so the file reads as one run.
-        tensorboard: also write TensorBoard scalars to ``out/tensorboard``.
+        report_to: other sinks: ``"tensorboard"`` writes scalars to
+            ``out/tensorboard``; ``"wandb"`` logs to a W&B run in ``out/wandb``
+            (``WANDB_MODE=offline`` works without network), whose id is kept in
+            ``out/wandb_run_id`` so a resumed run continues it.
+        run_config: the run's settings, stored as the W&B run config.
+        wandb_project: the W&B project (default ``$WANDB_PROJECT`` or ``"llmgym"``).
     """
 
-    def __init__(self, out: str | os.PathLike[str], resume_step: int | None = None, tensorboard: bool = False):
+    def __init__(self, out: str | os.PathLike[str], resume_step: int | None = None, report_to: list[str] | tuple[str, ...] = (),
+                 run_config: dict[str, Any] | None = None, wandb_project: str | None = None):
         self.path = Path(out) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
@@ -76,27 +85,52 @@ class MetricsLogger:
             self.path.write_text("".join(line + "\n" for line in kept))
         self._file = open(self.path, "a", encoding="utf-8")
         self._tensorboard = None
-        if tensorboard:
+        self._wandb = None
+        if "tensorboard" in report_to:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as err:
-                raise ImportError("tensorboard=True needs the tensorboard package: pip install tensorboard") from err
+                raise ModuleNotFoundError("reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
+                                          name="tensorboard") from err
             self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"))
+        if "wandb" in report_to:
+            self._wandb = _start_wandb(Path(out), resume_step is not None, run_config or {}, wandb_project)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Write one step's metrics (non-finite floats become ``null``)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
+        scalars = {k: v for k, v in clean.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
         if self._tensorboard is not None:
-            for key, value in clean.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self._tensorboard.add_scalar(key, value, metrics["step"])
+            for key, value in scalars.items():
+                self._tensorboard.add_scalar(key, value, metrics["step"])
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=int(metrics["step"]))
 
     def close(self) -> None:
+        """Flush and close every sink (the W&B run is finished)."""
         self._file.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _start_wandb(out: Path, resume: bool, run_config: dict[str, Any], project: str | None) -> Any:
+    """A W&B run logging into ``out/wandb``; a resumed training run continues the run it started."""
+    try:
+        import wandb
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError('report_to=["wandb"] needs wandb: pip install "llmgym[wandb]"', name="wandb") from err
+    id_file = out / "wandb_run_id"
+    run_id = id_file.read_text().strip() if resume and id_file.is_file() else secrets.token_hex(4)
+    id_file.write_text(run_id)
+    return wandb.init(
+        project=project or os.environ.get("WANDB_PROJECT", "llmgym"), name=out.resolve().name, id=run_id,
+        resume="allow", dir=str(out), config=run_config,
+    )
 
 
 def _step_of(line: str) -> int:
