@@ -26,19 +26,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gymnasium import spaces
 from gymnasium.utils import seeding
-from pettingzoo import AECEnv
 
 from llmgym.envs.adapters.textarena import _as_reward, _format_action, _is_invalid_notice, _PrivateRandom, make_game, render_messages
-from llmgym.envs.multiagent.base import observation_space
-from llmgym.spaces import Text
+from llmgym.envs.multiagent.base import TextAECEnv, checked_penalty
 
 __all__ = ["TextArenaAECEnv", "aec_env"]
 
 
-class TextArenaAECEnv(AECEnv):
-    """A TextArena multi-player game, PettingZoo AEC.
+class TextArenaAECEnv(TextAECEnv):
+    """A TextArena multi-player game, PettingZoo AEC (spaces, inboxes and reward bookkeeping of :class:`TextAECEnv`).
 
     Args:
         game: TextArena's id (``"TicTacToe-v0"``).
@@ -62,16 +59,10 @@ class TextArenaAECEnv(AECEnv):
         max_observation_chars: int = 16384,
         render_mode: str | None = None,
     ):
-        super().__init__()
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if invalid_penalty < 0:
-            raise ValueError(f"invalid_penalty is charged as a negative reward; give a number >= 0, got {invalid_penalty}")
+        super().__init__([f"player_{i}" for i in range(num_players)], max_action_chars, max_observation_chars, render_mode)
         self.game = game
         self.num_players = num_players
-        self.invalid_penalty = float(invalid_penalty)
-        self.max_action_chars = max_action_chars
-        self.render_mode = render_mode
+        self.invalid_penalty = checked_penalty("invalid_penalty", invalid_penalty)
         self._random = _PrivateRandom()
         with self._random.active():
             self.ta_env = make_game(game, **dict(game_kwargs or {}))
@@ -79,19 +70,6 @@ class TextArenaAECEnv(AECEnv):
                 self.ta_env.reset(num_players=num_players, seed=0)
             except AssertionError as err:
                 raise ValueError(f"TextArena game {game!r} cannot be played by {num_players} players: {err}") from err
-        self.possible_agents = [f"player_{i}" for i in range(num_players)]
-        self.observation_spaces = {a: observation_space(max_observation_chars) for a in self.possible_agents}
-        self.action_spaces = {a: Text(max_length=max_action_chars) for a in self.possible_agents}
-        self.np_random, _ = seeding.np_random(None)
-        self.agents: list[str] = []
-        self.game_over = True
-        self._inbox: dict[str, list[str]] = {}
-
-    def observation_space(self, agent: str) -> spaces.Dict:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> Text:
-        return self.action_spaces[agent]
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         if seed is not None:
@@ -100,34 +78,17 @@ class TextArenaAECEnv(AECEnv):
         self._random.seed(game_seed)
         with self._random.active():
             self.ta_env.reset(num_players=self.num_players, seed=game_seed)
-        self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {a: {} for a in self.agents}
-        self.game_over = False
+        self._open_episode({})
         self._inbox = {a: [] for a in self.agents}
         self._collect()
         self.agent_selection = self.possible_agents[self.ta_env.state.current_player_id]
 
-    def observe(self, agent: str) -> dict[str, str]:
-        text = "\n\n".join(self._inbox.get(agent, []))
-        limit = self.observation_spaces[agent]["text"].max_length
-        return {"text": text[-limit:] if len(text) > limit else text}
-
     def step(self, action: str | dict[str, Any] | None) -> None:
-        agent = self.agent_selection
-        if self.terminations[agent] or self.truncations[agent]:
-            self._was_dead_step(action)
+        agent = self._begin_step(action)
+        if agent is None:
             return
-        if not isinstance(action, (str, dict)):
-            raise TypeError(f"{agent} is still playing: its action must be str or an assistant message dict, got {type(action).__name__}")
         content = action if isinstance(action, str) else action.get("content")
         text = content[: self.max_action_chars] if isinstance(content, str) else ""
-        self._cumulative_rewards[agent] = 0.0
-        self._clear_rewards()
-        self._inbox[agent] = []
         player = self.possible_agents.index(agent)
         with self._random.active():
             try:

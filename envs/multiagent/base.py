@@ -1,9 +1,11 @@
 """The shared machinery of llmgym's turn-based text games (PettingZoo AEC).
 
-Holds :class:`TextGameEnv`, a ``pettingzoo.AECEnv`` whose observations are
+Holds :class:`TextAECEnv`, a ``pettingzoo.AECEnv`` whose observations are
 text (``{"text": str}``) and whose actions are assistant text or an OpenAI
-assistant-message ``dict``; :class:`ScriptedPlayer`, the interface of the
-built-in opponents; :func:`observation_space` and :func:`play_human`.
+assistant-message ``dict`` (the TextArena adapter builds on it too);
+:class:`TextGameEnv`, the two-player games on top of it;
+:class:`ScriptedPlayer`, the interface of the built-in opponents;
+:func:`observation_space`, :func:`checked_penalty` and :func:`play_human`.
 
 A game subclass supplies the rules (:meth:`TextGameEnv.new_game`,
 :meth:`TextGameEnv.read_call`, :meth:`TextGameEnv.read_text`,
@@ -33,7 +35,7 @@ from llmgym.parsing import parse_action
 from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError
 
-__all__ = ["TextGameEnv", "ScriptedPlayer", "observation_space", "play_human", "PLAYERS"]
+__all__ = ["TextAECEnv", "TextGameEnv", "ScriptedPlayer", "observation_space", "checked_penalty", "play_human", "PLAYERS"]
 
 #: Agent names of the two-player games.
 PLAYERS: tuple[str, str] = ("player_0", "player_1")
@@ -50,6 +52,18 @@ def observation_space(max_chars: int) -> spaces.Dict:
     return spaces.Dict({"text": Text(max_length=max_chars)})
 
 
+def checked_penalty(name: str, value: float) -> float:
+    """A move penalty as a ``float``; a ``ValueError`` naming the argument when it is negative.
+
+    Example:
+        >>> checked_penalty("illegal_penalty", 1)
+        1.0
+    """
+    if value < 0:
+        raise ValueError(f"{name} is charged as a negative reward; give a number >= 0, got {value}")
+    return float(value)
+
+
 class ScriptedPlayer(Protocol):
     """A built-in player: reads the game state an honest player could know and returns an action text."""
 
@@ -59,7 +73,80 @@ class ScriptedPlayer(Protocol):
         """The action ``agent`` takes now in ``env`` (a game's unwrapped env)."""
 
 
-class TextGameEnv(AECEnv):
+class TextAECEnv(AECEnv):
+    """A PettingZoo AEC env whose agents read text and answer with text.
+
+    Holds what every llmgym text AEC env shares: the ``{"text": Text}``
+    observation and ``Text`` action spaces, an inbox of texts per agent that
+    :meth:`observe` joins, and PettingZoo's reward bookkeeping at the start of
+    an episode (:meth:`_open_episode`) and of a step (:meth:`_begin_step`).
+    A subclass fills the inboxes and ends the game (``game_over``).
+
+    Args:
+        agents: the agent names (``possible_agents``).
+        max_action_chars: the action space's ``max_length``.
+        max_observation_chars: the observation space's ``max_length``; longer text keeps its newest part.
+        render_mode: ``None`` or ``"ansi"``.
+    """
+
+    def __init__(self, agents: list[str], max_action_chars: int, max_observation_chars: int, render_mode: str | None):
+        super().__init__()
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.max_action_chars = max_action_chars
+        self.render_mode = render_mode
+        self.possible_agents = list(agents)
+        self.observation_spaces = {a: observation_space(max_observation_chars) for a in self.possible_agents}
+        self.action_spaces = {a: Text(max_length=max_action_chars) for a in self.possible_agents}
+        self.np_random, _ = seeding.np_random(None)
+        self.agents: list[str] = []
+        self.game_over = True
+        self._inbox: dict[str, list[str]] = {}
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> Text:
+        return self.action_spaces[agent]
+
+    def observe(self, agent: str) -> dict[str, str]:
+        text = "\n\n".join(self._inbox.get(agent, []))
+        limit = self.observation_spaces[agent]["text"].max_length
+        if len(text) > limit:
+            text = text[-limit:]  # keep the newest text: the position and the request to move
+        return {"text": text}
+
+    def _open_episode(self, info: dict[str, Any]) -> None:
+        """Every agent plays again: zero rewards, no ending, a copy of ``info`` each."""
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: dict(info) for a in self.agents}
+        self.game_over = False
+
+    def _begin_step(self, action: str | dict[str, Any] | None) -> str | None:
+        """The agent to move, its step's rewards cleared and its inbox read; ``None`` when the step was a dead agent's.
+
+        Raises:
+            TypeError: a live agent's action is neither text nor an assistant message.
+        """
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return None
+        if not isinstance(action, (str, dict)):
+            raise TypeError(
+                f"{agent} is still playing: its action must be str or an assistant message dict, got {type(action).__name__}"
+            )
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        self._inbox[agent] = []
+        return agent
+
+
+class TextGameEnv(TextAECEnv):
     """A turn-based text game for two players, PettingZoo AEC.
 
     Args:
@@ -90,27 +177,15 @@ class TextGameEnv(AECEnv):
         max_observation_chars: int = 16384,
         render_mode: str | None = None,
     ):
-        super().__init__()
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        super().__init__(list(PLAYERS), max_action_chars, max_observation_chars, render_mode)
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if illegal_penalty < 0:
-            raise ValueError(f"illegal_penalty is charged as a negative reward; give a number >= 0, got {illegal_penalty}")
         self.max_retries = max_retries
-        self.illegal_penalty = float(illegal_penalty)
-        self.max_action_chars = max_action_chars
-        self.render_mode = render_mode
-        self.possible_agents = list(PLAYERS)
-        self.observation_spaces = {a: observation_space(max_observation_chars) for a in self.possible_agents}
-        self.action_spaces = {a: Text(max_length=max_action_chars) for a in self.possible_agents}
+        self.illegal_penalty = checked_penalty("illegal_penalty", illegal_penalty)
         self.tools = {t.name: t for t in self.game_tools}
         self.tool_schemas = [t.schema for t in self.game_tools]
-        self.np_random, _ = seeding.np_random(None)
-        self.agents: list[str] = []
         self.winner: str | None = None
         self.forfeited: str | None = None
-        self.game_over = True
         self.history: list[tuple[str, str]] = []  # (agent, move as text) of the legal moves
 
     # -- what a game provides ------------------------------------------------------
@@ -171,23 +246,11 @@ class TextGameEnv(AECEnv):
 
     # -- the PettingZoo API --------------------------------------------------------
 
-    def observation_space(self, agent: str) -> spaces.Dict:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> Text:
-        return self.action_spaces[agent]
-
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         if seed is not None:
             self.np_random, _ = seeding.np_random(seed)
-        self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {a: {"tools": self.tool_schemas} for a in self.agents}
+        self._open_episode({"tools": self.tool_schemas})
         self.winner = self.forfeited = None
-        self.game_over = False
         self.history = []
         self.retries = dict.fromkeys(self.agents, 0)
         self.illegal_attempts = dict.fromkeys(self.agents, 0)
@@ -195,25 +258,10 @@ class TextGameEnv(AECEnv):
         self._inbox = {a: [self.rules(a)] for a in self.agents}
         self._inbox[self.agent_selection].append(self.your_turn(self.agent_selection))
 
-    def observe(self, agent: str) -> dict[str, str]:
-        text = "\n\n".join(self._inbox.get(agent, []))
-        limit = self.observation_spaces[agent]["text"].max_length
-        if len(text) > limit:
-            text = text[-limit:]  # keep the newest text: the position and the request to move
-        return {"text": text}
-
     def step(self, action: str | dict[str, Any] | None) -> None:
-        agent = self.agent_selection
-        if self.terminations[agent] or self.truncations[agent]:
-            self._was_dead_step(action)
+        agent = self._begin_step(action)
+        if agent is None:
             return
-        if not isinstance(action, (str, dict)):
-            raise TypeError(
-                f"{agent} is still playing: its action must be str or an assistant message dict, got {type(action).__name__}"
-            )
-        self._cumulative_rewards[agent] = 0.0
-        self._clear_rewards()
-        self._inbox[agent] = []
         move, error, prose = self._read(agent, action)
         if error is not None:
             self._illegal(agent, error)
