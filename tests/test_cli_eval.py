@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from llmgym.cli import main
-from llmgym.cli.eval import _missing_extra
-from llmgym.episode import load_jsonl
+from llmgym.cli import CLIError, main
+from llmgym.cli.eval import _missing_extra, exit_status
+from llmgym.episode import Episode, load_jsonl
 
 WORDLE = "llmgym/Wordle-v0"
 
@@ -38,6 +38,16 @@ def test_table_output_and_plot(tmp_path, capsys):
     assert "mean reward" in out and "success rate" in out and "tool calls" in out and "speed" in out
     png = (tmp_path / "run" / "rewards.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_exit_status_reports_the_first_error_and_fails_when_everything_failed(capsys):
+    ok = Episode(WORDLE, seed=0)
+    broken = [Episode(WORDLE, seed=s, metadata={"error": f"boom {s}"}) for s in (1, 2)]
+    assert exit_status(0, 3, "episode", [ok]) == 0 and capsys.readouterr().out == ""
+    assert exit_status(2, 3, "episode", [ok, *broken], retry="; retry") == 1
+    assert capsys.readouterr().out == "llmgym: 2 of 3 episodes failed (first error: boom 1); retry\n"
+    with pytest.raises(CLIError, match="every game failed; the first error: boom 1"):
+        exit_status(2, 2, "game", broken)
 
 
 def test_resume_plays_only_the_missing_episodes(tmp_path, capsys):

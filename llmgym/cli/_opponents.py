@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import dataclasses
 import inspect
-import json
 import time
 import zlib
 from pathlib import Path
@@ -329,22 +328,10 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
         "wall_s": wall, "episodes_file": str(path),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if args.plot:
-        from llmgym.cli.eval import plot_rewards
+    from llmgym.cli.eval import exit_status, report_summary
 
-        summary["run"]["plot"] = str(plot_rewards(mine, out / "rewards.png", title=f"{env_id} · {me}"))
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        _print_matrix(summary)
-    if summary["failed_games"]:
-        first = next(e.metadata["error"] for g in games for e in g.values() if "error" in e.metadata)
-        if summary["failed_games"] == summary["games"]:
-            raise CLIError(f"every game failed; the first error: {first}")
-        print(f"llmgym: {summary['failed_games']} of {summary['games']} games failed (first error: {first})")
-        return 1
-    return 0
+    report_summary(summary, args, out, mine, _print_matrix)
+    return exit_status(summary["failed_games"], summary["games"], "game", (e for g in games for e in g.values()))
 
 
 def _summarize(games: list[dict[str, Any]], names: list[str], me: str, orders: list[tuple[str, str]]) -> dict[str, Any]:

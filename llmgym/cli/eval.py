@@ -20,11 +20,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
-from llmgym.cli import CLIError
+from llmgym.cli import CLIError, parse_env_kwargs
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
 #: Which extra installs a missing module.
 _EXTRAS = {
@@ -109,12 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as err:
-        raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
-    if not isinstance(env_kwargs, dict):
-        raise CLIError("--env-kwargs must be a JSON object")
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
     if args.opponent is not None:
         from llmgym.cli._opponents import run_multiagent
 
@@ -156,21 +151,40 @@ def run(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
         "wall_s": wall, "episodes_file": str(path),
     }
+    report_summary(summary, args, out, episodes, _print_table)
+    return exit_status(summary["failed"], summary["episodes"], "episode", episodes,
+                       retry="; run again with --resume to retry them")
+
+
+def report_summary(summary: dict[str, Any], args: argparse.Namespace, out: Path, plotted: list[Any],
+                   print_table: Callable[[dict[str, Any]], None]) -> None:
+    """Write ``OUT/summary.json``; with ``--plot`` also ``OUT/rewards.png`` of ``plotted`` (its path joins
+    ``summary["run"]``); print the summary as JSON (``--json``) or with ``print_table``."""
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.plot:
-        summary["run"]["plot"] = str(plot_rewards(episodes, out / "rewards.png", title=f"{args.env_id} · {policy.name}"))
+        title = f"{summary['run']['env_id']} · {summary['run']['policy']}"
+        summary["run"]["plot"] = str(plot_rewards(plotted, out / "rewards.png", title=title))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        _print_table(summary)
-    if summary["failed"]:
-        first = next(e.metadata["error"] for e in episodes if "error" in e.metadata)
-        if summary["failed"] == summary["episodes"]:
-            raise CLIError(f"every episode failed; the first error: {first}")
-        print(f"llmgym: {summary['failed']} of {summary['episodes']} episodes failed (first error: {first}); "
-              "run again with --resume to retry them")
-        return 1
-    return 0
+        print_table(summary)
+
+
+def exit_status(failed: int, total: int, unit: str, episodes: Iterable[Any], retry: str = "") -> int:
+    """The exit status of a run of ``total`` units (episodes, games) of which ``failed`` failed.
+
+    0 when none failed; 1, after a note with the first error among ``episodes``, when some did.
+
+    Raises:
+        CLIError: every unit failed.
+    """
+    if not failed:
+        return 0
+    first = next(e.metadata["error"] for e in episodes if "error" in e.metadata)
+    if failed == total:
+        raise CLIError(f"every {unit} failed; the first error: {first}")
+    print(f"llmgym: {failed} of {total} {unit}s failed (first error: {first}){retry}")
+    return 1
 
 
 def _build_policy(args: argparse.Namespace) -> Any:

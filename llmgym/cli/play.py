@@ -9,10 +9,9 @@ printed. ``--out FILE`` appends the episode to a JSONL file.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from llmgym.cli import CLIError
+from llmgym.cli import CLIError, parse_env_kwargs
 
 __all__ = ["add_parser", "run"]
 
@@ -44,12 +43,7 @@ def run(args: argparse.Namespace) -> int:
         matches = close_matches(args.env_id)
         hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
         raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as err:
-        raise CLIError(f"--env-kwargs is not valid JSON: {err}") from None
-    if not isinstance(env_kwargs, dict):
-        raise CLIError("--env-kwargs must be a JSON object")
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
     actor = _actor(args.policy)
     try:
         env = gym.make(args.env_id, **env_kwargs)
