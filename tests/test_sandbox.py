@@ -277,3 +277,18 @@ def test_shared_sandboxes_are_reference_counted():
     fresh = shared_sandbox(limits=LIMITS, role="test")
     assert fresh._sandbox is not pool and fresh.run("print(4)").stdout == "4\n"
     fresh.close()
+
+
+def test_lazy_sandbox_joins_the_shared_pool_on_first_run_and_leaves_on_close():
+    from llmgym.sandbox import LazySandbox, shared_sandbox
+
+    lazy = LazySandbox("subprocess", LIMITS, role="test-lazy")
+    assert not lazy.started and lazy.limits == LIMITS
+    holder = shared_sandbox(limits=LIMITS, role="test-lazy")
+    assert lazy.run("print(5)").stdout == "5\n" and lazy._handle._sandbox is holder._sandbox
+    lazy.close()
+    assert not lazy.started and not holder._sandbox._closed  # only its own handle is released
+    assert lazy.run("print(6)").stdout == "6\n" and lazy.started  # a run after close joins again
+    lazy.close()
+    holder.close()
+    assert holder._sandbox._closed

@@ -51,7 +51,7 @@ from typing import Any
 from llmgym.env import LLMEnv
 from llmgym.envs.adapters import RG_DEFAULT_TASKS, register_rg, rg_env_id
 from llmgym.rubric import Reward, Rubric, TurnContext
-from llmgym.sandbox import Sandbox, SandboxLimits, shared_sandbox
+from llmgym.sandbox import LazySandbox, SandboxLimits
 from llmgym.tools import ToolError, tool
 
 __all__ = ["ReasoningGymEnv", "RG_DEFAULT_TASKS", "dataset", "extract_answer", "register_all"]
@@ -164,8 +164,9 @@ class ReasoningGymEnv(LLMEnv):
             self.tool_schemas = [t.schema for t in self.tools.values()]
         self.system_prompt = SYSTEM_PROMPT + (PYTHON_PROMPT if self.python_tool else "")
         self.sandbox_backend = sandbox_backend
-        self.sandbox_limits = SandboxLimits(wall_time_s=python_timeout_s, cpu_time_s=python_timeout_s, memory_mb=1024)
-        self._sandbox: Sandbox | None = None
+        options = {"pool_size": 2} if sandbox_backend == "subprocess" else {}
+        limits = SandboxLimits(wall_time_s=python_timeout_s, cpu_time_s=python_timeout_s, memory_mb=1024)
+        self._sandbox = LazySandbox(sandbox_backend, limits, role="reasoning_gym", **options)
         self.index = 0
         self.entry: dict[str, Any] = {}
         self.given_answer: str | None = None
@@ -204,9 +205,6 @@ class ReasoningGymEnv(LLMEnv):
         Args:
             code: the program; print the values you need.
         """
-        if self._sandbox is None:
-            options = {"pool_size": 2} if self.sandbox_backend == "subprocess" else {}
-            self._sandbox = shared_sandbox(self.sandbox_backend, self.sandbox_limits, role="reasoning_gym", **options)
         result = self._sandbox.run(code)
         if not result.ok:
             raise ToolError(result.to_text(3000))
@@ -237,9 +235,7 @@ class ReasoningGymEnv(LLMEnv):
         return self._score
 
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+        self._sandbox.close()
         super().close()
 
     # -- rewards -----------------------------------------------------------------

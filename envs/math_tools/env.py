@@ -52,7 +52,7 @@ from llmgym.env import LLMEnv
 from llmgym.envs.math_tools.calculator import CalculatorError, evaluate, format_number, numbers_in, parse_answer
 from llmgym.envs.math_tools.problems import DIFFICULTIES, Problem, generate_problem
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
-from llmgym.sandbox import Sandbox, SandboxLimits, shared_sandbox
+from llmgym.sandbox import LazySandbox, SandboxLimits
 from llmgym.tools import ToolError, tool
 
 __all__ = ["MathToolsEnv", "answers_match"]
@@ -81,7 +81,7 @@ class MathToolsEnv(LLMEnv):
 
     ``reset(options={"difficulty": 3})`` changes the level for one episode.
     The sandbox (a warm pool shared by the process's MathTools envs, see
-    :func:`llmgym.sandbox.shared_sandbox`) starts on the first ``python`` call;
+    :class:`llmgym.sandbox.LazySandbox`) starts on the first ``python`` call;
     :meth:`close` releases it.
     """
 
@@ -106,8 +106,10 @@ class MathToolsEnv(LLMEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         self.difficulty = difficulty
         self.sandbox_backend = sandbox_backend
-        self.sandbox_limits = SandboxLimits(wall_time_s=python_timeout_s, cpu_time_s=python_timeout_s, memory_mb=1024)
-        self._sandbox: Sandbox | None = None
+        # one warm pool per process, shared by every MathTools env, started by the first python call
+        options = {"preload": ("fractions", "math"), "pool_size": 4} if sandbox_backend == "subprocess" else {}
+        limits = SandboxLimits(wall_time_s=python_timeout_s, cpu_time_s=python_timeout_s, memory_mb=1024)
+        self._sandbox = LazySandbox(sandbox_backend, limits, role="math_tools", **options)
         self.problem: Problem | None = None
         self.given_answer: sympy.Expr | None = None
         self.answer_text = ""
@@ -147,9 +149,6 @@ class MathToolsEnv(LLMEnv):
         Args:
             code: the program; print the values you need.
         """
-        if self._sandbox is None:  # one warm pool per process, shared by every MathTools env
-            options = {"preload": ("fractions", "math"), "pool_size": 4} if self.sandbox_backend == "subprocess" else {}
-            self._sandbox = shared_sandbox(self.sandbox_backend, self.sandbox_limits, role="math_tools", **options)
         result = self._sandbox.run(code)
         if result.ok:
             printed = numbers_in(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else []
@@ -189,9 +188,7 @@ class MathToolsEnv(LLMEnv):
         return self.given_answer is not None and self.problem is not None and answers_match(self.given_answer, self.problem.answer)
 
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+        self._sandbox.close()
         super().close()
 
     # -- rewards -----------------------------------------------------------------

@@ -4,7 +4,8 @@ Holds the shared types (:class:`SandboxLimits`, :class:`ExecutionResult`,
 :class:`Sandbox`), the backends (:class:`SubprocessSandbox`, a pool of warm
 forking workers, the default; :class:`DockerSandbox`, used when an engine
 answers), :func:`make_sandbox`, which picks one, and :func:`shared_sandbox`,
-one reference-counted pool per setting for all environments of a process. A program's failure
+one reference-counted pool per setting for all environments of a process
+(:class:`LazySandbox` joins it on first use). A program's failure
 (timeout, memory, crash, a killed worker) comes back as an
 :class:`ExecutionResult` with ``error`` set, never as an exception.
 
@@ -20,7 +21,7 @@ from typing import Any, Literal
 
 from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits
 from llmgym.sandbox.docker_backend import DockerSandbox, docker_available
-from llmgym.sandbox.shared import SharedSandbox, shared_sandbox
+from llmgym.sandbox.shared import LazySandbox, SharedSandbox, shared_sandbox
 from llmgym.sandbox.subprocess_backend import SubprocessSandbox, default_hidden_paths
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "make_sandbox",
     "shared_sandbox",
     "SharedSandbox",
+    "LazySandbox",
 ]
 
 

@@ -1,12 +1,13 @@
 """Sandboxes shared by every environment of a process.
 
-Holds :func:`shared_sandbox`. A training run may hold hundreds of
+Holds :func:`shared_sandbox` and :class:`LazySandbox`. A training run may hold hundreds of
 environments; giving each its own warm workers would cost a process (and its
 memory) per environment. Environments instead ask for a shared sandbox: one
 pool per distinct setting (backend, limits, options, role), reference
 counted, stopped when its last holder closes. Every run is a fresh fork, so
 sharing a pool shares no state between episodes. A process forked after a
-pool was made never reuses its parent's workers.
+pool was made never reuses its parent's workers. An environment whose tool may
+never be called holds a :class:`LazySandbox`, which joins its pool on the first run.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 
-__all__ = ["shared_sandbox", "SharedSandbox"]
+__all__ = ["shared_sandbox", "SharedSandbox", "LazySandbox"]
 
 _lock = threading.Lock()
 _pools: dict[tuple, list[Any]] = {}  # key -> [sandbox, holders, owner pid]
@@ -79,3 +80,45 @@ def shared_sandbox(backend: str = "subprocess", limits: SandboxLimits | None = N
             entry = _pools[key] = [make_sandbox(backend, limits, **kwargs), 0, os.getpid()]
         entry[1] += 1
         return SharedSandbox(key, entry[0])
+
+
+class LazySandbox(Sandbox):
+    """A shared sandbox joined on the first :meth:`run`; :meth:`close` leaves it (a later run joins again).
+
+    Args:
+        backend, limits, role, **options: as for :func:`shared_sandbox`.
+
+    Example:
+        >>> sandbox = LazySandbox(role="doc-lazy")
+        >>> sandbox.started, sandbox.run("print(6 * 7)").stdout, sandbox.started
+        (False, '42\\n', True)
+        >>> sandbox.close(); sandbox.started
+        False
+    """
+
+    def __init__(self, backend: str = "subprocess", limits: SandboxLimits | None = None, role: str = "", **options: Any):
+        self._settings = (backend, limits or SandboxLimits(), role, options)
+        self.limits = self._settings[1]
+        self._handle: SharedSandbox | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether this sandbox holds its pool now."""
+        return self._handle is not None
+
+    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
+        return self._joined().run(code, files, limits)
+
+    def isolation(self) -> dict[str, Any]:
+        return self._joined().isolation()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def _joined(self) -> SharedSandbox:
+        if self._handle is None:
+            backend, limits, role, options = self._settings
+            self._handle = shared_sandbox(backend, limits, role, **options)
+        return self._handle

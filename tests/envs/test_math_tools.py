@@ -141,7 +141,7 @@ def test_malformed_calls_are_penalised_and_answered():
 def test_python_tool_runs_in_a_lazy_sandbox_and_earns_credit():
     env = gym.make("llmgym/MathTools-v0", difficulty=1, python_timeout_s=1.0)
     obs, _ = env.reset(seed=2)
-    assert env.unwrapped._sandbox is None  # nothing started at make/reset
+    assert not env.unwrapped._sandbox.started  # nothing started at make/reset
     first = plan(obs)[0]
     obs, reward, _, _, info = env.step(call("python", code=f"import os\nprint('value:', {first})"))
     assert info["reward_components"]["step_credit"] == 1.0
@@ -150,7 +150,7 @@ def test_python_tool_runs_in_a_lazy_sandbox_and_earns_credit():
     obs, _, _, _, _ = env.step(call("python", code="while True: pass"))
     assert "limit exceeded" in obs
     env.close()
-    assert env.unwrapped._sandbox is None
+    assert not env.unwrapped._sandbox.started
 
 
 def test_final_answer_in_text_is_accepted():
