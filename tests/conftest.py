@@ -21,3 +21,45 @@ def wordle():
     env = gym.make("llmgym/Wordle-v0")
     yield env
     env.close()
+
+
+@pytest.fixture
+def start_scripted_serve():
+    """Starts ``llmgym serve --backend scripted ARGS...`` on a free loopback port; returns its ``/v1`` URL once it answers.
+
+    Every server it started is stopped at teardown.
+    """
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("openai")
+    processes = []
+
+    def start(*args: str) -> str:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())",
+             "serve", "--backend", "scripted", *args, "--port", str(port), "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/models", timeout=1).close()
+                return url
+            except OSError:
+                if time.time() > deadline or process.poll() is not None:
+                    pytest.fail("llmgym serve did not start")
+                time.sleep(0.2)
+
+    yield start
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=20)

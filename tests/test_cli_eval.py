@@ -125,37 +125,9 @@ def test_eval_with_a_local_transformers_checkpoint(tmp_path, capsys):
 
 
 @pytest.fixture
-def scripted_server():
+def scripted_server(start_scripted_serve):
     """A real ``llmgym serve --backend scripted`` on a free loopback port."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    pytest.importorskip("fastapi")
-    pytest.importorskip("openai")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())",
-         "serve", "--backend", "scripted", "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/models", timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or process.poll() is not None:
-                    pytest.fail("llmgym serve did not start")
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    return start_scripted_serve()
 
 
 def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):

@@ -141,39 +141,9 @@ def test_random_player_plays_legal_moves_and_refuses_unknown_games():
 
 
 @pytest.fixture
-def minimax_server():
+def minimax_server(start_scripted_serve):
     """A real ``llmgym serve --backend scripted`` playing text minimax, on a free loopback port."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    pytest.importorskip("fastapi")
-    pytest.importorskip("openai")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())", "serve", "--backend", "scripted",
-         "--model", "llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer", "--model-name", "ttt-bot",
-         "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/models", timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or process.poll() is not None:
-                    pytest.fail("llmgym serve did not start")
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    return start_scripted_serve("--model", "llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer", "--model-name", "ttt-bot")
 
 
 def test_server_policies_as_opponent_and_as_evaluated(tmp_path, capsys, minimax_server):
