@@ -60,16 +60,18 @@ class TokenScorer(nn.Module):
             logits = head(hidden[:, :-1][selected])
         else:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][selected]
-        logits = logits.float() / self.temperature
-        log_z = torch.logsumexp(logits, dim=-1)
-        chosen = logits.gather(-1, targets[:, None]).squeeze(-1) - log_z
+        logits = logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        # one fused log_softmax over the vocabulary (its backward is one fused kernel too), then the chosen entries
+        log_probs = torch.log_softmax(logits, dim=-1)
+        chosen = log_probs.gather(-1, targets[:, None]).squeeze(-1)
         zeros = torch.zeros(input_ids.shape[0], 1, dtype=chosen.dtype, device=chosen.device)
         logp = torch.cat([zeros, torch.zeros_like(selected, dtype=chosen.dtype).masked_scatter(selected, chosen)], dim=1)
         entropy = None
         if with_entropy:
             with torch.no_grad():
-                probs = torch.softmax(logits, dim=-1)
-                values = log_z - (probs * logits).sum(-1)
+                values = -torch.einsum("nv,nv->n", log_probs.exp(), log_probs)
                 entropy = torch.cat([zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1)
         return logp, entropy
 

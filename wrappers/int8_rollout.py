@@ -1,0 +1,119 @@
+"""Int8 copies of a model's Linear weights, for fast CPU rollouts of the weights being trained.
+
+Holds :class:`Int8Linears`. Decoding a small batch on a CPU is bound by
+memory bandwidth: every step reads every weight. A weight-only int8 copy (one
+bf16 scale per output channel) is a quarter of the fp32 bytes, multiplied with
+bf16 activations by ``torch.ops.aten._weight_int8pack_mm`` (the CPU kernel of
+gpt-fast's and torchao's weight-only int8; ~4x faster than fp32 for a batch of
+4 on AVX512). Activations stay unquantized (bf16), which keeps the int8
+model's log-probs close to fp32's. The copy is refreshed in place from the fp32
+weights after each optimizer step (no new allocation), and swapped in only
+while :meth:`Int8Linears.active` is open, so training never sees it.
+
+The sampled distribution is the int8 model's: a policy using it must report
+those log-probs, and a trainer corrects the mismatch with its importance
+weight (``is_cap`` in :class:`~llmgym.trainers.config.GRPOConfig`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["Int8Linears"]
+
+_CHUNK = 1 << 18  # elements quantized at a time: the fp32 temporary stays in the CPU's L2 cache
+
+
+class _Int8Weight:
+    """The int8 copy of one Linear layer: ``weight ~= q * scale[:, None]``."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        self.linear = linear
+        out_features, in_features = linear.weight.shape
+        self.q = torch.empty((out_features, in_features), dtype=torch.int8)
+        self.scale = torch.empty(out_features, dtype=torch.bfloat16)
+        self._scale32 = torch.empty(out_features, dtype=torch.float32)
+
+    def refresh(self, buffer: torch.Tensor) -> None:
+        """Re-quantize from the layer's current weight, chunk by chunk, into the existing tensors."""
+        weight = self.linear.weight.detach()
+        rows = max(1, _CHUNK // weight.shape[1])
+        for start in range(0, weight.shape[0], rows):
+            block = weight[start : start + rows].float()
+            scratch = buffer[: block.numel()].view_as(block)
+            scale = self._scale32[start : start + rows]
+            torch.amax(torch.abs(block, out=scratch), dim=1, out=scale)  # abs + amax: 2x faster than an inf-norm
+            scale.clamp_(min=1e-30).div_(127.0)
+            rounded = scale.to(torch.bfloat16)  # the kernel's scale; rounded up so that |weight / scale| <= 127
+            rounded = torch.where(rounded.float() < scale, torch.nextafter(rounded, torch.full_like(rounded, float("inf"))), rounded)
+            self.scale[start : start + rows] = rounded
+            torch.mul(block, rounded.float().reciprocal_()[:, None], out=scratch).round_()
+            self.q[start : start + rows].copy_(scratch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``linear(x)`` with the int8 weight (``x`` rounded to bf16, the result back to ``x``'s dtype)."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        out = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scale).to(x.dtype)
+        if self.linear.bias is not None:
+            out = out + self.linear.bias
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+
+class Int8Linears:
+    """Int8 rollout copies of every ``nn.Linear`` in a model (CPU only).
+
+    Args:
+        model: the model whose Linear layers (the tied LM head included) get copies.
+
+    Raises:
+        ValueError: the model is not on the CPU (the kernel is a CPU one; GPUs
+            decode fast enough in bf16).
+
+    Example:
+        >>> from llmgym.wrappers.models import tiny_random_model
+        >>> model, _ = tiny_random_model()
+        >>> int8 = Int8Linears(model)
+        >>> with int8.active():
+        ...     logits = model(torch.tensor([[1, 2, 3]])).logits
+        >>> tuple(logits.shape)[:2], int8.nbytes > 0
+        ((1, 3), True)
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        devices = {p.device.type for p in model.parameters()}
+        if devices != {"cpu"}:
+            raise ValueError(f"int8 rollouts run on the CPU; the model is on {sorted(devices)} (use rollout_precision='fp32')")
+        self.layers = [_Int8Weight(m) for m in model.modules() if isinstance(m, nn.Linear)]
+        if not self.layers:
+            raise ValueError("the model has no nn.Linear layers to quantize")
+        self._buffer = torch.empty(max(_CHUNK, max(layer.q.shape[1] for layer in self.layers)), dtype=torch.float32)
+        self.refresh()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the int8 weights and their scales."""
+        return sum(layer.q.nbytes + layer.scale.nbytes for layer in self.layers)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Re-quantize every copy from the model's current weights (call after an optimizer step)."""
+        for layer in self.layers:
+            layer.refresh(self._buffer)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Run the model's Linear layers on the int8 copies inside this block."""
+        patched: list[Any] = []
+        try:
+            for layer in self.layers:
+                layer.linear.forward = layer.forward  # an instance attribute wins over nn.Linear.forward
+                patched.append(layer.linear)
+            yield
+        finally:
+            for linear in patched:
+                del linear.forward
