@@ -14,6 +14,7 @@ import llmgym  # noqa: F401
 from llmgym.envs.code_tests import CodeTestsSolver, grade, make_problem, write_solution
 from llmgym.envs.code_tests import handwritten
 from llmgym.sandbox import SubprocessSandbox
+from scripted_play import play_scripted
 
 
 def submit(code):
@@ -53,19 +54,8 @@ def test_grading_compares_on_the_host_and_the_first_result_stands():
 def play(policy, seeds, source="generated"):
     """Mean return and mean hidden pass rate of ``policy(obs, state) -> action``."""
     env = gym.make("llmgym/CodeTests-v0", source=source)
-    returns, rates = [], []
-    for seed in seeds:
-        obs, info = env.reset(seed=seed)
-        state, done, total = {"spec": obs}, False, 0.0
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-        report = env.unwrapped.final_report
-        rates.append(report.pass_rate if report else 0.0)
-    env.close()
-    return float(np.mean(returns)), float(np.mean(rates))
+    return play_scripted(env, policy, seeds, outcome=lambda env: env.final_report.pass_rate if env.final_report else 0.0,
+                         first="spec")
 
 
 def honest(obs, state):

@@ -11,6 +11,7 @@ import pytest
 
 import llmgym  # noqa: F401
 from llmgym.envs.email_qa import EmailQASolver, answer_is_right, generate_inbox, is_abstention, make_question
+from scripted_play import play_scripted
 
 
 def call(name, **arguments):
@@ -38,18 +39,8 @@ def test_answer_rules():
 
 
 def play(policy, seeds):
-    env = gym.make("llmgym/EmailQA-v0")
-    returns = []
-    for seed in seeds:
-        obs, info = env.reset(seed=seed)
-        state, done, total = {"question": obs}, False, 0.0
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
+    """Mean return of ``policy(obs, state) -> action``."""
+    return play_scripted(gym.make("llmgym/EmailQA-v0"), policy, seeds)[0]
 
 
 def honest(obs, state):

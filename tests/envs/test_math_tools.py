@@ -15,6 +15,7 @@ import llmgym  # noqa: F401
 from llmgym.envs.math_tools import CalculatorError, MathToolsSolver, evaluate, generate_problem, parse_answer
 from llmgym.envs.math_tools.calculator import numbers_in
 from llmgym.envs.math_tools.solver import plan
+from scripted_play import play_scripted
 
 
 def call(name, **arguments):
@@ -59,18 +60,7 @@ def test_problems_are_seeded_and_their_steps_consistent(difficulty):
 def play(policy, seeds, difficulty=1, **kwargs):
     """Mean return and accuracy of ``policy(obs, state) -> action``."""
     env = gym.make("llmgym/MathTools-v0", difficulty=difficulty, **kwargs)
-    returns, correct = [], []
-    for seed in seeds:
-        obs, info = env.reset(seed=seed)
-        state, done, total = {"question": obs}, False, 0.0
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-        correct.append(env.unwrapped.correct)
-    env.close()
-    return float(np.mean(returns)), float(np.mean(correct))
+    return play_scripted(env, policy, seeds, outcome=lambda env: env.correct)
 
 
 def honest(obs, state):

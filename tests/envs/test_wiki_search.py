@@ -12,6 +12,7 @@ import pytest
 import llmgym  # noqa: F401
 from llmgym.envs.wiki_search import WikiSearchSolver, answer_matches, generate_world, make_question
 from llmgym.envs.wiki_search.world import QUESTION_KINDS
+from scripted_play import play_scripted
 
 
 def call(name, **arguments):
@@ -38,19 +39,8 @@ def test_answer_matching_rules():
 
 
 def play(policy, seeds):
-    env = gym.make("llmgym/WikiSearch-v0")
-    returns, correct = [], []
-    for seed in seeds:
-        obs, info = env.reset(seed=seed)
-        state, done, total = {"question": obs}, False, 0.0
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs, state))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-        correct.append(env.unwrapped.correct)
-    env.close()
-    return float(np.mean(returns)), float(np.mean(correct))
+    """Mean return and accuracy of ``policy(obs, state) -> action``."""
+    return play_scripted(gym.make("llmgym/WikiSearch-v0"), policy, seeds, outcome=lambda env: env.correct)
 
 
 def honest(obs, state):
