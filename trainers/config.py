@@ -192,6 +192,8 @@ class GRPOConfig:
             raise ValueError(f"rollout_precision must be 'fp32' or 'int8', got {self.rollout_precision!r}")
         if self.rollout_precision == "int8" and self.base_url is not None:
             raise ValueError("rollout_precision='int8' is for in-process rollouts; the server at base_url decodes with its own weights")
+        if self.rollout_precision == "int8" and self.fsdp:
+            raise ValueError("rollout_precision='int8' needs whole weights on each rank; it does not combine with fsdp=True")
         if self.base_url is not None and not self.lora:
             raise ValueError("generating on base_url needs lora=True: the server receives the trained LoRA adapter each step")
         if self.async_generation and self.base_url is None:

@@ -323,10 +323,10 @@ class GRPOTrainer:
         num_sequences, num_tokens = int(counts[0]), float(counts[1])
         if num_sequences == 0:  # every group lacked signal: nothing to learn from this step
             return {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "grad_norm": 0.0,
-                    "is_weight/mean": 1.0, "ratio/mean": 1.0, "tokens/trained": 0.0}
+                    "is_weight/mean": 1.0, "ratio/mean": 1.0, "logp_mismatch": 0.0, "tokens/trained": 0.0}
         old_logps: list[torch.Tensor] = []
         ref_logps: list[torch.Tensor | None] = []
-        sums = torch.zeros(7, dtype=torch.float64)  # loss, tokens, clipped, kl, is_weight, ratio, entropy
+        sums = torch.zeros(8, dtype=torch.float64)  # loss, tokens, clipped, kl, is_weight, ratio, entropy, mismatch
         grad_norm = 0.0
         for iteration in range(config.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -346,12 +346,15 @@ class GRPOTrainer:
                 loss.backward()
                 if iteration == config.num_iterations - 1:
                     ent = float((entropy * batch.mask).sum()) if entropy is not None else 0.0
-                    sums += torch.tensor([loss.item(), terms.tokens, terms.clipped, terms.kl, terms.is_weight, terms.ratio, ent], dtype=torch.float64)
+                    sums += torch.tensor([loss.item(), terms.tokens, terms.clipped, terms.kl, terms.is_weight, terms.ratio, ent,
+                                          terms.mismatch], dtype=torch.float64)
                 elif iteration == 0 and entropy is not None:
                     sums[6] += float((entropy * batch.mask).sum())
             self._all_reduce_gradients()
             grad_norm = global_grad_norm(self.params, config.max_grad_norm)
             self.optimizer.step()
+            if config.base_url is None:
+                self.policy.weights_changed()  # int8 rollout copies are refreshed before the next rollout
         if self.world > 1:
             dist.all_reduce(sums)
         tokens = max(float(sums[1]), 1.0)
@@ -359,6 +362,7 @@ class GRPOTrainer:
             "loss": float(sums[0]), "kl": float(sums[3]) / tokens, "clip_fraction": float(sums[2]) / tokens,
             "is_weight/mean": float(sums[4]) / tokens, "ratio/mean": float(sums[5]) / tokens,
             "entropy": float(sums[6]) / tokens, "grad_norm": grad_norm, "tokens/trained": float(sums[1]),
+            "logp_mismatch": float(sums[7]) / tokens,  # mean |logp_generator - logp_trainer|: ~0 for fp32 rollouts
         }
 
     @torch.no_grad()
@@ -394,7 +398,8 @@ class GRPOTrainer:
             from llmgym.wrappers.transformers_policy import TransformersPolicy
 
             batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // self.world))
-            return TransformersPolicy(self.model, self.tokenizer, batch_size=batch, name=f"grpo:{config.model}")
+            return TransformersPolicy(self.model, self.tokenizer, batch_size=batch, name=f"grpo:{config.model}",
+                                      rollout_precision=config.rollout_precision)
         from llmgym.wrappers.openai_policy import OpenAIPolicy
 
         self._push_adapter()

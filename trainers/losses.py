@@ -91,6 +91,8 @@ class LossTerms:
     kl: float
     is_weight: float
     ratio: float
+    mismatch: float = 0.0
+    """Sum of ``|old_logp - generator_logp|``: how far the generator's log-probs are from the trainer's."""
 
 
 def grpo_loss(
@@ -182,6 +184,7 @@ def grpo_loss(
             kl=float((kl * mask).sum()),
             is_weight=float((weight * mask).sum()),
             ratio=float((ratio * mask).sum()),
+            mismatch=float(((old_logp - generator_logp).abs() * mask).sum()) if generator_logp is not None else 0.0,
         )
     return loss, terms
 
