@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 
@@ -13,14 +12,6 @@ from llmgym.cli import main  # noqa: E402
 from llmgym.episode import Episode, save_jsonl  # noqa: E402
 
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_train_grpo_one_step(tmp_path, capsys):

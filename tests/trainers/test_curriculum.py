@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from llmgym.episode import Episode
 from llmgym.trainers.config import GRPOConfig
@@ -72,14 +71,6 @@ def test_config_rejects_bad_curriculum_settings(settings, message):
 # -- in the trainer -------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def curriculum_config(out, **overrides) -> GRPOConfig:
     from tests.trainers.toy_env import ENV_REF
 
@@ -93,7 +84,7 @@ def curriculum_config(out, **overrides) -> GRPOConfig:
     return GRPOConfig(**settings)
 
 
-def test_trainer_plays_the_current_level_logs_it_and_resumes_it(tmp_path, one_torch_thread):
+def test_trainer_plays_the_current_level_logs_it_and_resumes_it(tmp_path):
     pytest.importorskip("transformers")
     from llmgym.trainers.grpo import GRPOTrainer
 

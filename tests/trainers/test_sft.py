@@ -16,15 +16,6 @@ from llmgym.trainers.config import SFTConfig  # noqa: E402
 from llmgym.trainers.sft import SFTTrainer, export_messages, select_episodes, tokenize_episode  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two shared cores: one torch thread avoids oversubscription (several times faster here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TOOLS = [{"type": "function", "function": {"name": "guess", "description": "Guess.", "parameters": {"type": "object"}}}]
 
 
