@@ -10,7 +10,10 @@ saved once, and the SmolLM2-135M-Instruct GGUF converted by ``load_model``),
 the same 16 chat prompts, 4 generations per prompt, 4 completions per step,
 at most 32 completion tokens, lr 1e-6, beta 0, DAPO/token-mean loss, fp32 on
 CPU, the same torch thread count and the same reward (fraction of vowels).
-Each trainer runs in a fresh subprocess, so peak RSS is its own; TRL runs in
+llmgym runs twice: with fp32 rollouts (the trained weights, like TRL) and with
+``rollout_precision="int8"`` (weight-only int8 copies for generation, refreshed
+after each optimizer step; the log-probs are the int8 model's, corrected by the
+importance weight); each row says which. Each trainer runs in a fresh subprocess, so peak RSS is its own; TRL runs in
 its own virtual environment (``--trl-venv``, created with
 ``--system-site-packages`` and ``pip install trl==1.16.0`` when missing), never
 as an llmgym dependency. The first step is warm-up and not counted. Writes
@@ -52,7 +55,7 @@ def peak_rss_mb() -> float:
 # -- workers (run in their own processes) ----------------------------------------------------
 
 
-def run_ours(model: str, steps: int, threads: int) -> dict:
+def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp32") -> dict:
     import gymnasium as gym
     import torch
 
@@ -85,7 +88,7 @@ def run_ours(model: str, steps: int, threads: int) -> dict:
         env_id="llmgym-bench/Prompts-v0", model=model, out=str(out), steps=steps, prompts_per_step=1, group_size=4,
         seed_pool=len(PROMPTS), max_new_tokens=32, temperature=1.0, learning_rate=1e-6, beta=0.0,
         loss_aggregation="token_mean", micro_batch_size=4, progress=False, plot=False, save_every=10**6,
-        torch_threads=threads, device="cpu",
+        torch_threads=threads, device="cpu", rollout_precision=rollout_precision,
     )
     trainer = GRPOTrainer(config)
     history = trainer.train()
@@ -97,6 +100,10 @@ def run_ours(model: str, steps: int, threads: int) -> dict:
     peak = max(m["memory/peak_rss_mb"] for m in history)
     return {"s_per_step": seconds / len(timed), "tokens_per_s": tokens / seconds, "peak_rss_mb": peak,
             "completion_tokens_per_step": sum(m["tokens/generated"] for m in timed) / len(timed),
+            "generation_s_per_step": sum(m["time/generation_s"] for m in timed) / len(timed),
+            "train_s_per_step": sum(m["time/train_s"] for m in timed) / len(timed),
+            "logp_mismatch": sum(m["logp_mismatch"] for m in history) / len(history),
+            "rollout_precision": rollout_precision,
             "reward_mean": sum(m["reward/mean"] for m in history) / len(history)}
 
 
@@ -174,6 +181,7 @@ def checkpoints(names: list[str]) -> dict[str, str]:
 
 
 def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict:
+    """Run ``kind`` (``ours``, ``ours-int8`` or ``trl``) in a fresh process; its JSON line, or ``{"error": ...}``."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": str(REPO)}
     command = [python, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--steps", str(steps),
@@ -191,33 +199,42 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads for both trainers")
     parser.add_argument("--trl-venv", default=str(HERE / ".venv-trl"), help="virtual environment holding TRL")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo.json"))
-    parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "ours-int8", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
     if args.worker:
-        run = run_ours if args.worker == "ours" else run_trl
-        print(json.dumps(run(args.model, args.steps, args.threads)))
+        if args.worker == "trl":
+            print(json.dumps(run_trl(args.model, args.steps, args.threads)))
+        else:
+            print(json.dumps(run_ours(args.model, args.steps, args.threads, "int8" if args.worker == "ours-int8" else "fp32")))
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     trl_python = str(ensure_trl_venv(Path(args.trl_venv)))
     results = {}
+    load_before = os.getloadavg()
     for name, path in checkpoints(names).items():
-        ours = worker("ours", sys.executable, path, args.steps, args.threads)
         theirs = worker("trl", trl_python, path, args.steps, args.threads)
-        row = {"llmgym": ours, "trl": theirs}
-        if "error" not in ours and "error" not in theirs:
-            row["tokens_per_s_ratio"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
-            row["peak_rss_ratio"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
+        row = {"trl": theirs}
+        for key, kind in (("llmgym", "ours"), ("llmgym_int8", "ours-int8")):
+            ours = worker(kind, sys.executable, path, args.steps, args.threads)
+            row[key] = ours
+            if "error" not in ours and "error" not in theirs:
+                row[f"{key}_tokens_per_s_ratio"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
+                row[f"{key}_peak_rss_ratio"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
         results[name] = row
         print(name, json.dumps(row, indent=1))
     report = {
         "benchmark": "GRPO step, llmgym vs TRL GRPOTrainer",
         "settings": {"prompts": len(PROMPTS), "num_generations": 4, "completions_per_step": 4,
                      "max_completion_tokens": 32, "learning_rate": 1e-6, "beta": 0.0, "loss": "dapo / token_mean",
-                     "steps": args.steps, "warmup_steps": 1, "torch_threads": args.threads, "dtype": "float32"},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                     "steps": args.steps, "warmup_steps": 1, "torch_threads": args.threads, "dtype": "float32",
+                     "rows": {"llmgym": "fp32 rollouts (the trained weights)",
+                              "llmgym_int8": "rollout_precision='int8': weight-only int8 rollout copies, fp32 training"}},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                    "note": "a 2-core machine shared with other jobs: timings vary with their load"},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }

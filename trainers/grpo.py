@@ -324,6 +324,8 @@ class GRPOTrainer:
         if num_sequences == 0:  # every group lacked signal: nothing to learn from this step
             return {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "grad_norm": 0.0,
                     "is_weight/mean": 1.0, "ratio/mean": 1.0, "logp_mismatch": 0.0, "tokens/trained": 0.0}
+        if config.base_url is None:
+            self.policy.weights_changed()  # int8 rollout copies are stale from here on: freed while training, rebuilt next rollout
         old_logps: list[torch.Tensor] = []
         ref_logps: list[torch.Tensor | None] = []
         sums = torch.zeros(8, dtype=torch.float64)  # loss, tokens, clipped, kl, is_weight, ratio, entropy, mismatch
@@ -353,8 +355,7 @@ class GRPOTrainer:
             self._all_reduce_gradients()
             grad_norm = global_grad_norm(self.params, config.max_grad_norm)
             self.optimizer.step()
-            if config.base_url is None:
-                self.policy.weights_changed()  # int8 rollout copies are refreshed before the next rollout
+        self.optimizer.zero_grad(set_to_none=True)  # free the gradients' memory for the next rollout
         if self.world > 1:
             dist.all_reduce(sums)
         tokens = max(float(sums[1]), 1.0)

@@ -98,7 +98,7 @@ class TransformersPolicy(Policy):
             (:class:`~llmgym.wrappers.int8_rollout.Int8Linears`, ~2x faster
             decoding of small batches). Log-probs are then those of the int8
             model, the distribution actually sampled; after changing the
-            weights call :meth:`weights_changed` so the copies are refreshed.
+            weights call :meth:`weights_changed` so the copies are rebuilt.
 
     Example:
         >>> from llmgym.wrappers.models import tiny_random_model
@@ -148,8 +148,7 @@ class TransformersPolicy(Policy):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
         self.rollout_precision = rollout_precision
-        self._int8: Any = None  # built on the first generation
-        self._int8_stale = False
+        self._int8: Any = None  # int8 copies of the current weights, built on the first generation after a change
         if rollout_precision == "int8" and self.device.type != "cpu":
             raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
@@ -158,8 +157,14 @@ class TransformersPolicy(Policy):
         )
 
     def weights_changed(self) -> None:
-        """Tell the policy its model's weights changed (an optimizer step): int8 copies are refreshed before the next generation."""
-        self._int8_stale = True
+        """Tell the policy its model's weights change (an optimizer step, a checkpoint load).
+
+        With ``rollout_precision="int8"`` the copies are dropped at once (a
+        trainer calls this before its backward passes, so the copies' memory is
+        free while it trains) and rebuilt from the new weights on the next
+        generation. Without this call the policy keeps sampling from stale copies.
+        """
+        self._int8 = None
 
     def _rollout_weights(self) -> Any:
         """A context in which the model decodes with the rollout weights (int8 copies, fresh)."""
@@ -169,9 +174,6 @@ class TransformersPolicy(Policy):
             from llmgym.wrappers.int8_rollout import Int8Linears
 
             self._int8 = Int8Linears(self.model)
-        elif self._int8_stale:
-            self._int8.refresh()
-        self._int8_stale = False
         return self._int8.active()
 
     @property

@@ -281,6 +281,7 @@ def test_int8_copies_follow_an_optimizer_step(tiny):
     policy.generate([request(seed=0, max_tokens=2)])
     assert all(torch.equal(a, layer.q) for a, layer in zip(before, policy._int8.layers))  # not told: stale copies
     policy.weights_changed()
+    assert policy._int8 is None  # stale copies are dropped at once
     policy.generate([request(seed=0, max_tokens=2)])
     changed = [not torch.equal(a, layer.q) for a, layer in zip(before, policy._int8.layers)]
     assert sum(changed) >= len(changed) - 1
