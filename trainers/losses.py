@@ -56,7 +56,11 @@ class TokenScorer(nn.Module):
         decoder = hf_model.get_decoder() if hasattr(hf_model, "get_decoder") else None
         head = hf_model.get_output_embeddings() if hasattr(hf_model, "get_output_embeddings") else None
         if decoder is not None and head is not None and decoder is not hf_model:
-            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            embeds = _tied_sparse_embeddings(hf_model, head, input_ids)
+            if embeds is None:
+                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            else:
+                hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
             logits = head(hidden[:, :-1][selected])
         else:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][selected]
@@ -74,6 +78,26 @@ class TokenScorer(nn.Module):
                 values = -torch.einsum("nv,nv->n", log_probs.exp(), log_probs)
                 entropy = torch.cat([zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1)
         return logp, entropy
+
+
+def _tied_sparse_embeddings(hf_model: nn.Module, head: nn.Module, input_ids: torch.Tensor) -> torch.Tensor | None:
+    """The input embeddings by a sparse-gradient lookup when the table is the head's (tied) weight, else ``None``.
+
+    A dense embedding backward materializes a second vocabulary x hidden
+    gradient (113 MB for SmolLM2-135M) at the very end of the backward pass,
+    when every other gradient is already held: the step's memory peak. The
+    sparse one only holds the looked-up rows, and it is summed into the
+    head's dense gradient of the same tensor, so the parameter's gradient is
+    the same dense tensor. Untied or sharded tables keep the model's own lookup.
+    """
+    get_embeddings = getattr(hf_model, "get_input_embeddings", None)
+    embedding = get_embeddings() if callable(get_embeddings) else None
+    if type(embedding) is not nn.Embedding or embedding.weight is not getattr(head, "weight", None):
+        return None
+    if not embedding.weight.requires_grad or type(embedding.weight.data) is not torch.Tensor:  # frozen, or a DTensor shard
+        return None
+    return nn.functional.embedding(input_ids, embedding.weight, embedding.padding_idx, embedding.max_norm,
+                                   embedding.norm_type, embedding.scale_grad_by_freq, sparse=True)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

@@ -144,3 +144,20 @@ def test_doctests_of_trainer_modules():
     for module in (advantages, batch, config, losses):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def test_token_scorer_gradient_equals_the_plain_forward_with_a_tied_table():
+    # The scorer looks the tied table up sparsely (no second dense vocabulary-sized gradient); the gradient is the same.
+    model = tiny_llama()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    b = collate([Episode("x", token_ids=[3, 9, 4, 7, 11, 2], mask=[0, 0, 1, 1, 0, 1]),
+                 Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1])])
+    TokenScorer(model)(b.input_ids, b.attention_mask, b.mask)[0].sum().backward()
+    scored = {name: p.grad.clone() for name, p in model.named_parameters()}
+    assert not model.lm_head.weight.grad.is_sparse
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1].float()
+    chosen = torch.log_softmax(logits, -1).gather(-1, b.input_ids[:, 1:, None]).squeeze(-1)
+    (chosen * b.mask[:, 1:]).sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(scored[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
