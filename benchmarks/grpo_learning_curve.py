@@ -6,14 +6,21 @@ evaluates it again on the same episodes. Writes mean reward +- 95% CI
 (1.96 x standard error) before and after, the paired difference (same seeds), the
 per-step training rewards and the wall time to ``benchmarks/results/grpo_learning_curve.json``.
 
-Default task: ``llmgym/rg-spell_backward-v0`` with 3-4 letter words (reasoning-gym's
-verifier; reward = correct in [0, 1] + 0.1 format when the answer is in
-``<answer>`` tags), single turn, short replies: the base model scores ~0.08 there,
-so groups carry signal and the reward can move within a CPU budget.
+Default task: ``llmgym/MentalMath-v0`` (single-digit sums, "Reply with just the
+number"; reward = correct 1.0 when the reply's last integer is the sum + concise
+0.2 when the reply is a bare integer), single turn, 12 new tokens: the base model
+is right on about a quarter of its samples at temperature 1.0, so groups carry
+reward variance. The earlier default, ``llmgym/rg-spell_backward-v0`` (3-4 letter
+words), stayed at ~0.06 after 30 steps: too hard for a 135M model to get signal.
+Also writes ``grpo_learning_curve.png`` (training reward per step, and the
+evaluation before/after with 95% CIs) beside the JSON.
 
 Usage::
 
-    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py [--steps 8] [--eval-episodes 32]
+    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py [--steps 8] [--eval-episodes 64]
+
+One torch thread (``--threads 1``) is the default: on a shared 2-core machine two
+threads ran a GRPO step 4x slower (OpenMP workers spin waiting for a busy core).
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["evaluate", "summarize", "main"]
+__all__ = ["evaluate", "summarize", "plot", "main"]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "grpo_learning_curve.json"
+CURVE_KEYS = ("step", "groups/zero_signal", "kl", "entropy", "time/step_s", "tokens_per_s")
 EVAL_SEED_OFFSET = 50_000  # training seeds are drawn from [0, EVAL_SEED_OFFSET): evaluation items are unseen
 
 
@@ -40,6 +48,11 @@ def summarize(values: list[float]) -> dict[str, float]:
     array = np.asarray(values, dtype=float)
     std = float(array.std(ddof=1)) if len(array) > 1 else 0.0
     return {"mean": float(array.mean()), "std": std, "ci95": 1.96 * std / math.sqrt(len(array)), "n": int(len(array))}
+
+
+def _last_reply(messages: list[dict[str, Any]]) -> str:
+    """The content of the agent's last message (the env's observation may follow it)."""
+    return next((m.get("content") or "" for m in reversed(messages) if m["role"] == "assistant"), "")
 
 
 def evaluate(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], episodes: int, max_tokens: int,
@@ -70,24 +83,58 @@ def evaluate(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any]
         "reward": summarize(rewards),
         "rewards": rewards,
         "components": {name: summarize(values) for name, values in components.items()},
-        "example_replies": [e.messages[-1]["content"][:160] for e in played[:4]],
+        "example_replies": [_last_reply(e.messages)[:160] for e in played[:6]],
+        "replies": [_last_reply(e.messages)[:80] for e in played],
     }
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """Training reward per step and the evaluation before/after (95% CI) as a PNG; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, (curve, bars) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
+    steps = [row["step"] for row in result["curve"]]
+    for key in sorted(k for k in result["curve"][0] if k.startswith("reward/") and k.endswith("/mean")):
+        values = np.array([row.get(key, np.nan) for row in result["curve"]], dtype=float)
+        window = min(5, len(values))
+        smoothed = np.convolve(values, np.ones(window) / window, mode="valid")
+        line, = curve.plot(steps, values, alpha=0.3)
+        curve.plot(steps[window - 1:], smoothed, color=line.get_color(), label=f"{key} ({window}-step mean)")
+    curve.set(xlabel="GRPO step", ylabel="training reward (32 samples)", title=result["env"])
+    curve.legend(fontsize=7)
+    names = ["reward", *result["before"]["components"]]
+    for offset, phase in ((-0.2, "before"), (0.2, "after")):
+        stats = [result[phase]["reward"] if n == "reward" else result[phase]["components"][n] for n in names]
+        bars.bar(np.arange(len(names)) + offset, [s["mean"] for s in stats], 0.4, yerr=[s["ci95"] for s in stats],
+                 capsize=3, label=phase)
+    bars.set_xticks(np.arange(len(names)), names)
+    bars.set(title=f"eval, {result['eval']['episodes']} held-out seeds (95% CI)")
+    bars.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="llmgym/rg-spell_backward-v0")
-    parser.add_argument("--env-kwargs", default='{"config": {"min_word_len": 3, "max_word_len": 4}}', help="JSON")
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--env", default="llmgym/MentalMath-v0")
+    parser.add_argument("--env-kwargs", default="{}", help="JSON")
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=20)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--learning-rate", type=float, default=3e-5)
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--lora", action="store_true")
-    parser.add_argument("--eval-episodes", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-episodes", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/grpo_learning_curve")
     parser.add_argument("--results", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -131,14 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                                                   "learning_rate", "lora", "loss_aggregation", "scale_rewards", "beta")},
         "before": before, "after": after, "paired_difference": difference,
         "improved": bool(difference["mean"] - difference["ci95"] > 0),
-        "curve": [{k: m.get(k) for k in ("step", "reward/mean", "reward/std", "groups/zero_signal", "kl", "entropy",
-                                         "time/step_s", "tokens_per_s")} for m in history],
+        "curve": [{k: v for k, v in m.items() if k.startswith("reward/") or k in CURVE_KEYS} for m in history],
         "seconds": {"eval_before": evaluated - started, "train": trained - evaluated, "eval_after": time.perf_counter() - trained,
                     "total": time.perf_counter() - started},
         "torch_threads": args.threads, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
     }
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, Path(args.results).with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("paired_difference", "improved", "seconds")}, indent=1))
     return 0
 
