@@ -32,12 +32,9 @@ _CHUNK = 1 << 18  # elements quantized at a time: the fp32 temporary stays in th
 class _Int8Weight:
     """The int8 copy of one Linear layer: ``weight ~= q * scale[:, None]``."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, q: torch.Tensor, scale: torch.Tensor, scale32: torch.Tensor) -> None:
         self.linear = linear
-        out_features, in_features = linear.weight.shape
-        self.q = torch.empty((out_features, in_features), dtype=torch.int8)
-        self.scale = torch.empty(out_features, dtype=torch.bfloat16)
-        self._scale32 = torch.empty(out_features, dtype=torch.float32)
+        self.q, self.scale, self._scale32 = q, scale, scale32
 
     def refresh(self, buffer: torch.Tensor) -> None:
         """Re-quantize from the layer's current weight, chunk by chunk, into the existing tensors."""
@@ -88,10 +85,20 @@ class Int8Linears:
         devices = {p.device.type for p in model.parameters()}
         if devices != {"cpu"}:
             raise ValueError(f"int8 rollouts run on the CPU; the model is on {sorted(devices)} (use rollout_precision='fp32')")
-        self.layers = [_Int8Weight(m) for m in model.modules() if isinstance(m, nn.Linear)]
-        if not self.layers:
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        if not linears:
             raise ValueError("the model has no nn.Linear layers to quantize")
-        self._buffer = torch.empty(max(_CHUNK, max(layer.q.shape[1] for layer in self.layers)), dtype=torch.float32)
+        # one allocation per dtype: freed as a whole (back to the OS) when the copies are dropped, no heap holes
+        shapes = [tuple(m.weight.shape) for m in linears]
+        q_flat = torch.empty(sum(n * k for n, k in shapes), dtype=torch.int8)
+        scale_flat = torch.empty(sum(n for n, _ in shapes), dtype=torch.bfloat16)
+        scale32_flat = torch.empty(len(scale_flat), dtype=torch.float32)
+        self.layers, offset, row = [], 0, 0
+        for linear, (n, k) in zip(linears, shapes):
+            self.layers.append(_Int8Weight(linear, q_flat[offset : offset + n * k].view(n, k), scale_flat[row : row + n],
+                                           scale32_flat[row : row + n]))
+            offset, row = offset + n * k, row + n
+        self._buffer = torch.empty(max(_CHUNK, max(k for _, k in shapes)), dtype=torch.float32)
         self.refresh()
 
     @property
