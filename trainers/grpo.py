@@ -399,8 +399,9 @@ class GRPOTrainer:
             from llmgym.wrappers.transformers_policy import TransformersPolicy
 
             batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // self.world))
+            # decode on the training thread: one OpenMP pool instead of two fighting over the cores
             return TransformersPolicy(self.model, self.tokenizer, batch_size=batch, name=f"grpo:{config.model}",
-                                      rollout_precision=config.rollout_precision)
+                                      rollout_precision=config.rollout_precision, generate_inline=True)
         from llmgym.wrappers.openai_policy import OpenAIPolicy
 
         self._push_adapter()

@@ -99,6 +99,9 @@ class TransformersPolicy(Policy):
             decoding of small batches). Log-probs are then those of the int8
             model, the distribution actually sampled; after changing the
             weights call :meth:`weights_changed` so the copies are rebuilt.
+        generate_inline: decode on the event loop's thread instead of a worker
+            thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
+            CPU model the same thread also trains, as in the GRPO trainer.
 
     Example:
         >>> from llmgym.wrappers.models import tiny_random_model
@@ -124,6 +127,7 @@ class TransformersPolicy(Policy):
         chat_template: str | None = None,
         native_tools: bool | None = None,
         rollout_precision: str = "fp32",
+        generate_inline: bool = False,
     ) -> None:
         if model is None or isinstance(model, str) or hasattr(model, "__fspath__"):
             from llmgym.wrappers.models import load_model
@@ -153,7 +157,7 @@ class TransformersPolicy(Policy):
             raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
         self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
-            self._generate_prompts, batch_size, batch_wait_ms, prepare=self.prompter.prepare
+            self._generate_prompts, batch_size, batch_wait_ms, prepare=self.prompter.prepare, inline=generate_inline
         )
 
     def weights_changed(self) -> None:
