@@ -125,11 +125,12 @@ class GRPOTrainer:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
         self.model.train()
-        self.scorer = TokenScorer(self.model)
+        share_prefix = config.share_prefix and not config.fsdp  # FSDP units expect one forward per backward
+        self.scorer = TokenScorer(self.model, share_prefix=share_prefix)
         self.reference = None
         if config.beta > 0 and not config.lora:  # with LoRA the reference is the base model, adapter off
             frozen = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.reference = TokenScorer(frozen)
+            self.reference = TokenScorer(frozen, share_prefix=share_prefix)
             if config.fsdp:
                 shard_model(self.reference, frozen, self.device)
         if config.fsdp:

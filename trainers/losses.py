@@ -27,6 +27,12 @@ class TokenScorer(nn.Module):
     Args:
         model: a transformers causal LM (or a peft model around one).
         temperature: logits are divided by it, matching the sampling distribution.
+        share_prefix: when every row of a batch starts with the same
+            ``min_shared_prefix`` or more real tokens (a GRPO group's prompt), run the
+            decoder on that prefix once and on each row's rest with the prefix's
+            key/value cache (gradients flow through it), instead of once per row.
+            Same log-probs and gradients up to float rounding (tested). Turn it off
+            for sharded (FSDP) models: their layers expect one forward per backward.
 
     The decoder runs on the whole sequence, but the vocabulary projection (the
     largest activation for small models) only on positions where
@@ -34,10 +40,13 @@ class TokenScorer(nn.Module):
     full logits.
     """
 
-    def __init__(self, model: nn.Module, temperature: float = 1.0):
+    min_shared_prefix = 16
+
+    def __init__(self, model: nn.Module, temperature: float = 1.0, share_prefix: bool = True):
         super().__init__()
         self.model = model
         self.temperature = temperature
+        self.share_prefix = share_prefix
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor, with_entropy: bool = False
@@ -57,10 +66,12 @@ class TokenScorer(nn.Module):
         head = hf_model.get_output_embeddings() if hasattr(hf_model, "get_output_embeddings") else None
         if decoder is not None and head is not None and decoder is not hf_model:
             embeds = _tied_sparse_embeddings(hf_model, head, input_ids)
-            if embeds is None:
-                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            inputs = {"input_ids": input_ids} if embeds is None else {"inputs_embeds": embeds}
+            shared = _shared_prefix_length(input_ids, attention_mask, self.min_shared_prefix) if self.share_prefix else 0
+            if shared:
+                hidden = _decode_with_shared_prefix(decoder, inputs, attention_mask, shared)
             else:
-                hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
+                hidden = decoder(**inputs, attention_mask=attention_mask).last_hidden_state
             logits = head(hidden[:, :-1][selected])
         else:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][selected]
@@ -78,6 +89,43 @@ class TokenScorer(nn.Module):
                 values = -torch.einsum("nv,nv->n", log_probs.exp(), log_probs)
                 entropy = torch.cat([zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1)
         return logp, entropy
+
+
+def _shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, minimum: int) -> int:
+    """How many leading tokens every row has in common, all real (0 if fewer than ``minimum`` or one row).
+
+    Example:
+        >>> ids = torch.tensor([[5, 6, 7, 1], [5, 6, 7, 2], [5, 6, 8, 3]])
+        >>> _shared_prefix_length(ids, torch.ones_like(ids), 2), _shared_prefix_length(ids, torch.ones_like(ids), 3)
+        (2, 0)
+    """
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)
+    differs = (~same).nonzero()
+    length = int(differs[0]) if len(differs) else input_ids.shape[1]
+    length = min(length, input_ids.shape[1] - 1)  # every row keeps at least one position of its own
+    return length if length >= minimum else 0
+
+
+def _decode_with_shared_prefix(decoder: nn.Module, inputs: dict[str, torch.Tensor], attention_mask: torch.Tensor,
+                               shared: int) -> torch.Tensor:
+    """The decoder's last hidden states ``[B, T, H]``, computing the first ``shared`` positions once.
+
+    The prefix runs as one row and fills a key/value cache; the cache is repeated
+    for the ``B`` rows and the rest of each row attends to it. Autograd follows the
+    repeat, so the prefix's parameters get the sum of every row's gradient, as in
+    the unshared forward.
+    """
+    rows, width = attention_mask.shape
+    (name, values), = inputs.items()
+    head = decoder(**{name: values[:1, :shared]}, attention_mask=attention_mask[:1, :shared], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(rows)
+    positions = torch.arange(shared, width, device=attention_mask.device)
+    tail = decoder(**{name: values[:, shared:]}, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
+                   position_ids=positions.expand(rows, -1), cache_position=positions)
+    return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
 
 
 def _tied_sparse_embeddings(hf_model: nn.Module, head: nn.Module, input_ids: torch.Tensor) -> torch.Tensor | None:

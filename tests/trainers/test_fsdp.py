@@ -39,7 +39,7 @@ def fsdp_config(out: Path, **overrides) -> GRPOConfig:
     settings = dict(
         env_id=ENV_REF, env_kwargs={"turns": 1}, model="tiny-random", out=str(out), steps=2, prompts_per_step=2,
         group_size=4, max_new_tokens=6, learning_rate=1e-2, micro_batch_size=2, progress=False, plot=False,
-        save_every=1, torch_threads=1,
+        save_every=1, torch_threads=1, share_prefix=False,  # FSDP scores whole rows: compare like with like
     )
     settings.update(overrides)
     return GRPOConfig(**settings)

@@ -161,3 +161,36 @@ def test_token_scorer_gradient_equals_the_plain_forward_with_a_tied_table():
     (chosen * b.mask[:, 1:]).sum().backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(scored[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_shared_prefix_scoring_equals_scoring_each_row(tied):
+    # A group's rows share their prompt: the scorer runs it once; log-probs, entropies and gradients do not change.
+    model = tiny_llama()
+    if not tied:
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    prompt = [(7 * i + 3) % 37 + 2 for i in range(20)]
+    completions = [[5, 6, 8, 9, 2], [11, 4], [3, 3, 3, 30, 21, 17, 2], [6]]
+    b = collate([Episode("x", token_ids=prompt + c, mask=[0] * len(prompt) + [1] * len(c)) for c in completions])
+    results = {}
+    for share in (True, False):
+        model.zero_grad(set_to_none=True)
+        scorer = TokenScorer(model, share_prefix=share)
+        scorer.min_shared_prefix = 8
+        logp, entropy = scorer(b.input_ids, b.attention_mask, b.mask, with_entropy=True)
+        (logp * torch.linspace(0.5, 1.5, logp.shape[0])[:, None]).sum().backward()
+        results[share] = logp.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert losses._shared_prefix_length(b.input_ids, b.attention_mask, 8) == len(prompt)
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(results[True][1], results[False][1], atol=1e-5, rtol=1e-4)
+    for name, grad in results[True][2].items():
+        torch.testing.assert_close(grad, results[False][2][name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_rows_without_a_long_common_prefix_are_scored_whole():
+    ids = torch.tensor([[1, 2, 3, 4], [1, 2, 9, 4]])
+    assert losses._shared_prefix_length(ids, torch.ones_like(ids), 2) == 2
+    assert losses._shared_prefix_length(ids, torch.ones_like(ids), 3) == 0
+    assert losses._shared_prefix_length(ids[:1], torch.ones_like(ids[:1]), 1) == 0  # one row: nothing to share
+    # padding is never part of the shared prefix
+    assert losses._shared_prefix_length(torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([[1, 1, 1], [1, 1, 0]]), 2) == 2
