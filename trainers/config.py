@@ -111,7 +111,7 @@ class GRPOConfig:
     micro_batch_size: int = 4
     """Episodes per forward/backward; gradients accumulate over the whole batch before a step."""
     share_prefix: bool = True
-    """Run the decoder once over a micro-batch's common prefix (a group's prompt) when scoring; off with ``fsdp``."""
+    """Run the decoder once over a micro-batch's common prefix (a group's prompt, >= 32 tokens) when scoring; off with ``fsdp``."""
     max_grad_norm: float | None = 1.0
     """Gradient clipping norm; ``None`` disables clipping."""
     bf16: bool = True

@@ -40,7 +40,7 @@ class TokenScorer(nn.Module):
     full logits.
     """
 
-    min_shared_prefix = 16
+    min_shared_prefix = 32  # shorter prefixes save less than the extra pass over the weights costs (docs/training.md)
 
     def __init__(self, model: nn.Module, temperature: float = 1.0, share_prefix: bool = True):
         super().__init__()
