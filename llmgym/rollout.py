@@ -41,7 +41,7 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout_stats import summarize
 from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
 
-__all__ = ["rollout", "arollout", "summarize", "episode_key", "TokenMismatchError", "EnvSource"]
+__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "TokenMismatchError", "EnvSource"]
 
 #: An env id for ``gymnasium.make`` or a function that builds a fresh env.
 EnvSource = Union[str, Callable[[], gym.Env]]
@@ -113,11 +113,23 @@ def rollout(
         env, policy, seeds=seeds, group_size=group_size, max_concurrency=max_concurrency,
         sampling=sampling, jsonl_path=jsonl_path, resume=resume, progress=progress, env_kwargs=env_kwargs,
     )
+    return run_sync(coro)
+
+
+def run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from synchronous code, also inside a running event loop (a notebook).
+
+    Example:
+        >>> async def answer():
+        ...     return 42
+        >>> run_sync(answer())
+        42
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    # Called from inside a running loop (a notebook): run in a thread of its own.
+    # Called from inside a running loop: asyncio.run would refuse, so the coroutine gets a thread and a loop of its own.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
 

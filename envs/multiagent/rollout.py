@@ -33,6 +33,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from llmgym.episode import Episode
 from llmgym.messages import Message, assistant, system, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.rollout import run_sync
 from llmgym.rollout_tokens import TokenRecord
 
 __all__ = ["play_match", "aplay_match", "win_matrix", "WinMatrix", "player_name"]
@@ -256,7 +257,7 @@ def play_match(
         >>> [g["player_0"].metadata["outcome"] for g in games], games[0]["player_1"].total_reward
         (['draw', 'draw'], 0.0)
     """
-    return asyncio.run(aplay_match(env_factory, players, seeds, sampling=sampling, max_concurrency=max_concurrency,
+    return run_sync(aplay_match(env_factory, players, seeds, sampling=sampling, max_concurrency=max_concurrency,
                                    env_id=env_id, group_size=group_size))
 
 
@@ -348,7 +349,7 @@ def win_matrix(
                         counts[name][other][outcome] += 1
                     totals[name][other] += game[agent].total_reward
 
-    asyncio.run(run())
+    run_sync(run())
     mean = {
         a: {b: totals[a][b] / max(1, sum(counts[a][b].values())) for b in names} for a in names
     }

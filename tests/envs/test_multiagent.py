@@ -375,6 +375,22 @@ def test_self_play_and_win_matrix():
         play_match(tictactoe.env, {"player_0": policy}, seeds=[0])
 
 
+def test_matches_also_run_from_inside_a_running_event_loop():
+    # as in a notebook: asyncio.run would refuse; play_match and win_matrix run their loop in a thread instead
+    import asyncio
+
+    policy = ByteBoardPolicy()
+
+    async def notebook_cell():
+        games = play_match(tictactoe.env, {"player_0": policy, "player_1": policy}, seeds=[0])
+        matrix, _ = win_matrix(tictactoe.env, {"minimax": tictactoe.MinimaxPlayer(0), "first-empty": policy}, seeds=[0])
+        return games, matrix
+
+    games, matrix = asyncio.run(notebook_cell())
+    assert games[0]["player_0"].metadata["outcome"] == "win"
+    assert matrix.counts["minimax"]["first-empty"] == {"win": 2, "draw": 0, "loss": 0}
+
+
 def test_play_human_reads_moves_from_the_terminal(monkeypatch, capsys):
     moves = iter(["b2", "oops", "a1", "a3", "c2", "b3", "c3", "c1", "a2"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(moves))
