@@ -16,7 +16,7 @@ from typing import Any
 
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
-__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -145,6 +145,28 @@ def parse_action(action: str | dict[str, Any], id_prefix: str = "call") -> Parse
         call.id = call.id or f"{id_prefix}_{index}"
         calls.append(call)
     return ParsedAction(content.strip(), calls, errors, assistant(content, calls))
+
+
+def text_protocol_content(message: Message) -> str:
+    """An assistant message's content with its native ``tool_calls`` written as ``<tool_call>`` blocks.
+
+    For a model that only knows the text protocol (SFT data, a server without tool
+    support). A message whose text already holds the blocks is left as it is.
+
+    Example:
+        >>> call = {"id": "c", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}}
+        >>> text_protocol_content({"role": "assistant", "content": "Trying.", "tool_calls": [call]})
+        'Trying.\\n<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'
+    """
+    text = message.get("content") or ""
+    if not message.get("tool_calls") or TOOL_CALL_OPEN in text:
+        return text
+    blocks = []
+    for entry in message["tool_calls"]:
+        call = ToolCall.from_openai(entry)
+        payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        blocks.append(f"{TOOL_CALL_OPEN}{payload}{TOOL_CALL_CLOSE}")
+    return "\n".join([text, *blocks]) if text else "\n".join(blocks)
 
 
 def _clip(text: str, limit: int = 80) -> str:

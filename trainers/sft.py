@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from llmgym.episode import Episode, load_jsonl
-from llmgym.messages import Message, ToolCall
-from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from llmgym.messages import Message
+from llmgym.parsing import text_protocol_content
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import save_weights
 from llmgym.trainers.config import SFTConfig
@@ -65,15 +65,7 @@ def chat_messages(episode: Episode) -> list[Message]:
     for message in episode.messages:
         message = dict(message)
         if message.get("role") == "assistant":
-            text = message.get("content") or ""
-            if message.get("tool_calls") and TOOL_CALL_OPEN not in text:
-                blocks = []
-                for entry in message["tool_calls"]:
-                    call = ToolCall.from_openai(entry)
-                    payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-                    blocks.append(f"{TOOL_CALL_OPEN}{payload}{TOOL_CALL_CLOSE}")
-                text = "\n".join([text, *blocks]) if text else "\n".join(blocks)
-            message = {"role": "assistant", "content": text}
+            message = {"role": "assistant", "content": text_protocol_content(message)}
         out.append(message)
     return out
 

@@ -32,14 +32,13 @@ be called from :meth:`generate` (sync), from any event loop through
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 import time
 from typing import Any
 
-from llmgym.messages import Message, ToolCall
-from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_text_tool_calls
+from llmgym.messages import Message
+from llmgym.parsing import parse_text_tool_calls, text_protocol_content
 from llmgym.policy import Generation, Policy, PolicyRequest, tool_protocol_prompt
 from llmgym.wrappers.prompting import ChatPrompter, Prompt, eos_token_ids, hf_chat_prompter
 from llmgym.wrappers.thinking import split_thinking
@@ -342,15 +341,7 @@ def to_text_protocol(messages: list[Message], tools: list[dict[str, Any]]) -> li
     for message in messages:
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
-            text = message.get("content") or ""
-            if TOOL_CALL_OPEN not in text:
-                blocks = []
-                for entry in message["tool_calls"]:
-                    call = ToolCall.from_openai(entry)
-                    payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-                    blocks.append(f"{TOOL_CALL_OPEN}{payload}{TOOL_CALL_CLOSE}")
-                text = "\n".join([text, *blocks]) if text else "\n".join(blocks)
-            out.append({"role": "assistant", "content": text})
+            out.append({"role": "assistant", "content": text_protocol_content(message)})
         elif role == "tool":
             out.append({"role": "user", "content": f"<tool_response>\n{message.get('content', '')}\n</tool_response>"})
         else:
