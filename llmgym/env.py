@@ -150,15 +150,13 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()")
         turn = len(self.turn_contexts) + 1
-        if isinstance(action, dict):
-            content = action.get("content")
-            size = len(content) if isinstance(content, str) else 0
-        else:
-            size = len(action) if isinstance(action, str) else 0  # anything else: parse_action raises TypeError
+        # anything but str or dict: parse_action raises TypeError
+        content = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None
+        size = len(content) if isinstance(content, str) else 0
         if size > self.max_action_chars:
             parsed = ParsedAction(
                 "", [], [f"your message has {size} characters; the limit is {self.max_action_chars}"],
-                {"role": "assistant", "content": action if isinstance(action, str) else action.get("content")},
+                {"role": "assistant", "content": content},
             )
         else:
             parsed = parse_action(action, id_prefix=f"call_{turn}")

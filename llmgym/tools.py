@@ -109,17 +109,16 @@ class Tool:
         try:
             return self._validate(arguments).__dict__
         except pydantic.ValidationError as err:
-            raise ToolError(self._invalid(err)) from None
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5])
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
         """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
-        if not isinstance(arguments, dict):
-            return ToolResult(f"Error: arguments for {self.name} must be a JSON object", ok=False)
-        try:  # validate() inlined: this runs every step
-            kwargs = self._validate(arguments).__dict__
-        except pydantic.ValidationError as err:
-            return ToolResult(f"Error: {self._invalid(err)}", ok=False)
         try:
+            kwargs = self.validate(arguments)
+        except ToolError as err:
+            return ToolResult(f"Error: {err}", ok=False)
+        try:  # separate from validation: an error raised inside the body is the tool failing, not bad arguments
             value = self.fn(**kwargs) if bound_to is None else self.fn(bound_to, **kwargs)
         except ToolError as err:
             return ToolResult(f"Error: {err}", ok=False)
@@ -129,10 +128,6 @@ class Tool:
         if len(content) > self.max_output_chars:
             content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
         return ToolResult(content, True, value)
-
-    def _invalid(self, err: pydantic.ValidationError) -> str:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5])
-        return f"invalid arguments for {self.name}: {problems}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
