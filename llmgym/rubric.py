@@ -115,11 +115,13 @@ class Rubric:
         components: dict[str, float] = {}
         total = 0.0
         for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
-            value = float(fn(ctx))
-            if not math.isfinite(value):
-                raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
-            components[name] = value
+            value = components[name] = float(fn(ctx))
             total += weight * value
+        if not math.isfinite(total):  # an inf or nan component makes the total inf or nan, whatever its weight
+            for name, value in components.items():
+                if not math.isfinite(value):
+                    raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
+            raise ValueError(f"the rewards sum to {total} (components {components}); rewards must be finite")
         return total, components
 
     def weights(self) -> dict[str, float]:

@@ -156,8 +156,10 @@ def test_reward_names_must_be_unique():
         Rubric([Reward(format_error), Reward(format_error)])
 
 
-def test_non_finite_rewards_are_rejected():
-    rubric = Rubric([Reward(lambda ctx: float("nan"), name="bad")])
+@pytest.mark.parametrize("value, weight", [(float("nan"), 1.0), (float("inf"), 0.0), (float("-inf"), -0.5)])
+def test_non_finite_rewards_are_rejected(value, weight):
+    # weight 0 too: a metric-only component that is not finite is still a broken reward function
+    rubric = Rubric([Reward(lambda ctx: 1.0, name="fine"), Reward(lambda ctx: value, weight=weight, name="bad")])
 
     class Bad(EchoEnv):
         def build_rubric(self):
@@ -165,5 +167,5 @@ def test_non_finite_rewards_are_rejected():
 
     env = Bad()
     env.reset()
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match="reward 'bad' returned .*finite"):
         env.step("hi")

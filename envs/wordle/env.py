@@ -67,16 +67,15 @@ def score_guess(guess: str, answer: str) -> str:
     """
     if guess == answer:
         return "G" * len(answer)
-    unmatched = [a for g, a in zip(guess, answer) if g != a]  # answer letters not already green
-    marks = []
-    for g, a in zip(guess, answer):
-        if g == a:
-            marks.append("G")
-        elif g in unmatched:
-            unmatched.remove(g)
-            marks.append("Y")
-        else:
-            marks.append("x")
+    marks = ["G" if g == a else "x" for g, a in zip(guess, answer)]
+    unmatched = None  # answer letters not green, built only when a guess letter could be yellow
+    for i, g in enumerate(guess):
+        if marks[i] == "x" and g in answer:
+            if unmatched is None:
+                unmatched = [a for a, mark in zip(answer, marks) if mark == "x"]
+            if g in unmatched:
+                unmatched.remove(g)
+                marks[i] = "Y"
     return "".join(marks)
 
 
@@ -129,22 +128,25 @@ class WordleEnv(LLMEnv):
             word: a five-letter English word.
         """
         word = word.strip().lower()
-        if len(word) != WORD_LENGTH or not word.isalpha():
-            raise ToolError(f"{word[:20]!r} is not five letters; guess a five-letter word")
-        if word not in self.valid_words:
+        if word not in self.valid_words:  # every valid word has five letters: tell the two mistakes apart only here
+            if len(word) != WORD_LENGTH or not word.isalpha():
+                raise ToolError(f"{word[:20]!r} is not five letters; guess a five-letter word")
             raise ToolError(f"{word!r} is not in the word list; guess a real English word")
         if len(self.guesses) >= self.max_guesses:
             raise ToolError("no guesses left")
         feedback = score_guess(word, self.answer)
         turn = len(self.turn_contexts) + 1
         self.guesses.append((word, feedback, turn))
-        known = len(self._greens) + len(self._letters)  # facts: placed letters + letters known to be in the word
+        greens, letters = self._greens, self._letters
+        known = len(greens) + len(letters)  # facts: placed letters + letters known to be in the word
         for i, mark in enumerate(feedback):
-            if mark == "G":
-                self._greens.add(i)
             if mark != "x":
-                self._letters.add(word[i])
-        self._new_facts[turn] = self._new_facts.get(turn, 0) + len(self._greens) + len(self._letters) - known
+                letters.add(word[i])
+                if mark == "G":
+                    greens.add(i)
+        new_facts = len(greens) + len(letters) - known
+        if new_facts:
+            self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
         left = self.max_guesses - len(self.guesses)
         if feedback == "G" * WORD_LENGTH:
             return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} guesses!"
