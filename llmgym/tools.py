@@ -70,7 +70,7 @@ class Tool:
             part for part in (doc.short_description, doc.long_description) if part
         ).strip()
         param_docs = {p.arg_name: p.description or "" for p in doc.params}
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)  # keep Annotated[..., Field(ge=...)] constraints
         fields: dict[str, Any] = {}
         params = list(inspect.signature(fn).parameters.values())
         if params and params[0].name == "self":

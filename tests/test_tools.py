@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import jsonschema
+import pydantic
 import pytest
 
 from llmgym.tools import ToolError, tool
@@ -38,6 +39,27 @@ def test_schema_is_derived_from_hints_and_docstring():
     assert params["properties"]["limit"]["type"] == "integer" and params["properties"]["limit"]["default"] == 5
     assert params["properties"]["mode"]["enum"] == ["bm25", "exact"]
     assert params["additionalProperties"] is False
+
+
+def test_validate_converts_types_and_fills_defaults():
+    assert search.validate({"query": "x", "limit": "3"}) == {"query": "x", "limit": 3, "mode": "bm25", "tags": None}
+
+
+def test_constraints_in_annotations_are_enforced_and_in_the_schema():
+    @tool
+    def pick(count: Annotated[int, pydantic.Field(ge=1, le=3)], name: str = "a") -> str:
+        """Pick some.
+
+        Args:
+            count: how many.
+            name: which.
+        """
+        return name * count
+
+    count = pick.parameters["properties"]["count"]
+    assert count["minimum"] == 1 and count["maximum"] == 3 and count["description"] == "how many."
+    assert pick.call({"count": 2}).content == "aa"
+    assert "count: Input should be less than or equal to 3" in pick.call({"count": 4}).content
 
 
 def test_valid_call_runs_and_serializes():
