@@ -47,16 +47,22 @@ _BARE_INTEGER = re.compile(r"^\s*-?\d+\s*\.?\s*$")
 
 
 def last_integer(text: str) -> int | None:
-    """The last integer written in ``text``, or ``None`` when it holds none.
+    """The last integer written in ``text``, or ``None`` when it holds none (or one too long for ``int``).
 
     Example:
         >>> last_integer("7 + 5 = 12.")
         12
-        >>> last_integer("It is -3") , last_integer("no digits")
-        (-3, None)
+        >>> last_integer("It is -3") , last_integer("no digits"), last_integer("0" * 5000 + "7")
+        (-3, None, 7)
     """
     found = _INTEGER.findall(text)
-    return int(found[-1]) if found else None
+    if not found:
+        return None
+    sign, digits = ("-", found[-1][1:]) if found[-1].startswith("-") else ("", found[-1])
+    try:  # leading zeros dropped: they do not count against int()'s digit limit
+        return int(sign + (digits.lstrip("0") or "0"))
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits(), 4,300 by default)
+        return None
 
 
 class MentalMathEnv(LLMEnv):

@@ -97,3 +97,13 @@ def test_cheating_policies_score_below_an_honest_one():
     }
     for name, policy in cheats.items():
         assert mean_return(policy) < 0.4 * honest, name
+
+
+def test_a_reply_with_a_huge_number_is_an_answer_not_a_crash():
+    # int() refuses strings of more than 4,300 digits: the reply is read as no answer, never raises
+    env = gym.make("llmgym/MentalMath-v0")
+    env.reset(options={"a": 3, "b": 4, "op": "+"})
+    _, reward, terminated, _, info = env.step("9" * 5000)
+    assert terminated and info["reward_components"]["correct"] == 0.0
+    env.reset(options={"a": 3, "b": 4, "op": "+"})
+    assert env.step("0" * 5000 + "7")[4]["reward_components"]["correct"] == 1.0
