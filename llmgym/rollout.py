@@ -171,6 +171,7 @@ async def arollout(
                 )
             key = episode_key(episode)
             if key[0] in groups and key[1] < group_size and "error" not in episode.metadata:
+                episode.group = groups[key[0]]  # this run's group numbering: the file may come from other seeds
                 done[key] = episode
     jobs = [(seed, index) for seed in seed_list for index in range(group_size) if (seed, index) not in done]
     total = len(seed_list) * group_size

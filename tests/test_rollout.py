@@ -414,3 +414,11 @@ def test_resume_keeps_a_complete_last_line_that_lost_its_newline(tmp_path):
             progress=lambda done, total, episode: calls.append(episode.seed))
     assert calls == [2]
     assert [e.seed for e in load_jsonl(path)] == [0, 1, 2]
+
+
+def test_resumed_episodes_take_this_runs_group_numbers(tmp_path):
+    # the file numbers seed 1 as group 1; resumed with seeds [1, 2], seed 2 is new in group 1: the two must not share it
+    path = tmp_path / "run.jsonl"
+    rollout(WORDLE, load_scripted("wordle"), seeds=[0, 1], group_size=2, jsonl_path=path)
+    resumed = rollout(WORDLE, load_scripted("wordle"), seeds=[1, 2], group_size=2, jsonl_path=path, resume=True)
+    assert [(e.seed, e.group) for e in resumed] == [(1, 0), (1, 0), (2, 1), (2, 1)]
