@@ -29,13 +29,20 @@ def loads_json(text: str) -> Any:
     inputs and error messages are ``json.loads``'s (``tests/test_fast_json.py`` checks it).
 
     Raises:
-        json.JSONDecodeError: ``text`` is not JSON.
+        json.JSONDecodeError: ``text`` is not JSON, or holds an integer longer than Python
+            converts (``sys.get_int_max_str_digits()``, 4,300 digits by default).
         RecursionError: nested too deeply.
     """
     try:
         return from_json(text)
     except ValueError:
+        pass
+    try:
         return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:  # int()'s digit limit: json.loads raises a bare ValueError, which callers would not expect
+        raise json.JSONDecodeError(f"a number is too long ({err})", text, 0) from None
 
 
 def _encoder() -> Any:

@@ -75,3 +75,23 @@ def test_blocks_are_found_as_the_non_greedy_pattern_finds_them(pieces):
     calls = parse_text_tool_calls(text, "c")[1]
     expected = [m.group(1).strip() for m in _BLOCK.finditer(text)]
     assert len(calls) == sum(body == '{"name": "t", "arguments": {}}' for body in expected)
+
+
+def test_an_integer_too_long_for_python_is_a_json_error_and_an_error_observation():
+    # json.loads raises a bare ValueError for integers over int()'s 4,300-digit limit: it must not escape step()
+    import gymnasium as gym
+
+    import llmgym  # noqa: F401
+
+    huge = "1" * 5000
+    with pytest.raises(json.JSONDecodeError, match="too long"):
+        loads_json(huge)
+    env = gym.make("llmgym/Wordle-v0")
+    for action in (
+        f'<tool_call>{{"name": "guess", "arguments": {{"word": {huge}}}}}</tool_call>',
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "guess", "arguments": f'{{"word": {huge}}}'}}]},
+    ):
+        env.reset(seed=0)
+        observation, _, _, _, info = env.step(action)
+        assert "too long" in observation and info["reward_components"]["format_error"] == 1.0
