@@ -197,7 +197,7 @@ def _convert_call(call: dict[str, Any], arguments_as: str) -> dict[str, Any]:
     if arguments_as == "dict" and isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or an integer past int()'s digit limit
             arguments = {"_raw": arguments}  # recorded malformed arguments stay visible, never crash an export
     elif arguments_as == "json" and not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)

@@ -17,6 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgym.messages import loads_json
 from llmgym.sandbox import ExecutionResult, Sandbox
 
 __all__ = ["CaseOutcome", "GradeReport", "grading_program", "grade"]
@@ -121,7 +122,7 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
             continue
         if parts[2] == "ok":
             try:
-                value = json.loads(parts[3])
+                value = loads_json(parts[3])  # json.loads's result; an over-long integer is a JSONDecodeError too
             except json.JSONDecodeError:
                 outcome.got = "unreadable output"
                 continue
@@ -134,7 +135,7 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
 
 def _loads(text: str) -> str:
     try:
-        value = json.loads(text)
+        value = loads_json(text)
     except json.JSONDecodeError:
         return text[:200]
     return value if isinstance(value, str) else str(value)

@@ -51,6 +51,17 @@ def test_grading_compares_on_the_host_and_the_first_result_stands():
         assert slow.passed == 0 and "longer than" in slow.outcomes[0].got
 
 
+def test_huge_integers_from_the_solution_are_graded_not_a_crash():
+    # a solution may lift int()'s 4,300-digit limit in the sandbox; the host must still read its output safely
+    code = "import sys\nsys.set_int_max_str_digits(0)\ndef f(x):\n    return 10 ** 5000\n"
+    raising = "import sys\nsys.set_int_max_str_digits(0)\ndef f(x):\n    raise ValueError(10 ** 5000)\n"
+    with SubprocessSandbox() as box:
+        report = grade(box, code, "f", [([1], 2)])
+        assert report.passed == 0 and report.outcomes[0].got == "unreadable output"
+        report = grade(box, raising, "f", [([1], 2)])
+        assert report.passed == 0 and report.outcomes[0].got.startswith("raised ValueError")
+
+
 def play(policy, seeds, source="generated"):
     """Mean return and mean hidden pass rate of ``policy(obs, state) -> action``."""
     env = gym.make("llmgym/CodeTests-v0", source=source)
