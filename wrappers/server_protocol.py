@@ -15,7 +15,7 @@ import json
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from llmgym.messages import Message
 from llmgym.parsing import parse_text_tool_calls
@@ -61,6 +61,12 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", strict=False)
 
 
+def _null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """A ``mode="before"`` validator: OpenAI's schema makes ``n``, ``stream``, ``logprobs``, ``echo``... nullable,
+    and an explicit ``null`` means the default."""
+    return cls.model_fields[info.field_name].default if value is None else value
+
+
 class ChatMessageIn(_Request):
     """One message of a chat request (OpenAI format)."""
 
@@ -99,6 +105,8 @@ class _Sampling(_Request):
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
 
+    _defaults = field_validator("n", "stream", mode="before")(_null_is_default)
+
     def stop_list(self) -> list[str]:
         """``stop`` as a list."""
         if self.stop is None:
@@ -116,6 +124,8 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
+    _chat_defaults = field_validator("logprobs", mode="before")(_null_is_default)
+
 
 class CompletionRequest(_Sampling):
     """``POST /v1/completions``: ``prompt`` is text or token ids (one prompt)."""
@@ -124,6 +134,8 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
 
+    _completion_defaults = field_validator("echo", mode="before")(_null_is_default)
+
 
 class LoadLoRARequest(_Request):
     """``POST /v1/load_lora_adapter``."""
@@ -131,6 +143,8 @@ class LoadLoRARequest(_Request):
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
     load_inplace: bool = False
+
+    _lora_defaults = field_validator("load_inplace", mode="before")(_null_is_default)
 
 
 class UnloadLoRARequest(_Request):
