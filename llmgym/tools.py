@@ -131,7 +131,10 @@ class Tool:
             return ToolResult(f"Error: {err}", ok=False)
         except Exception as err:  # the agent's input broke the tool body: report it, keep the episode alive
             return ToolResult(f"Error: {self.name} failed: {type(err).__name__}: {err}", ok=False)
-        content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        try:
+            content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        except Exception:  # a cycle, non-string keys, a broken __str__: show the value as Python prints it
+            content = _show(value)
         if len(content) > self.max_output_chars:
             content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
         return ToolResult(content, True, value)
@@ -171,6 +174,13 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_o
     if fn is None:
         return lambda f: Tool(f, name=name, max_output_chars=max_output_chars)
     return Tool(fn, name=name, max_output_chars=max_output_chars)
+
+
+def _show(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception as err:  # a broken __str__ or __repr__
+        return f"<{type(value).__name__} value that cannot be shown: {type(err).__name__}>"
 
 
 def _strip_titles(schema: Any) -> None:

@@ -145,3 +145,34 @@ def test_tools_bind_to_env_instances():
     assert a.bump.call({"by": 2}).content == "2"
     assert b.bump.call({"by": 5}).content == "5"
     assert a.n == 2 and "self" not in Counter.bump.parameters["properties"]
+
+
+def test_output_that_json_cannot_write_is_shown_not_raised():
+    # json.dumps(default=str) still raises on a cycle or non-string keys; that escaped step()
+    @tool
+    def cyclic() -> dict:
+        """A dict that holds itself."""
+        value: dict = {"a": 1}
+        value["self"] = value
+        return value
+
+    @tool
+    def tuple_keys() -> dict:
+        """A dict keyed by tuples."""
+        return {(1, 2): "b"}
+
+    class Unshowable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        __repr__ = __str__
+
+    @tool
+    def unshowable() -> object:
+        """An object that cannot be printed."""
+        return Unshowable()
+
+    assert cyclic.call({}).content == "{'a': 1, 'self': {...}}"
+    assert tuple_keys.call({}).content == "{(1, 2): 'b'}"
+    result = unshowable.call({})
+    assert result.ok and "Unshowable" in result.content
