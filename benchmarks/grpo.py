@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -91,8 +92,11 @@ def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp3
         torch_threads=threads, device="cpu", rollout_precision=rollout_precision,
     )
     trainer = GRPOTrainer(config)
-    history = trainer.train()
-    trainer.close()
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+        shutil.rmtree(out, ignore_errors=True)  # its checkpoints are ~2 GB for SmolLM2; the metrics are in history
     timed = history[1:]
     seconds = sum(m["time/step_s"] for m in timed)
     tokens = sum(m["tokens/total"] for m in timed)
@@ -116,6 +120,7 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
 
     torch.set_num_threads(threads)
+    output_dir = tempfile.mkdtemp(prefix="llmgym-bench-trl-")
     marks: list[float] = []
     tokens: list[float] = []
 
@@ -137,14 +142,17 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
     chats = [[{"role": "system", "content": ""}, {"role": "user", "content": p}] for p in PROMPTS]
     data = Dataset.from_dict({"prompt": chats})
     args = trl.GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
+        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
         learning_rate=1e-6, beta=0.0, loss_type="dapo", max_steps=steps, logging_steps=1, report_to=[],
         use_cpu=True, save_strategy="no", bf16=False, seed=0, temperature=1.0, disable_tqdm=True,
     )
     tokenizer = AutoTokenizer.from_pretrained(model)
     trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                               processing_class=tokenizer, callbacks=[Timer()])
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        shutil.rmtree(output_dir, ignore_errors=True)
     seconds = marks[-1] - marks[1]  # from the start of step 2 to the end
     counted = tokens[-1] - tokens[0] if len(tokens) >= 2 else float("nan")
     return {"s_per_step": seconds / (steps - 1), "tokens_per_s": counted / seconds, "peak_rss_mb": peak_rss_mb(),
