@@ -178,8 +178,8 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
         try:
             yield Episode.from_json(line)
         except (json.JSONDecodeError, ValueError, TypeError) as err:
-            if number == len(lines):
-                return  # a half-written last line: the run was killed mid-write
+            if number == len(lines) and isinstance(err, json.JSONDecodeError):
+                return  # a half-written last line (never valid JSON): the run was killed mid-write
             raise ValueError(f"{path}:{number}: not an episode ({err})") from None
 
 

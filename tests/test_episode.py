@@ -40,6 +40,17 @@ def test_corruption_in_the_middle_is_an_error(tmp_path):
         load_jsonl(path)
 
 
+def test_a_complete_last_line_that_is_not_an_episode_is_an_error(tmp_path):
+    # only a line cut short (never valid JSON) is skipped; a whole line of other data was silently dropped
+    path = tmp_path / "e.jsonl"
+    path.write_text(_episode(0).to_json() + "\n" + '{"env_id": "x", "bogus": 1}\n')
+    with pytest.raises(ValueError, match="e.jsonl:2"):
+        load_jsonl(path)
+    path.write_text('{"step": 1, "loss": 0.5}\n')  # not an episode file at all
+    with pytest.raises(ValueError, match="e.jsonl:1"):
+        load_jsonl(path)
+
+
 def test_env_episode_record(wordle):
     wordle.reset(seed=4)
     wordle.step("crane")
