@@ -83,6 +83,8 @@ def test_unreachable_server_is_named(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--env-kwargs", "{not json"], "--env-kwargs is not valid JSON"),
     (["--env-kwargs", '{"colour": 1}'], "does not take these --env-kwargs"),
+    (["--env-kwargs", '{"max_turns": -1}'], "max_turns must be >= 1"),  # the env's ValueError, not a traceback
+    (["--seed", "-1"], "--seed must be >= 0"),
     (["--policy", "scripted:chess"], "unknown scripted policy 'chess'"),
     (["--policy", "human"], "--policy must look like scripted:NAME"),
     (["-n", "0"], "--num-seeds must be at least 1"),

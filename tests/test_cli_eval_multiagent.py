@@ -114,6 +114,8 @@ def test_a_forfeiting_opponent_loses_every_game_and_the_winner_is_paid_in_both_s
     ([TTT, "--opponent", "url:http://127.0.0.1:9/v1@m"], "cannot reach the server"),
     ([TTT, "--opponent", "self", "--resume"], "--resume is not supported"),
     ([TTT, "--opponent", "self", "--env-kwargs", '{"nope": 1}'], "does not take these --env-kwargs"),
+    (["llmgym/ma-Negotiation-v0", "--opponent", "self", "--env-kwargs", '{"max_turns": 1}'], "max_turns must be >= 2"),
+    ([TTT, "--opponent", "self", "--seed", "-1"], "--seed must be >= 0"),
     ([TTT], "is a multi-agent game: pass --opponent"),
     (["llmgym/TicTacToe-v0", "--opponent", "self"], "llmgym eval llmgym/ma-TicTacToe-v0 --opponent"),
     (["llmgym/Wordle-v0", "--opponent", "self"], "needs a multi-agent environment"),

@@ -24,3 +24,11 @@ def test_help_lists_every_command():
     out = subprocess.run([sys.executable, "-m", "llmgym", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("list", "eval", "serve", "train", "play", "check", "init"):
         assert command in out
+
+
+def test_check_refuses_a_negative_seed_as_a_usage_error(capsys):
+    from llmgym.cli import main
+
+    # it used to report "FAIL make ... raised ValueError" and exit 1, as if the env were broken
+    assert main(["check", "llmgym/Wordle-v0", "--seed", "-1", "--episodes", "1"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err

@@ -38,3 +38,7 @@ def test_play_errors(capsys):
     assert "human" in capsys.readouterr().err
     assert main(["play", WORDLE, "--env-kwargs", "[1]"]) == 2
     assert "JSON object" in capsys.readouterr().err
+    assert main(["play", WORDLE, "--env-kwargs", '{"max_turns": -1}']) == 2  # the env's ValueError, not a traceback
+    assert "max_turns must be >= 1" in capsys.readouterr().err
+    assert main(["play", WORDLE, "--seed", "-1", "--policy", "scripted:wordle"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err

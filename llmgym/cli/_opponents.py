@@ -235,7 +235,7 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         raise CLIError("--resume is not supported with --opponent: run again with another --out")
     try:
         make_multiagent(env_id, **env_kwargs).close()
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # an unknown argument, or a value the game refuses
         raise CLIError(f"{env_id} does not take these --env-kwargs: {err}") from None
 
     if args.policy:

@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"unknown environment {args.env_id!r}{hint}")
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
     try:
         env_kwargs = json.loads(args.kwargs)
     except json.JSONDecodeError as err:

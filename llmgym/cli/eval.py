@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
     if args.temperature < 0:
         raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return run_multiagent(args, env_kwargs)
     try:
         gym.make(args.env_id, **env_kwargs).close()
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
         raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
 
     out = Path(args.out)

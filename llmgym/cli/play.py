@@ -43,11 +43,13 @@ def run(args: argparse.Namespace) -> int:
         matches = close_matches(args.env_id)
         hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
         raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     actor = _actor(args.policy)
     try:
         env = gym.make(args.env_id, **env_kwargs)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
         raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
 
     console = Console(highlight=False)
