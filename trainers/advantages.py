@@ -99,6 +99,7 @@ def compute_advantages(
     turn_lambda: float = 1.0,
     mask_truncated: bool = False,
     eps: float = 1e-4,
+    batch_rewards: list[list[float]] | None = None,
 ) -> Advantages:
     """Outcome plus turn-level advantages for every token of every episode.
 
@@ -110,6 +111,9 @@ def compute_advantages(
         turn_lambda: weight of the turn-level advantage.
         mask_truncated: leave truncated episodes out of the loss.
         eps: added to the scale before dividing.
+        batch_rewards: the turn rewards of every episode of the whole batch, for
+            ``scale_rewards="batch"`` when ``episodes`` are only a share of it (one
+            rank's under data parallelism); ``None``: the batch is ``episodes``.
 
     Returns:
         The advantages, which episodes to keep, and counts for logging.
@@ -153,8 +157,9 @@ def compute_advantages(
 
     totals = np.array([e.total_reward for e in episodes], dtype=np.float64)
     max_turns = max((e.num_turns for e in episodes), default=0)
-    batch_std = _std(list(totals))
-    turn_batch_std = [_std([e.turn_rewards[t] for e in episodes if e.num_turns > t]) for t in range(max_turns)]
+    batch = [list(e.turn_rewards) for e in episodes] if batch_rewards is None else [list(r) for r in batch_rewards]
+    batch_std = _std([float(sum(rewards)) for rewards in batch])
+    turn_batch_std = [_std([rewards[t] for rewards in batch if len(rewards) > t]) for t in range(max_turns)]
 
     outcome = np.zeros(len(episodes))
     turn = [np.zeros(e.num_turns) for e in episodes]

@@ -258,6 +258,8 @@ class GRPOTrainer:
             replaced += len(empty)
             advantages = self._advantages(episodes)
         everyone = _gather(episodes, self.world)
+        if self.world > 1 and config.scale_rewards == "batch":  # the std of the whole batch, not of this rank's share
+            advantages = self._advantages(episodes, batch_rewards=[e.turn_rewards for e in everyone])
         stats = reward_stats(everyone)
         stats.update(advantages.stats)
         stats.update({
@@ -302,10 +304,10 @@ class GRPOTrainer:
             episode.group = first_group + (episode.group or 0)
         return episodes
 
-    def _advantages(self, episodes: list[Episode]) -> Advantages:
+    def _advantages(self, episodes: list[Episode], batch_rewards: list[list[float]] | None = None) -> Advantages:
         return compute_advantages(
             episodes, scale_rewards=self.config.scale_rewards, turn_lambda=self.config.turn_lambda,
-            mask_truncated=self.config.mask_truncated,
+            mask_truncated=self.config.mask_truncated, batch_rewards=batch_rewards,
         )
 
     # -- 2. optimization --------------------------------------------------------------

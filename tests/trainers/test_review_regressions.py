@@ -1,0 +1,37 @@
+"""Regression tests for bugs found in review of the trainers (one test per bug, each fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmgym.episode import Episode
+from llmgym.trainers import grpo
+from llmgym.trainers.advantages import compute_advantages
+from llmgym.trainers.config import GRPOConfig
+
+
+def one_turn(group: int, reward: float) -> Episode:
+    return Episode("x", seed=group, group=group, turn_rewards=[reward], token_ids=[1, 2, 3], mask=[0, 1, 1])
+
+
+def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch):
+    """scale_rewards="batch" divides by the std of all ranks' episodes, not of this rank's share."""
+    local = [one_turn(0, 1.0), one_turn(0, 0.0)]
+    other_rank = [one_turn(1, 10.0), one_turn(1, 0.0)]
+    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)  # only what _collect reads: no model, no envs
+    trainer.config = GRPOConfig(scale_rewards="batch", turn_lambda=0.0, prompts_per_step=2, group_size=2)
+    trainer.rank, trainer.world, trainer.curriculum = 0, 2, None
+    trainer._local_seeds = lambda: [0]
+    trainer._rollout = lambda seeds, step, first_group, attempt=0: list(local)
+
+    def gather(items, world):  # rank 1 contributes its episodes (and, for solve rates, the same values)
+        items = list(items)
+        return items + (other_rank if items and isinstance(items[0], Episode) else items)
+
+    monkeypatch.setattr(grpo, "_gather", gather)
+    monkeypatch.setattr(grpo, "_sum_ranks", lambda value, world: float(value))
+    _, advantages, _ = trainer._collect(0)
+    whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
+    np.testing.assert_allclose(advantages.outcome, whole.outcome[:2])
+    assert advantages.outcome[0] == pytest.approx(0.5 / (np.std([1.0, 0.0, 10.0, 0.0], ddof=1) + 1e-4))
