@@ -66,11 +66,11 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.render_mode = render_mode
         self.observation_space = Text(max_length=65_536)
         self.action_space = Text(max_length=max_action_chars)
-        self.tools: dict[str, BoundTool] = {
-            attr.name: getattr(self, name)
-            for klass in reversed(type(self).__mro__)
-            for name, attr in vars(klass).items()
-            if isinstance(attr, Tool)
+        tool_attrs = dict.fromkeys(  # attribute names that hold a tool in some class, base classes first
+            name for klass in reversed(type(self).__mro__) for name, attr in vars(klass).items() if isinstance(attr, Tool)
+        )
+        self.tools: dict[str, BoundTool] = {  # what the class resolves each name to: an override wins, as for methods
+            tool_attr.name: getattr(self, name) for name in tool_attrs if isinstance(tool_attr := getattr(type(self), name), Tool)
         }
         self.tool_schemas: list[dict[str, Any]] = [t.schema for t in self.tools.values()]
         self.rubric: Rubric = self.build_rubric()

@@ -169,3 +169,28 @@ def test_non_finite_rewards_are_rejected(value, weight):
     env.reset()
     with pytest.raises(ValueError, match="reward 'bad' returned .*finite"):
         env.step("hi")
+
+
+def test_a_subclass_overriding_a_tool_method_replaces_the_tool():
+    # tools were collected from every class in the MRO, so a plain override crashed __init__
+    # (AttributeError: no 'schema') and a renamed override left the old name pointing at the new tool
+    class NoEcho(EchoEnv):
+        def echo(self, text):
+            return text
+
+    class Renamed(EchoEnv):
+        @tool(name="repeat")
+        def echo(self, text: str) -> str:
+            """Repeat text.
+
+            Args:
+                text: what to repeat.
+            """
+            return text * 2
+
+    env = NoEcho()
+    assert env.tools == {} and env.tool_schemas == []
+    env = Renamed()
+    assert list(env.tools) == ["repeat"] and [s["function"]["name"] for s in env.tool_schemas] == ["repeat"]
+    env.reset()
+    assert env.step(call("repeat", text="ab"))[0] == "abab"
