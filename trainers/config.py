@@ -172,9 +172,14 @@ class GRPOConfig:
             raise ValueError(f"loss_aggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}")
         if self.scale_rewards not in REWARD_SCALINGS:
             raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
-        for name in ("steps", "prompts_per_step", "max_new_tokens", "micro_batch_size", "num_iterations", "save_every", "seed_pool"):
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "micro_batch_size", "num_iterations", "save_every", "seed_pool",
+                     "concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_loss_tokens is not None and self.max_loss_tokens < 1:  # a negative normalizer flips the loss's sign
+            raise ValueError(f"max_loss_tokens must be >= 1 or None (max_new_tokens x max_turns), got {self.max_loss_tokens}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:  # clipping to 0 zeroes every gradient
+            raise ValueError(f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}")
         if self.epsilon_low < 0 or self.epsilon_high < 0 or self.beta < 0:
             raise ValueError("epsilon_low, epsilon_high and beta must be >= 0")
         if self.seed_pool < self.prompts_per_step:
@@ -254,6 +259,8 @@ class SFTConfig:
         for name in ("epochs", "batch_size", "micro_batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:  # clipping to 0 zeroes every gradient
+            raise ValueError(f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}")
 
 
 ConfigT = TypeVar("ConfigT", GRPOConfig, SFTConfig)

@@ -35,3 +35,24 @@ def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch)
     whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
     np.testing.assert_allclose(advantages.outcome, whole.outcome[:2])
     assert advantages.outcome[0] == pytest.approx(0.5 / (np.std([1.0, 0.0, 10.0, 0.0], ddof=1) + 1e-4))
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(max_loss_tokens=-5), "max_loss_tokens"),  # Dr. GRPO's normalizer: negative would flip the loss's sign
+        (dict(max_grad_norm=0.0), "max_grad_norm"),  # clipping to 0 would zero every gradient: no learning
+        (dict(concurrency=0), "concurrency"),  # was reported as the policy's batch_size
+    ],
+)
+def test_config_rejects_values_that_silently_break_training(settings, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**settings)
+    GRPOConfig(max_loss_tokens=None, max_grad_norm=None)  # None keeps its documented meaning
+
+
+def test_sft_config_rejects_a_zero_clipping_norm():
+    from llmgym.trainers.config import SFTConfig
+
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        SFTConfig(max_grad_norm=0.0)
