@@ -107,6 +107,8 @@ class MicroBatcher(Generic[Item, Result]):
                     results = self.run_batch(prepared)
                 else:
                     results = await asyncio.to_thread(self.run_batch, prepared)
+                if len(results) != len(prepared):  # a missing result would leave its caller waiting forever
+                    raise RuntimeError(f"run_batch returned {len(results)} results for {len(prepared)} items")
             except Exception as err:  # noqa: BLE001  this batch's callers get the error; the worker goes on
                 for future in futures:
                     if not future.done():
