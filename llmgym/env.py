@@ -20,7 +20,7 @@ import gymnasium as gym
 
 from llmgym.episode import Episode
 from llmgym.messages import Message, system, tool_result, user
-from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action
+from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
 from llmgym.spaces import Text
 from llmgym.tools import BoundTool, Tool, ToolResult
@@ -153,17 +153,23 @@ class LLMEnv(gym.Env[str, str], ABC):
         # anything but str or dict: parse_action raises TypeError
         content = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None
         size = len(content) if isinstance(content, str) else 0
+        counted = None  # what the token budget counts, when it is more than the message text
+        if size <= self.max_action_chars:
+            parsed = parse_action(action, id_prefix=f"call_{turn}")
+            if parsed.tool_calls and type(action) is not str and action.get("tool_calls"):
+                # native calls: their arguments are part of the action, for the size limit and the token budget
+                # alike, as they are when written as <tool_call> blocks in the text
+                counted = content = text_protocol_content(parsed.message)
+                size = len(content)
         if size > self.max_action_chars:
             parsed = ParsedAction(
                 "", [], [f"your message has {size} characters; the limit is {self.max_action_chars}"],
                 {"role": "assistant", "content": content},
             )
-        else:
-            parsed = parse_action(action, id_prefix=f"call_{turn}")
         messages = self.messages
         text = parsed.message.get("content") or ""
         messages.append(parsed.message)
-        tokens = self.count_tokens(text)
+        tokens = self.count_tokens(text if counted is None else counted)
         self.tokens_used += tokens
         format_errors = list(parsed.errors)
         tool_results: list[tuple[str, ToolResult]] = []

@@ -194,3 +194,28 @@ def test_a_subclass_overriding_a_tool_method_replaces_the_tool():
     assert list(env.tools) == ["repeat"] and [s["function"]["name"] for s in env.tool_schemas] == ["repeat"]
     env.reset()
     assert env.step(call("repeat", text="ab"))[0] == "abab"
+
+
+def native(name, **arguments):
+    import json
+
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+def test_native_tool_calls_count_toward_the_action_budgets():
+    # only the message content was measured: native tool_calls escaped max_tokens and max_action_chars
+    env = EchoEnv(max_tokens=100)
+    env.reset()
+    _, _, _, truncated, info = env.step(native("echo", text="a" * 800))
+    text_env = EchoEnv(max_tokens=100)
+    text_env.reset()
+    text_env.step(call("echo", text="a" * 800))
+    assert truncated and env.tokens_used == text_env.tokens_used > 200  # as many as the same call written as text
+    assert info["reward_components"]["length_penalty"] > 0
+    env = EchoEnv(max_action_chars=100)
+    env.reset()
+    obs, _, _, _, info = env.step(native("echo", text="y" * 1000))
+    assert "characters; the limit is 100" in obs and info["reward_components"]["format_error"] == 1.0
+    assert "y" * 1000 in info["messages"][2]["content"] and "tool_calls" not in info["messages"][2]
+    assert env.step(native("echo", text="short"))[0] == "short"  # small native calls still run
