@@ -253,7 +253,9 @@ class GRPOTrainer:
                 break
             fresh = resample_rng.integers(0, config.seed_pool, size=len(empty)).tolist()
             next_group = 1 + max((e.group for e in episodes), default=-1)
-            new = [e for e in self._rollout(fresh, step, next_group, attempt + 1) if not _unusable(e)]
+            played = self._rollout(fresh, step, next_group, attempt + 1)
+            errors += sum(1 for e in played if _unusable(e))
+            new = [e for e in played if not _unusable(e)]
             episodes = [e for e in episodes if e.group not in empty] + new
             replaced += len(empty)
             advantages = self._advantages(episodes)

@@ -56,3 +56,19 @@ def test_sft_config_rejects_a_zero_clipping_norm():
 
     with pytest.raises(ValueError, match="max_grad_norm"):
         SFTConfig(max_grad_norm=0.0)
+
+
+def test_episode_errors_of_resampled_groups_are_counted(monkeypatch):
+    """``episodes/errors`` counts the episodes dropped in every rollout round, resampling rounds included."""
+    rounds = [
+        [one_turn(0, 1.0), one_turn(0, 1.0)],  # zero signal: resampled once
+        [one_turn(0, 1.0), Episode("x", seed=7, group=0, turn_rewards=[0.0], metadata={"error": "boom"})],
+    ]
+    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
+    trainer.config = GRPOConfig(turn_lambda=0.0, prompts_per_step=1, group_size=2, resample_zero_signal=1)
+    trainer.rank, trainer.world, trainer.curriculum = 0, 1, None
+    trainer._local_seeds = lambda: [0]
+    trainer._rollout = lambda seeds, step, first_group, attempt=0: [
+        Episode.from_dict({**e.to_dict(), "group": first_group + e.group}) for e in rounds[attempt]]
+    _, _, stats = trainer._collect(0)
+    assert stats["groups/resampled"] == 1 and stats["episodes/errors"] == 1
