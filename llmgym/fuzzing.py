@@ -9,6 +9,7 @@ match a tool's JSON schema). :mod:`llmgym.checker` plays both.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -88,12 +89,14 @@ def sample_arguments(schema: dict[str, Any], rng: np.random.Generator) -> dict[s
         ...                  np.random.default_rng(0))["n"] in range(0, 10)
         True
     """
-    value = _sample_value(schema, rng, depth=0)
+    value = _sample_value(schema, rng, depth=0, defs=schema.get("$defs") or {})
     return value if isinstance(value, dict) else {}
 
 
-
-def _sample_value(schema: dict[str, Any], rng: np.random.Generator, depth: int) -> Any:
+def _sample_value(schema: dict[str, Any], rng: np.random.Generator, depth: int, defs: dict[str, Any]) -> Any:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and depth <= 8:  # pydantic's enums and nested objects
+        schema = {**(defs.get(ref[len("#/$defs/"):]) or {}), **{k: v for k, v in schema.items() if k != "$ref"}}
     if "enum" in schema:
         return schema["enum"][int(rng.integers(len(schema["enum"])))]
     if "const" in schema:
@@ -101,20 +104,39 @@ def _sample_value(schema: dict[str, Any], rng: np.random.Generator, depth: int) 
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
             options = [s for s in schema[key] if s.get("type") != "null"] or schema[key]
-            return _sample_value(options[0], rng, depth)
+            return _sample_value(options[0], rng, depth, defs)
     kind = schema.get("type", "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "integer":
-        low, high = schema.get("minimum", 0), schema.get("maximum", 9)
+        low, high = _bounds(schema, integer=True)
+        low, high = math.ceil(low), math.floor(high)
         return int(rng.integers(low, max(low, high) + 1))
     if kind == "number":
-        return float(round(rng.uniform(schema.get("minimum", 0), schema.get("maximum", 10)), 2))
+        low, high = _bounds(schema, integer=False)
+        return min(max(float(round(rng.uniform(low, high), 2)), low), high) if low <= high else float(low)
     if kind == "boolean":
         return bool(rng.integers(2))
     if kind == "array":
-        return [] if depth > 3 else [_sample_value(schema.get("items", {}), rng, depth + 1)]
+        count = 0 if depth > 3 or schema.get("maxItems") == 0 else max(1, schema.get("minItems", 1))
+        return [_sample_value(schema.get("items", {}), rng, depth + 1, defs) for _ in range(count)]
     if kind == "object":
         properties = schema.get("properties", {})
-        return {key: _sample_value(properties.get(key, {}), rng, depth + 1) for key in schema.get("required", [])}
-    return str(rng.choice(WORDS))
+        return {key: _sample_value(properties.get(key, {}), rng, depth + 1, defs) for key in schema.get("required", [])}
+    word = str(rng.choice(WORDS))
+    word = word.ljust(schema.get("minLength", 0), "x")
+    return word[: schema["maxLength"]] if "maxLength" in schema else word
+
+
+def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
+    """The range a number may take: inclusive bounds, exclusive ones moved inside; 0..9 (10) where open."""
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is None and "exclusiveMinimum" in schema:
+        low = math.floor(schema["exclusiveMinimum"]) + 1 if integer else schema["exclusiveMinimum"] + 0.01
+    if high is None and "exclusiveMaximum" in schema:
+        high = math.ceil(schema["exclusiveMaximum"]) - 1 if integer else schema["exclusiveMaximum"] - 0.01
+    if low is None:
+        low = 0 if high is None or high >= 0 else high - 9
+    if high is None:
+        high = max(low, 9 if integer else 10)
+    return low, high
