@@ -462,7 +462,13 @@ class GRPOTrainer:
         state = load(folder, self.model, self.optimizer)
         self.step, self.episodes_seen = int(state["step"]), int(state["episodes_seen"])
         self.seed_sampler.bit_generator.state = state["seed_sampler"]
-        if self.curriculum is not None and "curriculum" in state:
+        if ("curriculum" in state) != (self.curriculum is not None):
+            saved = state["curriculum"].get("kwarg") if "curriculum" in state else None
+            raise ValueError(
+                f"{folder} was saved with curriculum_kwarg={saved!r}, the config has {self.config.curriculum_kwarg!r}; "
+                "resume with the same curriculum settings"
+            )
+        if self.curriculum is not None:
             self.curriculum.load_state_dict(state["curriculum"])
 
     def close(self) -> None:

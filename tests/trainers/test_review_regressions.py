@@ -72,3 +72,31 @@ def test_episode_errors_of_resampled_groups_are_counted(monkeypatch):
         Episode.from_dict({**e.to_dict(), "group": first_group + e.group}) for e in rounds[attempt]]
     _, _, stats = trainer._collect(0)
     assert stats["groups/resampled"] == 1 and stats["episodes/errors"] == 1
+
+
+def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
+    from llmgym.trainers.curriculum import Curriculum
+
+    folder = tmp_path / "checkpoints" / "step_000001"
+    folder.mkdir(parents=True)
+    state = {"step": 1, "episodes_seen": 4, "seed_sampler": np.random.default_rng(0).bit_generator.state}
+    if saved_curriculum:
+        state["curriculum"] = Curriculum("difficulty", [1, 2]).state_dict()
+    (folder / "trainer_state.json").write_text("{}")
+    monkeypatch.setattr(grpo, "load_checkpoint", lambda folder, model, optimizer: state)
+    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
+    trainer.config = GRPOConfig(out=str(tmp_path))
+    trainer.out, trainer.model, trainer.optimizer = tmp_path, None, None
+    trainer.seed_sampler = np.random.default_rng(1)
+    trainer.curriculum = Curriculum("difficulty", [1, 2]) if config_curriculum else None
+    trainer._resume()
+    return trainer
+
+
+@pytest.mark.parametrize("saved, configured", [(True, False), (False, True)])
+def test_resume_with_or_without_a_curriculum_the_checkpoint_lacks_is_an_error(tmp_path, monkeypatch, saved, configured):
+    """docs/training.md: resuming with another curriculum kwarg is an error (none counts as another)."""
+    with pytest.raises(ValueError, match="curriculum"):
+        resume_with(tmp_path, monkeypatch, saved, configured)
+    trainer = resume_with(tmp_path / "same", monkeypatch, saved, saved)  # the same settings resume
+    assert trainer.step == 1
