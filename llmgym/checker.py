@@ -236,10 +236,14 @@ class _Runner:
     def check_gymnasium(self) -> CheckResult:
         from gymnasium.utils.env_checker import check_env as gym_check_env
 
-        env = self.make().unwrapped
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            gym_check_env(env, skip_render_check=env.render_mode is None)
+        made = self.make()
+        env = made.unwrapped
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                gym_check_env(env, skip_render_check=env.render_mode is None)
+        finally:
+            made.close()
         notes = sorted({f"warning: {w.message}" for w in caught})
         return CheckResult("gymnasium", True, "gymnasium.utils.env_checker.check_env passed", details=notes)
 
@@ -358,6 +362,7 @@ class _Runner:
         llm_env = env.unwrapped if isinstance(env.unwrapped, LLMEnv) else None
         max_turns = llm_env.max_turns if llm_env is not None else (env.spec.max_episode_steps if env.spec else None)
         if max_turns is None:
+            env.close()
             return CheckResult("budgets", None, "no max_turns or max_episode_steps to check")
         problems = []
         env.reset(seed=self.seed + 5)
@@ -391,7 +396,9 @@ class _Runner:
 
     def check_tool_schemas(self) -> CheckResult:
         schemas = self.tool_schemas()
-        _, info = self.make().reset(seed=self.seed)
+        env = self.make()
+        _, info = env.reset(seed=self.seed)
+        env.close()
         problems = [] if info.get("tools", schemas) == schemas else ["info['tools'] differs from env.tool_schemas"]
         names = []
         for schema in schemas:
