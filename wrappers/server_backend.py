@@ -239,6 +239,9 @@ class ServedModel:
             try:
                 await asyncio.to_thread(self._load_blocking, name, path)
             except Exception as err:  # noqa: BLE001  a broken adapter must not take the server down
+                if name not in (getattr(self.hf_model, "peft_config", None) or {}):
+                    # a failed replace has deleted the old weights: requests for the name would silently get the base model
+                    self.adapters.pop(name, None)
                 raise APIError(400, f"Could not load the lora adapter `{name}` from `{path}`: {err}", "lora_path") from err
             self.adapters[name] = path
 

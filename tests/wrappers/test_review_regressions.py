@@ -34,3 +34,37 @@ def test_a_batch_function_that_drops_a_result_fails_its_callers_instead_of_hangi
 
     results = asyncio.run(main())
     assert all(isinstance(r, RuntimeError) and "2 results for 3 items" in str(r) for r in results)
+
+
+def test_a_failed_in_place_lora_reload_no_longer_lists_the_deleted_adapter(tmp_path):
+    peft = pytest.importorskip("peft")
+    from llmgym.policy import PolicyRequest, SamplingParams
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.server_backend import ServedModel
+    from llmgym.wrappers.server_protocol import APIError
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(type(policy.model)(policy.model.config), config).save_pretrained(tmp_path / "good")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "adapter_config.json").write_text("{not json")
+    backend = ServedModel(policy, "tiny")
+    request = PolicyRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=2, temperature=0))
+
+    async def main():
+        await backend.start()
+        try:
+            await backend.load_adapter("a", str(tmp_path / "good"))
+            with pytest.raises(APIError):
+                await backend.load_adapter("a", str(tmp_path / "bad"), replace=True)
+            # the old weights are gone: "a" must be unknown, not silently served by the base model
+            assert "a" not in backend.adapters
+            with pytest.raises(APIError) as err:
+                await backend.generate(request, backend.resolve_model("a"))
+            assert err.value.status == 404
+        finally:
+            await backend.stop()
+            policy.close()
+
+    asyncio.run(main())
