@@ -148,7 +148,11 @@ def length_penalty(budget_tokens: int) -> RewardFn:
 
     The seeds' cost knob: give it a negative weight so replies longer than the
     budget cost reward in proportion.
+
+    Raises:
+        ValueError: ``budget_tokens < 1`` (the penalty is a fraction of it).
     """
+    _check_budget(budget_tokens)
 
     def length_penalty(ctx: TurnContext) -> float:
         return max(0, ctx.action_tokens - budget_tokens) / budget_tokens
@@ -157,12 +161,22 @@ def length_penalty(budget_tokens: int) -> RewardFn:
 
 
 def thinking_penalty(budget_tokens: int) -> RewardFn:
-    """Per turn: reasoning (``<think>``) tokens over ``budget_tokens``, as a fraction of it (overthinking)."""
+    """Per turn: reasoning (``<think>``) tokens over ``budget_tokens``, as a fraction of it (overthinking).
+
+    Raises:
+        ValueError: ``budget_tokens < 1`` (the penalty is a fraction of it).
+    """
+    _check_budget(budget_tokens)
 
     def thinking_penalty(ctx: TurnContext) -> float:
         return max(0, ctx.thinking_tokens - budget_tokens) / budget_tokens
 
     return thinking_penalty
+
+
+def _check_budget(budget_tokens: int) -> None:
+    if budget_tokens < 1:  # caught here, not as a ZeroDivisionError in the first step
+        raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")
 
 
 def tool_error_rate(ctx: TurnContext) -> float:

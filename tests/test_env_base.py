@@ -219,3 +219,10 @@ def test_native_tool_calls_count_toward_the_action_budgets():
     assert "characters; the limit is 100" in obs and info["reward_components"]["format_error"] == 1.0
     assert "y" * 1000 in info["messages"][2]["content"] and "tool_calls" not in info["messages"][2]
     assert env.step(native("echo", text="short"))[0] == "short"  # small native calls still run
+
+
+@pytest.mark.parametrize("factory", [length_penalty, thinking_penalty])
+def test_a_zero_token_budget_is_refused_when_the_rubric_is_built(factory):
+    # it divided by the budget: a ZeroDivisionError out of the first step()
+    with pytest.raises(ValueError, match="budget_tokens must be >= 1"):
+        factory(0)
