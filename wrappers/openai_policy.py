@@ -225,6 +225,8 @@ class OpenAIPolicy(Policy):
                 except self._openai.APIConnectionError as err:
                     tried.add(index)
                     if len(tried) == len(self.base_urls):
+                        if isinstance(err, self._openai.APITimeoutError):  # reachable, but too slow to answer
+                            raise _timed_out(self.base_urls, tried, self.timeout, self.max_retries) from err
                         raise _unreachable(self.base_urls, tried, err) from err
                 finally:
                     self._in_flight[index] -= 1
@@ -468,6 +470,14 @@ def _load_tokenizer(source: Any) -> Any:
     except (OSError, ValueError) as err:
         raise OSError(f"cannot load the tokenizer {os.fspath(source)!r} offline (a local folder or a cached "
                       f"model name): {err}") from err
+
+
+def _timed_out(urls: list[str], tried: set[int], timeout: float, retries: int) -> TimeoutError:
+    names = ", ".join(urls[i] for i in sorted(tried))
+    return TimeoutError(
+        f"the OpenAI-compatible server at {names} did not answer within timeout={timeout:g} s "
+        f"({retries} retries): pass a larger timeout= or ask for fewer max_tokens"
+    )
 
 
 def _unreachable(urls: list[str], tried: set[int], err: Exception) -> ConnectionError:

@@ -140,6 +140,26 @@ def test_unreachable_server_names_the_url():
         client.close()
 
 
+def test_a_slow_server_is_a_timeout_not_an_unreachable_server():
+    import time
+
+    from llmgym.policy import Generation, Policy
+
+    class Slow(Policy):
+        def generate(self, requests):
+            time.sleep(1.5)
+            return [Generation({"role": "assistant", "content": "x"}) for _ in requests]
+
+    with serve_in_thread(create_app(Slow(), model_name="slow")) as url:
+        client = OpenAIPolicy("slow", base_url=url, timeout=0.3, max_retries=0, return_tokens=False)
+        try:
+            with pytest.raises(TimeoutError, match=r"did not answer within timeout=0\.3 s") as err:
+                client.generate([PolicyRequest(START)])
+            assert "Is it running" not in str(err.value)
+        finally:
+            client.close()
+
+
 def test_missing_openai_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)  # what an environment without the package looks like
     with pytest.raises(ImportError, match=r'pip install "llmgym\[openai\]"'):
