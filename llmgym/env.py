@@ -240,7 +240,7 @@ class LLMEnv(gym.Env[str, str], ABC):
             env_id=spec_id,
             seed=self.seed_used,
             messages=list(self.messages),
-            tools=self.tool_schemas,
+            tools=list(self.tool_schemas),  # a later add_tools() must not change a recorded episode
             turn_rewards=list(self.turn_rewards),
             reward_components=[dict(c) for c in self.turn_components],
             terminated=bool(self._over and self.is_done()),

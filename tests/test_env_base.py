@@ -226,3 +226,20 @@ def test_a_zero_token_budget_is_refused_when_the_rubric_is_built(factory):
     # it divided by the budget: a ZeroDivisionError out of the first step()
     with pytest.raises(ValueError, match="budget_tokens must be >= 1"):
         factory(0)
+
+
+def test_a_recorded_episode_keeps_its_tools_when_tools_are_added_later():
+    env = EchoEnv()
+    env.reset(seed=0)
+    episode = env.episode()
+    before = list(episode.tools)
+
+    class Extra:
+        name = "extra"
+        schema = {"type": "function", "function": {"name": "extra", "description": "x", "parameters": {"type": "object"}}}
+
+        def call(self, arguments):
+            raise AssertionError("not called")
+
+    env.add_tools([Extra()])
+    assert episode.tools == before and len(env.episode().tools) == len(before) + 1

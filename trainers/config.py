@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pydantic
 
 __all__ = ["GRPOConfig", "SFTConfig", "load_config", "LOSS_AGGREGATIONS", "REWARD_SCALINGS", "REPORT_SINKS"]
 
@@ -173,7 +176,7 @@ class GRPOConfig:
         if self.scale_rewards not in REWARD_SCALINGS:
             raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
         for name in ("steps", "prompts_per_step", "max_new_tokens", "micro_batch_size", "num_iterations", "save_every", "seed_pool",
-                     "concurrency"):
+                     "concurrency", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_loss_tokens is not None and self.max_loss_tokens < 1:  # a negative normalizer flips the loss's sign
@@ -188,6 +191,8 @@ class GRPOConfig:
             raise ValueError(f"is_cap must be > 0 or None, got {self.is_cap}")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 for GRPO (it needs diverse samples and finite log-probs)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.curriculum_kwarg is not None:
             from llmgym.trainers.curriculum import Curriculum
 
@@ -275,7 +280,9 @@ def load_config(path: str | Path, cls: type[ConfigT] = GRPOConfig, **overrides: 
         **overrides: fields that win over the file (command-line flags).
 
     Raises:
-        ValueError: the file has a key that is not a field of ``cls``.
+        ValueError: the file has a key that is not a field of ``cls``, or a value of the
+            wrong type (``steps = "five"``, ``micro_batch_size = 2.5``); values that convert
+            losslessly are converted (``steps = "5"``).
     """
     with open(path, "rb") as file:
         data = tomllib.load(file)
@@ -284,4 +291,13 @@ def load_config(path: str | Path, cls: type[ConfigT] = GRPOConfig, **overrides: 
     if unknown:
         raise ValueError(f"{path}: unknown {cls.__name__} keys {unknown}; valid keys: {sorted(names)}")
     data.update(overrides)
+    hints = typing.get_type_hints(cls)
+    problems = []
+    for name, value in data.items():  # TOML has types: check them here, not as a TypeError deep in a run
+        try:
+            data[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
+        except pydantic.ValidationError as err:
+            problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
     return cls(**data)

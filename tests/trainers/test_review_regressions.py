@@ -100,3 +100,27 @@ def test_resume_with_or_without_a_curriculum_the_checkpoint_lacks_is_an_error(tm
         resume_with(tmp_path, monkeypatch, saved, configured)
     trainer = resume_with(tmp_path / "same", monkeypatch, saved, saved)  # the same settings resume
     assert trainer.step == 1
+
+
+@pytest.mark.parametrize("field, value", [("keep_checkpoints", 0), ("top_p", 0.0), ("top_p", 1.5)])
+def test_config_rejects_checkpoint_count_and_top_p_out_of_range(field, value):
+    with pytest.raises(ValueError, match=field):
+        GRPOConfig(env_id="llmgym/Wordle-v0", **{field: value})
+
+
+def test_load_config_checks_types_and_converts_lossless_values(tmp_path):
+    from llmgym.trainers.config import SFTConfig, load_config
+
+    path = tmp_path / "cfg.toml"
+    path.write_text('env_id = "llmgym/Wordle-v0"\nsteps = "5"\nlearning_rate = 1\n')
+    config = load_config(path)
+    assert config.steps == 5 and isinstance(config.learning_rate, float)
+    path.write_text('env_id = "llmgym/Wordle-v0"\nmicro_batch_size = 2.5\nreport_to = "wandb"\n')
+    with pytest.raises(ValueError, match=r"micro_batch_size: .*fractional.*; report_to: .*list"):
+        load_config(path)
+    path.write_text('env_id = "llmgym/Wordle-v0"\n')
+    with pytest.raises(ValueError, match="steps: .*integer"):  # command-line overrides are checked too
+        load_config(path, steps="five")
+    path.write_text('episodes = "runs/e.jsonl"\nepochs = "two"\n')
+    with pytest.raises(ValueError, match="epochs: .*integer"):
+        load_config(path, SFTConfig)
