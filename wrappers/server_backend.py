@@ -230,12 +230,13 @@ class ServedModel:
             raise APIError(400, "LoRA adapters need the transformers backend (llmgym serve --backend transformers).")
         if name == self.model_name:
             raise APIError(400, f"The lora adapter name `{name}` is the served model's name.", param="lora_name")
-        if name in self.adapters and not replace:
-            raise APIError(400, f"The lora adapter `{name}` has already been loaded.", param="lora_name")
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
             raise APIError(400, f"No peft adapter at `{path}` (adapter_config.json not found).", param="lora_path")
         assert self._model_lock is not None
         async with self._model_lock:
+            # checked under the lock: two concurrent loads of one name must not both succeed
+            if name in self.adapters and not replace:
+                raise APIError(400, f"The lora adapter `{name}` has already been loaded.", param="lora_name")
             try:
                 await asyncio.to_thread(self._load_blocking, name, path)
             except Exception as err:  # noqa: BLE001  a broken adapter must not take the server down
@@ -256,10 +257,11 @@ class ServedModel:
         Raises:
             APIError: 404 when no adapter of that name is loaded.
         """
-        if name not in self.adapters:
-            raise APIError(404, f"The lora adapter `{name}` cannot be found.", param="lora_name")
         assert self._model_lock is not None
         async with self._model_lock:
+            # checked under the lock: a concurrent unload of the same name gets the 404, not a 500
+            if name not in self.adapters:
+                raise APIError(404, f"The lora adapter `{name}` cannot be found.", param="lora_name")
             await asyncio.to_thread(self.hf_model.delete_adapter, name)
             del self.adapters[name]
 
