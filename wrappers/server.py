@@ -366,10 +366,12 @@ def _usage(generations: list[Generation]) -> dict[str, int]:
 async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
                        parse_tools: bool, response_id: str, name: str) -> AsyncIterator[str]:
     created = int(time.time())
+    # as OpenAI: with include_usage every chunk has "usage": null, and a last one with no choices carries it
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         data = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": name,
-                "choices": choices, **extra}
+                "choices": choices, **({"usage": None} if include_usage else {}), **extra}
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     as_ids = bool(body.return_tokens_as_token_ids)
@@ -397,7 +399,7 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
         if called and body.return_token_ids:
             final["token_ids"] = generation.token_ids
         yield chunk([final])
-    if body.stream_options and body.stream_options.include_usage:
+    if include_usage:
         yield chunk([], usage=_usage(generations))
     yield "data: [DONE]\n\n"
 
@@ -455,17 +457,21 @@ def _completion_response(backend: ServedModel, body: CompletionRequest, generati
 async def _completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
                              response_id: str, name: str) -> AsyncIterator[str]:
     created = int(time.time())
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
+                "choices": choices, **({"usage": None} if include_usage else {}), **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
     for index, generation in enumerate(generations):
         for piece in _pieces(backend, generation, False, 0, False):
             choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"], "logprobs": None,
                                       "finish_reason": None}
             if body.return_token_ids:
                 choice["token_ids"] = piece.get("token_ids")
-            data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
-                    "choices": [choice]}
-            yield f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-        data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
-                "choices": [{"index": index, "text": "", "logprobs": None,
-                             "finish_reason": generation.finish_reason}]}
-        yield f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+            yield chunk([choice])
+        yield chunk([{"index": index, "text": "", "logprobs": None, "finish_reason": generation.finish_reason}])
+    if include_usage:
+        yield chunk([], usage=_usage(generations))
     yield "data: [DONE]\n\n"

@@ -57,3 +57,39 @@ def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_g
     assert "already been loaded" in next(r for r in loads if r.status_code == 400).json()["error"]["message"]
     assert sorted(r.status_code for r in unloads) == [200, 404]
     assert model.calls == [("load", "a"), ("delete", "a")]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            yield base_url
+    finally:
+        policy.close()
+
+
+def _sse(base_url: str, path: str, body: dict) -> list[dict]:
+    events = []
+    with httpx.stream("POST", f"{base_url}{path}", json=body, timeout=60) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[len("data: "):]))
+    return events
+
+
+@pytest.mark.parametrize("path, extra", [("/completions", {"prompt": "Once upon"}),
+                                         ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})])
+def test_streams_with_include_usage_end_with_a_usage_chunk_and_null_usage_before(tiny, path, extra):
+    body = {**extra, "max_tokens": 3, "n": 2, "seed": 0, "stream": True, "stream_options": {"include_usage": True}}
+    events = _sse(tiny, path, body)
+    *chunks, last = events
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] >= 2
+    assert last["usage"]["total_tokens"] == last["usage"]["prompt_tokens"] + last["usage"]["completion_tokens"]
+    assert chunks and all(chunk["usage"] is None for chunk in chunks)  # as OpenAI
+    plain = _sse(tiny, path, {**body, "stream_options": None})
+    assert all("usage" not in chunk for chunk in plain)
