@@ -404,11 +404,15 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
     yield "data: [DONE]\n\n"
 
 
-def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: int, as_ids: bool) -> list[dict]:
-    """One delta per generated token when the tokens decode to the reply's text, else one delta for all."""
+def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: int, as_ids: bool,
+            chat: bool = True) -> list[dict]:
+    """One delta per generated token when the tokens decode to the reply's text, else one delta for all.
+
+    With ``logprobs`` each delta carries its tokens' block, in the chat or (``chat=False``) completion format.
+    """
     text = generation.message.get("content") or ""
     ids = generation.token_ids or []
-    block = _token_fields(backend, generation, as_ids, top, chat=True)["content"] if logprobs else None
+    block = _token_fields(backend, generation, as_ids, top, chat=chat) if logprobs else None
     deltas, emitted, aligned = [], "", True
     for i in range(len(ids)):
         decoded = backend.decode(ids[: i + 1])
@@ -421,13 +425,14 @@ def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: i
     if not ids or not aligned or "".join(deltas) != text:
         piece: dict[str, Any] = {"delta": {"content": text}, "token_ids": ids or None}
         if block is not None:
-            piece["logprobs"] = {"content": block}
+            piece["logprobs"] = block
         return [piece] if text or ids else []
     pieces = []
     for i, (token_id, delta) in enumerate(zip(ids, deltas)):
         piece = {"delta": {"content": delta}, "token_ids": [token_id]}
         if block is not None:
-            piece["logprobs"] = {"content": [block[i]]}
+            # every field of both formats is a per-token list (completion top_logprobs may be None)
+            piece["logprobs"] = {key: None if value is None else value[i : i + 1] for key, value in block.items()}
         pieces.append(piece)
     return pieces
 
@@ -465,9 +470,10 @@ async def _completion_stream(backend: ServedModel, body: CompletionRequest, gene
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     for index, generation in enumerate(generations):
-        for piece in _pieces(backend, generation, False, 0, False):
-            choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"], "logprobs": None,
-                                      "finish_reason": None}
+        for piece in _pieces(backend, generation, body.logprobs is not None, body.logprobs or 0,
+                             bool(body.return_tokens_as_token_ids), chat=False):
+            choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"],
+                                      "logprobs": piece.get("logprobs"), "finish_reason": None}
             if body.return_token_ids:
                 choice["token_ids"] = piece.get("token_ids")
             yield chunk([choice])

@@ -93,3 +93,20 @@ def test_streams_with_include_usage_end_with_a_usage_chunk_and_null_usage_before
     assert chunks and all(chunk["usage"] is None for chunk in chunks)  # as OpenAI
     plain = _sse(tiny, path, {**body, "stream_options": None})
     assert all("usage" not in chunk for chunk in plain)
+
+
+def test_streamed_completions_carry_logprobs_like_the_full_response(tiny):
+    body = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "logprobs": 2,
+            "return_tokens_as_token_ids": True}
+    full = httpx.post(f"{tiny}/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
+    chunks = [e["choices"][0] for e in _sse(tiny, "/completions", {**body, "stream": True})]
+    *pieces, final = chunks
+    assert final["logprobs"] is None and final["finish_reason"] == "length"
+    assert all(piece["logprobs"] is not None for piece in pieces)
+    streamed = {key: [x for piece in pieces for x in piece["logprobs"][key]] for key in full}
+    assert streamed["tokens"] == full["tokens"] and all(t.startswith("token_id:") for t in streamed["tokens"])
+    assert streamed["text_offset"] == full["text_offset"]
+    assert streamed["token_logprobs"] == pytest.approx(full["token_logprobs"], abs=1e-3)
+    assert [list(top) for top in streamed["top_logprobs"]] == [list(top) for top in full["top_logprobs"]]
+    plain = _sse(tiny, "/completions", {**body, "stream": True, "logprobs": None})
+    assert all(e["choices"][0]["logprobs"] is None for e in plain)
