@@ -443,7 +443,7 @@ def _completion_response(backend: ServedModel, body: CompletionRequest, generati
     for index, generation in enumerate(generations):
         text = generation.message.get("content") or ""
         if body.echo:
-            text = backend.tokenizer.decode(generation.prompt_token_ids or []) + text
+            text = backend.decode(generation.prompt_token_ids or [], special=True) + text
         choice: dict[str, Any] = {
             "index": index,
             "text": text,
@@ -470,6 +470,9 @@ async def _completion_stream(backend: ServedModel, body: CompletionRequest, gene
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     for index, generation in enumerate(generations):
+        if body.echo:
+            yield chunk([{"index": index, "text": backend.decode(generation.prompt_token_ids or [], special=True),
+                          "logprobs": None, "finish_reason": None}])
         for piece in _pieces(backend, generation, body.logprobs is not None, body.logprobs or 0,
                              bool(body.return_tokens_as_token_ids), chat=False):
             choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"],

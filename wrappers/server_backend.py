@@ -285,12 +285,12 @@ class ServedModel:
             return self.llama.detokenize([token_id], special=True).decode("utf-8", errors="replace")
         return ""
 
-    def decode(self, token_ids: list[int]) -> str:
-        """The text of several tokens, special tokens left out (``""`` without a tokenizer)."""
+    def decode(self, token_ids: list[int], special: bool = False) -> str:
+        """The text of several tokens, special tokens left out unless ``special`` (``""`` without a tokenizer)."""
         if self.tokenizer is not None:
-            return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            return self.tokenizer.decode(token_ids, skip_special_tokens=not special)
         if self.llama is not None:
-            return self.llama.detokenize(token_ids, special=False).decode("utf-8", errors="replace")
+            return self.llama.detokenize(token_ids, special=special).decode("utf-8", errors="replace")
         return ""
 
     def encode(self, text: str) -> list[int]:

@@ -110,3 +110,32 @@ def test_streamed_completions_carry_logprobs_like_the_full_response(tiny):
     assert [list(top) for top in streamed["top_logprobs"]] == [list(top) for top in full["top_logprobs"]]
     plain = _sse(tiny, "/completions", {**body, "stream": True, "logprobs": None})
     assert all(e["choices"][0]["logprobs"] is None for e in plain)
+
+
+def test_echo_on_the_llama_cpp_backend_uses_its_detokenizer_not_a_500():
+    pytest.importorskip("llama_cpp")
+    from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
+    from llmgym.wrappers.models import tiny_random_gguf
+
+    policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=256)
+    body = {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0}
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            plain = httpx.post(f"{base_url}/completions", json=body, timeout=60)
+            echoed = httpx.post(f"{base_url}/completions", json={**body, "echo": True}, timeout=60)
+            streamed = _sse(base_url, "/completions", {**body, "echo": True, "stream": True})
+    finally:
+        policy.close()
+    assert echoed.status_code == 200, echoed.text
+    generated = plain.json()["choices"][0]["text"]
+    text = echoed.json()["choices"][0]["text"]
+    assert "Once upon a time" in text and text.endswith(generated) and len(text) > len(generated)
+    assert "".join(e["choices"][0]["text"] for e in streamed if e["choices"]) == text
+
+
+def test_streamed_completions_echo_the_prompt_like_the_full_response(tiny):
+    body = {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "echo": True}
+    full = httpx.post(f"{tiny}/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    streamed = _sse(tiny, "/completions", {**body, "stream": True})
+    assert full.startswith("Once upon a time")
+    assert "".join(e["choices"][0]["text"] for e in streamed) == full
