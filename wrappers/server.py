@@ -133,6 +133,8 @@ def create_app(
     async def chat_completions(request: Request) -> Any:
         body = parse_body(await _read_body(request), ChatCompletionRequest)
         adapter = backend.resolve_model(body.model)
+        if body.top_logprobs and not body.logprobs:  # as vLLM; silently ignoring it would hide the mistake
+            raise APIError(400, "When using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         if body.tools and body.tool_choice != "none" and not enable_auto_tool_choice:
             raise APIError(400, '"auto" tool choice requires --enable-auto-tool-choice; this server does not '
                            "parse tool calls.", "tools")

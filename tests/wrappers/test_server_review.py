@@ -139,3 +139,14 @@ def test_streamed_completions_echo_the_prompt_like_the_full_response(tiny):
     streamed = _sse(tiny, "/completions", {**body, "stream": True})
     assert full.startswith("Once upon a time")
     assert "".join(e["choices"][0]["text"] for e in streamed) == full
+
+
+def test_top_logprobs_without_logprobs_is_a_clear_400_as_in_vllm(tiny):
+    messages = [{"role": "user", "content": "hi"}]
+    response = httpx.post(f"{tiny}/chat/completions", json={"messages": messages, "max_tokens": 2,
+                                                             "top_logprobs": 2}, timeout=60)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "top_logprobs" and "logprobs" in response.json()["error"]["message"]
+    for extra in ({"top_logprobs": 0}, {"top_logprobs": 2, "logprobs": True}):
+        ok = httpx.post(f"{tiny}/chat/completions", json={"messages": messages, "max_tokens": 2, **extra}, timeout=60)
+        assert ok.status_code == 200, ok.text
