@@ -34,9 +34,20 @@ def register(id: str, entry_point: str, description: str = "", **kwargs: Any) ->
         id: a versioned id, ``namespace/Name-vN``.
         entry_point: ``"module:Class"``.
         description: one line for ``llmgym list``.
-        **kwargs: passed to ``gymnasium.register`` (``kwargs=``, ``max_episode_steps=``...).
-            Environment kwargs must be plain data so the spec can be re-made.
+        **kwargs: passed to ``gymnasium.register`` (``kwargs=``...). Environment kwargs
+            must be plain data so the spec can be re-made.
+
+    Raises:
+        ValueError: ``max_episode_steps`` is given. Gymnasium's ``TimeLimit`` would end
+            episodes behind the env's back (no end-of-episode rewards, an episode record
+            that says it was not truncated); set the env's turn budget instead,
+            ``kwargs={"max_turns": N}``.
     """
+    if kwargs.get("max_episode_steps") is not None:
+        raise ValueError(
+            f"{id}: max_episode_steps would cut episodes without the env knowing (no end rewards); "
+            f'use the env\'s turn budget: kwargs={{"max_turns": {kwargs["max_episode_steps"]}}}'
+        )
     if id in gym.registry:
         return  # registering twice (a re-run plugin) is harmless
     gym.register(id=id, entry_point=entry_point, **kwargs)

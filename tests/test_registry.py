@@ -57,3 +57,13 @@ def test_plugins_register_and_broken_ones_only_warn(tmp_path):
 def test_cli_list(capsys):
     assert main(["list", "--json"]) == 0
     assert '"llmgym/Wordle-v0"' in capsys.readouterr().out
+
+
+def test_register_refuses_max_episode_steps_and_points_to_max_turns():
+    import pytest
+
+    from llmgym.registry import register
+
+    with pytest.raises(ValueError, match=r'max_turns": 3'):
+        register("llmgym-test/Limited-v0", "llmgym.envs.wordle:WordleEnv", max_episode_steps=3)
+    assert "llmgym-test/Limited-v0" not in gym.registry
