@@ -212,12 +212,17 @@ def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int
             inner = os.fork()
             if inner:
                 _relay(inner)
-        code = compile(request["code"], "<sandbox>", "exec")
     except BaseException:  # noqa: BLE001  a setup failure is reported as the run's error
         try:
             os.write(2, ("sandbox setup failed: " + traceback.format_exc(limit=2)).encode())
         finally:
             os._exit(120)
+    try:
+        code = compile(request["code"], "<sandbox>", "exec")
+    except (SyntaxError, ValueError) as exc:  # the program's own fault (null bytes: ValueError): shown as python would
+        traceback.print_exception(type(exc), exc, None)
+        sys.stderr.flush()
+        os._exit(1)
     status = 0
     try:
         exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
