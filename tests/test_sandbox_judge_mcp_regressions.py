@@ -22,3 +22,14 @@ def test_syntax_error_is_the_programs_error_not_a_sandbox_failure(sandbox):
     assert result.stderr.startswith('  File "<sandbox>", line 1')
     null = sandbox.run("print(1)\x00")
     assert null.exit_code == 1 and "null bytes" in null.stderr and "setup" not in null.error
+
+
+def test_missing_interpreter_is_an_error_result_and_leaves_no_scratch_dir(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    box = SubprocessSandbox(LIMITS, python=str(tmp_path / "no-such-python"))
+    result = box.run("print(1)")
+    assert not result.ok and "sandbox unavailable" in result.error and "no-such-python" in result.error
+    assert list(tmp_path.iterdir()) == []
+    box.close()

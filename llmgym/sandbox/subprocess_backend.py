@@ -87,10 +87,14 @@ class _Worker:
     def __init__(self, python: str, config: dict[str, Any]):
         self.scratch = tempfile.mkdtemp(prefix="llmgym-sandbox-")
         os.chmod(self.scratch, 0o711)
-        self.proc = subprocess.Popen(
-            [python, "-I", WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=_WORKER_ENV, cwd=self.scratch, start_new_session=True, bufsize=0,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-I", WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=_WORKER_ENV, cwd=self.scratch, start_new_session=True, bufsize=0,
+            )
+        except OSError as err:  # no such interpreter: a setup problem, and the scratch dir must not stay behind
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise SandboxError(f"the sandbox worker did not start ({python} -I {WORKER_SCRIPT}): {err}") from err
         self._buffer = bytearray()
         self.calls = 0
         ready = self.exchange({**config, "scratch": self.scratch}, _START_TIMEOUT_S)
