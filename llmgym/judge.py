@@ -315,7 +315,7 @@ class _JudgeBackend:
                  sampling: SamplingParams, timeout: float):
         if (policy is None) == (base_url is None):
             raise ValueError("give the judge exactly one backend: policy=<an llmgym Policy> or base_url=<a /v1 URL>")
-        self.policy, self.model, self.sampling = policy, model, sampling
+        self.policy, self.model, self.sampling, self.base_url = policy, model, sampling, base_url
         self.client: Any = None
         if base_url is not None:
             try:
@@ -333,6 +333,8 @@ class _JudgeBackend:
                                   "max_tokens": self.sampling.max_tokens}
         if self.sampling.seed is not None:
             kwargs["seed"] = self.sampling.seed
+        if self.sampling.stop:
+            kwargs["stop"] = list(self.sampling.stop)
         response = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
         return response.choices[0].message.content or ""
 
@@ -366,9 +368,10 @@ class _JudgeBase:
         self._stats_lock = threading.Lock()
 
     def cache_key(self, prompt: list[dict[str, str]]) -> str:
-        """The cache key of a judge prompt: a hash of the judge's name, sampling settings and the prompt."""
+        """The cache key of a judge prompt: a hash of the judge's name and URL, sampling settings and the prompt."""
         s = self.sampling
-        payload = json.dumps([self.backend.name, s.temperature, s.top_p, s.max_tokens, s.seed, prompt],
+        payload = json.dumps([self.backend.name, self.backend.base_url, s.temperature, s.top_p, s.max_tokens, s.seed,
+                              s.thinking_budget, list(s.stop), prompt],
                              ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
