@@ -38,9 +38,11 @@ ROLLOUT_PRECISIONS = ("fp32", "int8")
 class _Row:
     """Decoding state of one sequence in a batch."""
 
-    def __init__(self, prompt: Prompt, tokenizer: Any, forced_close: list[int]) -> None:
+    def __init__(self, prompt: Prompt, tokenizer: Any, forced_close: list[int], context: int | None = None) -> None:
         sampling = prompt.request.sampling
         self.sampling = sampling
+        # generation ends ("length") where the model's context does, as llama.cpp's n_ctx and vLLM's max_model_len
+        self.max_tokens = sampling.max_tokens if not context else min(sampling.max_tokens, context - len(prompt.ids))
         self.generator = torch.Generator()
         if sampling.seed is None:
             self.generator.seed()
@@ -55,6 +57,8 @@ class _Row:
         self.finish_reason: str | None = None
         self._tokenizer = tokenizer
         self._forced_close = forced_close
+        if self.tracker.must_close():  # a budget of 0 inside a block the prompt opened: close it before any token
+            self.forced.extend(forced_close)
 
     def append(self, token: int, logprob: float, eos_ids: set[int]) -> None:
         """Record a token and decide whether the sequence is finished."""
@@ -67,7 +71,7 @@ class _Row:
             self.finish_reason = "stop"
         elif any(stop and stop in self.text for stop in self.sampling.stop):
             self.finish_reason = "stop"
-        elif len(self.tokens) >= self.sampling.max_tokens:
+        elif len(self.tokens) >= self.max_tokens:
             self.finish_reason = "length"
         elif self.tracker.must_close():
             self.forced.extend(self._forced_close)
@@ -157,7 +161,7 @@ class TransformersPolicy(Policy):
             raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
         self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
-            self._generate_prompts, batch_size, batch_wait_ms, prepare=self.prompter.prepare, inline=generate_inline
+            self._generate_prompts, batch_size, batch_wait_ms, prepare=self._prepare, inline=generate_inline
         )
 
     def weights_changed(self) -> None:
@@ -181,6 +185,21 @@ class TransformersPolicy(Policy):
         return self._int8.active()
 
     @property
+    def _context_limit(self) -> int | None:
+        """The model's context window in tokens (``config.max_position_embeddings``), when it declares one."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+    def _prepare(self, request: PolicyRequest) -> Prompt:
+        return self._check_context(self.prompter.prepare(request))
+
+    def _check_context(self, prompt: Prompt) -> Prompt:
+        """Raise ``ValueError`` for a prompt that leaves no room in the context (before any batch is generated)."""
+        limit = self._context_limit
+        if limit and len(prompt.ids) >= limit:
+            raise ValueError(f"the prompt has {len(prompt.ids)} tokens but the model's context is {limit}")
+        return prompt
+
+    @property
     def device(self) -> torch.device:
         """The device the model's weights are on."""
         return next(self.model.parameters()).device
@@ -197,7 +216,7 @@ class TransformersPolicy(Policy):
         Raises:
             TypeError / ValueError: a malformed request (nothing is generated).
         """
-        prompts = [self.prompter.prepare(request) for request in requests]
+        prompts = [self._prepare(request) for request in requests]
         results: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             results.extend(self._generate_prompts(prompts[start : start + self.batch_size]))
@@ -212,7 +231,7 @@ class TransformersPolicy(Policy):
             ValueError: an empty prompt or a token id outside the vocabulary.
         """
         sampling = sampling or SamplingParams()
-        ready = [self.prompter.raw(ids, sampling) for ids in prompts]
+        ready = [self._check_context(self.prompter.raw(ids, sampling)) for ids in prompts]
         results: list[Generation] = []
         for start in range(0, len(ready), self.batch_size):
             results.extend(self._generate_prompts(ready[start : start + self.batch_size]))
@@ -221,10 +240,6 @@ class TransformersPolicy(Policy):
     def _generate_prompts(self, prompts: list[Prompt]) -> list[Generation]:
         if not prompts:
             return []
-        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
-        for prompt in prompts:
-            if limit and len(prompt.ids) >= limit:
-                raise ValueError(f"the prompt has {len(prompt.ids)} tokens but the model's context is {limit}")
         with self._lock:
             was_training = self.model.training
             self.model.eval()
@@ -240,7 +255,7 @@ class TransformersPolicy(Policy):
     @torch.inference_mode()
     def _decode(self, prompts: list[Prompt]) -> list[_Row]:
         device = self.device
-        rows = [_Row(prompt, self.tokenizer, self.forced_close) for prompt in prompts]
+        rows = [_Row(prompt, self.tokenizer, self.forced_close, self._context_limit) for prompt in prompts]
         # a group's completions share one prompt: prefill each distinct prompt once, then copy its KV cache rows
         slots: dict[tuple[int, ...], int] = {}
         copies = [slots.setdefault(tuple(prompt.ids), len(slots)) for prompt in prompts]

@@ -1,0 +1,64 @@
+"""Regression tests for bugs found in the local policy adapters and model helpers (tiny random models only)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
+from llmgym.wrappers.models import tiny_random_model  # noqa: E402
+from llmgym.wrappers.thinking import FORCED_CLOSE  # noqa: E402
+from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def request(messages=HI, **sampling) -> PolicyRequest:
+    sampling.setdefault("max_tokens", 3)
+    sampling.setdefault("seed", 0)
+    return PolicyRequest(list(messages), sampling=SamplingParams(**sampling))
+
+
+@pytest.fixture
+def small_context():
+    model, tokenizer = tiny_random_model(seed=0)  # a fresh model: its config is changed below
+    model.config.max_position_embeddings = 64
+    return model, tokenizer
+
+
+def test_transformers_too_long_prompt_fails_alone_through_agenerate(small_context):
+    policy = TransformersPolicy(*small_context, batch_wait_ms=50)
+
+    async def run():
+        return await asyncio.gather(policy.agenerate(request()), policy.agenerate(request([{"role": "user", "content": "hi " * 100}])),
+                                    return_exceptions=True)
+
+    good, bad = asyncio.run(run())
+    assert isinstance(bad, ValueError) and "context is 64" in str(bad)
+    assert not isinstance(good, BaseException) and len(good.token_ids) == 3  # was: the same ValueError
+
+
+def test_transformers_generation_stops_at_the_context_window(small_context):
+    policy = TransformersPolicy(*small_context)
+    out = policy.generate([request(max_tokens=100, temperature=1.0)])[0]
+    assert len(out.prompt_token_ids) + len(out.token_ids) == 64  # was: 100 tokens, past the model's 64 positions
+    assert out.finish_reason == "length"
+    raw = policy.complete([list(range(1000, 1060))], SamplingParams(max_tokens=10, seed=0))[0]
+    assert len(raw.token_ids) == 4 and raw.finish_reason == "length"
+
+
+def test_transformers_thinking_budget_zero_closes_before_any_token():
+    model, tokenizer = tiny_random_model(seed=0)
+    template = tokenizer.chat_template + "{% if add_generation_prompt %}<think>\n{% endif %}"
+    policy = TransformersPolicy(model, tokenizer, chat_template=template)
+    closing = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
+    out = policy.generate([request(thinking_budget=0, max_tokens=10)])[0]
+    assert out.token_ids[: len(closing)] == closing  # was: one sampled thinking token first
+    assert out.metadata["forced_positions"] == list(range(len(closing)))
+    tag_end = next(j for j in range(1, len(closing) + 1) if "</think>" in tokenizer.decode(closing[:j]))
+    assert out.thinking_tokens == tag_end
+    assert out.message["reasoning_content"] == ""
