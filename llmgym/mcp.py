@@ -172,7 +172,11 @@ class MCPToolset:
         self._tools: dict[str, MCPTool] = {}
         for listed in self._listed:
             schema = listed.get("inputSchema") or {"type": "object"}
-            item = MCPTool(self, listed["name"], listed.get("description") or "", schema)
+            try:
+                item = MCPTool(self, listed["name"], listed.get("description") or "", schema)
+            except ValueError:  # an invalid input schema: stop the server before saying so
+                self.close()
+                raise
             if not _NAME.match(item.name):
                 self.close()
                 raise ValueError(f"MCP tool name {item.name!r} is not a valid function name (letters, digits, _ and -, "

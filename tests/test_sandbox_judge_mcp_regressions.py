@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from llmgym.sandbox import SandboxLimits, SubprocessSandbox
@@ -70,3 +72,22 @@ def test_judge_sends_its_stop_strings_to_the_endpoint():
     assert judge.grade([{"role": "user", "content": "hi"}]).score == 6.0
     assert sent["stop"] == ["END"]
     judge.close()
+
+
+def test_mcp_invalid_input_schema_stops_the_server():
+    pytest.importorskip("mcp")
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    from llmgym.mcp import MCPToolset
+
+    server = str(Path(__file__).with_name("mcp_server_for_tests.py"))
+    before = {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")}
+    with pytest.raises(ValueError, match="invalid inputSchema"):
+        MCPToolset(sys.executable, [server], env={"MCP_TEST_BAD_SCHEMA": "1"})
+    leaked = {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")} - before
+    assert not leaked
+    ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "args="], capture_output=True, text=True).stdout
+    assert "mcp_server_for_tests.py" not in ps
