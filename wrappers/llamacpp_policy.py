@@ -174,7 +174,8 @@ class LlamaCppPolicy(Policy):
         Raises:
             TypeError / ValueError: a malformed request, or a prompt longer than ``n_ctx``.
         """
-        return [self._generate_one(request) for request in requests]
+        ready = [self._prepare(request) for request in requests]  # every request is checked before any is generated
+        return [self._generate_prompt(prompt) for prompt in ready]
 
     async def agenerate(self, request: PolicyRequest) -> Generation:
         """Generate one turn; concurrent calls wait their turn without holding a worker thread."""
@@ -184,7 +185,15 @@ class LlamaCppPolicy(Policy):
             return await asyncio.to_thread(self._generate_one, request)
 
     def _generate_one(self, request: PolicyRequest) -> Generation:
-        return self._generate_prompt(self.prompter.prepare(request))
+        return self._generate_prompt(self._prepare(request))
+
+    def _prepare(self, request: PolicyRequest) -> Prompt:
+        return self._check_context(self.prompter.prepare(request))
+
+    def _check_context(self, prompt: Prompt) -> Prompt:
+        if len(prompt.ids) >= self.n_ctx:
+            raise ValueError(f"the prompt has {len(prompt.ids)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
+        return prompt
 
     def complete(self, prompts: list[list[int]], sampling: SamplingParams | None = None) -> list[Generation]:
         """Continue raw prompts given as token ids (no chat template), one after the other.
@@ -194,7 +203,7 @@ class LlamaCppPolicy(Policy):
         Raises:
             ValueError: an empty prompt, a token id outside the vocabulary, or a prompt longer than ``n_ctx``.
         """
-        ready = [self.prompter.raw(ids, sampling or SamplingParams()) for ids in prompts]
+        ready = [self._check_context(self.prompter.raw(ids, sampling or SamplingParams())) for ids in prompts]
         return [self._generate_prompt(prompt) for prompt in ready]
 
     def detokenize(self, token_ids: list[int], special: bool = False) -> str:
@@ -203,8 +212,7 @@ class LlamaCppPolicy(Policy):
 
     def _generate_prompt(self, ready: Prompt) -> Generation:
         prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
-        if len(prompt) >= self.n_ctx:
-            raise ValueError(f"the prompt has {len(prompt)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
+        self._check_context(ready)
         with self._lock:
             seed = sampling.seed
             if seed is None and self._seeds is not None:
@@ -265,6 +273,8 @@ class LlamaCppPolicy(Policy):
         forced: list[int] = []
         forced_positions: list[int] = []
         text = ""
+        if tracker.must_close():  # a budget of 0 inside a block the prompt opened: close it before any token
+            forced.extend(self.forced_close)
         get_logits = self._llama_cpp.llama_get_logits_ith
         while True:
             logits = np.ctypeslib.as_array(get_logits(self.llm.ctx, -1), shape=(self.n_vocab,))
