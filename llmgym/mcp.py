@@ -181,6 +181,9 @@ class MCPToolset:
                 self.close()
                 raise ValueError(f"MCP tool name {item.name!r} is not a valid function name (letters, digits, _ and -, "
                                  "at most 64); choose another prefix or server")
+            if item.name in self._tools:
+                self.close()
+                raise ValueError(f"MCP server {self._describe()} lists the tool {item.name!r} twice")
             self._tools[item.name] = item
 
     # -- public API ----------------------------------------------------------

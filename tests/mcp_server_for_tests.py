@@ -4,7 +4,8 @@ Tools: ``add(a, b)``, ``lookup(key)`` (a tool error for an unknown key), ``remem
 (keeps state in the server process), ``crash()`` (an unexpected exception in the tool body),
 ``sleep(seconds)`` and ``die()`` (the server process exits). ``$MCP_TEST_SECRET``, when set, is
 stored under the key ``secret`` (to check that the client's ``env`` reaches the server);
-``$MCP_TEST_BAD_SCHEMA``, when set, gives ``add`` an invalid input schema.
+``$MCP_TEST_BAD_SCHEMA``, when set, gives ``add`` an invalid input schema; ``$MCP_TEST_DUPLICATE``
+lists ``add`` twice.
 
 The ``mcp`` imports sit inside :func:`build_server`, so collecting this file (pytest's doctest
 pass imports every module under tests/) costs nothing.
@@ -67,6 +68,9 @@ def build_server() -> Any:
 
     if os.environ.get("MCP_TEST_BAD_SCHEMA"):  # a tool whose inputSchema is not a valid JSON schema
         server._tool_manager._tools["add"].parameters = {"type": "object", "properties": {"a": {"type": 5}}}
+    if os.environ.get("MCP_TEST_DUPLICATE"):  # a non-compliant server that lists ``add`` twice
+        listing = server._tool_manager.list_tools
+        server._tool_manager.list_tools = lambda: [*listing(), listing()[0]]
     return server
 
 

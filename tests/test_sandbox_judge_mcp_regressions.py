@@ -91,3 +91,18 @@ def test_mcp_invalid_input_schema_stops_the_server():
     assert not leaked
     ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "args="], capture_output=True, text=True).stdout
     assert "mcp_server_for_tests.py" not in ps
+
+
+def test_mcp_duplicate_tool_name_is_refused_and_stops_the_server():
+    pytest.importorskip("mcp")
+    import sys
+    import threading
+    from pathlib import Path
+
+    from llmgym.mcp import MCPToolset
+
+    server = str(Path(__file__).with_name("mcp_server_for_tests.py"))
+    before = {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")}
+    with pytest.raises(ValueError, match="'add' twice"):
+        MCPToolset(sys.executable, [server], env={"MCP_TEST_DUPLICATE": "1"})
+    assert not {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")} - before
