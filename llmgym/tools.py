@@ -183,16 +183,27 @@ def _show(value: Any) -> str:
         return f"<{type(value).__name__} value that cannot be shown: {type(err).__name__}>"
 
 
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")  # name -> schema
+_SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")  # [schema, ...]
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")  # one schema
+
+
 def _strip_titles(schema: Any) -> None:
-    """Drop pydantic's auto-generated ``title`` keys (noise in a prompt), never a property named title."""
-    if isinstance(schema, dict):
-        schema.pop("title", None)
-        for key, value in schema.items():
-            if key in ("properties", "$defs") and isinstance(value, dict):
-                for sub in value.values():
-                    _strip_titles(sub)
-            else:
-                _strip_titles(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            _strip_titles(value)
+    """Drop pydantic's auto-generated ``title`` keys (noise in a prompt) from a schema and its sub-schemas.
+
+    Only schema keywords are walked: a property or definition named ``title`` and
+    data such as ``default`` or ``enum`` values keep their keys.
+    """
+    if not isinstance(schema, dict):
+        return
+    schema.pop("title", None)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for sub in schema[key].values():
+                _strip_titles(sub)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for sub in schema[key]:
+                _strip_titles(sub)
+    for key in _SUBSCHEMAS:
+        _strip_titles(schema.get(key))

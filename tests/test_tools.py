@@ -176,3 +176,24 @@ def test_output_that_json_cannot_write_is_shown_not_raised():
     assert tuple_keys.call({}).content == "{(1, 2): 'b'}"
     result = unshowable.call({})
     assert result.ok and "Unshowable" in result.content
+
+
+def test_titles_are_stripped_from_schemas_only_never_from_data():
+    from llmgym.tools import _strip_titles
+
+    schema = {
+        "title": "args", "type": "object",
+        "properties": {
+            "title": {"title": "Title", "type": "string"},
+            "doc": {"title": "Doc", "type": "object", "default": {"title": "Untitled"}},
+            "tags": {"title": "Tags", "type": "array", "items": {"title": "Tag", "$ref": "#/$defs/title"}},
+            "pick": {"anyOf": [{"title": "A", "type": "integer"}, {"type": "null"}], "enum": [{"title": 1}, None]},
+        },
+        "$defs": {"title": {"title": "TitleDef", "type": "string"}},
+    }
+    _strip_titles(schema)
+    assert "title" not in schema and set(schema["properties"]) == {"title", "doc", "tags", "pick"}
+    assert schema["properties"]["doc"] == {"type": "object", "default": {"title": "Untitled"}}
+    assert schema["properties"]["tags"]["items"] == {"$ref": "#/$defs/title"}
+    assert schema["properties"]["pick"]["anyOf"][0] == {"type": "integer"} and schema["properties"]["pick"]["enum"][0] == {"title": 1}
+    assert schema["$defs"] == {"title": {"type": "string"}}
