@@ -113,16 +113,25 @@ def _cache_name(gguf: Path) -> str:
 
 
 def _source_record(gguf: Path) -> dict[str, Any]:
-    return {"gguf": str(gguf.resolve()), "size": gguf.stat().st_size}
+    stat = gguf.stat()
+    return {"gguf": str(gguf.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def _is_current(target: Path, gguf: Path, needs_weights: bool) -> bool:
+    """Whether ``target`` was converted from this very file: same path, size and modification time.
+
+    The size alone cannot tell: a GGUF re-exported after fine-tuning, or another
+    file of the same name, has the same size when the architecture and quantization match.
+    """
     record = target / _SOURCE_FILE
     if not record.is_file() or (needs_weights and not (target / "config.json").is_file()):
         return False
     try:
-        return json.loads(record.read_text())["size"] == gguf.stat().st_size
-    except (ValueError, KeyError):
+        recorded, source = json.loads(record.read_text()), _source_record(gguf)
+        # records written before mtime_ns was kept are trusted on path and size
+        return (recorded["gguf"], recorded["size"], recorded.get("mtime_ns", source["mtime_ns"])) == (
+            source["gguf"], source["size"], source["mtime_ns"])
+    except (ValueError, KeyError, TypeError, OSError):
         return False
 
 

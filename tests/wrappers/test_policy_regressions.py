@@ -97,3 +97,26 @@ def test_llamacpp_generate_checks_every_request_before_generating(llamacpp_think
     with pytest.raises(ValueError, match="max_tokens"):
         llamacpp_think.generate([request(), request(max_tokens=0)])
     assert generated == []  # was: the first request was generated, then thrown away
+
+
+def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same_size(tmp_path):
+    import json
+    import os
+
+    from llmgym.wrappers import models
+
+    first = tmp_path / "a" / "model.gguf"
+    other = tmp_path / "b" / "model.gguf"  # same name, same size, other directory
+    for path, byte in ((first, b"x"), (other, b"y")):
+        path.parent.mkdir()
+        path.write_bytes(byte * 16)
+    target = tmp_path / "cache" / "model"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / models._SOURCE_FILE).write_text(json.dumps(models._source_record(first)))
+    assert models._is_current(target, first, needs_weights=True)
+    assert not models._is_current(target, other, needs_weights=True)  # was: True, the other file's weights
+    stat = first.stat()
+    first.write_bytes(b"z" * 16)  # re-exported after fine-tuning: same size
+    os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert not models._is_current(target, first, needs_weights=True)  # was: True, the old weights
