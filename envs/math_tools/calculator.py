@@ -26,7 +26,7 @@ _FUNCTIONS = {
     "sqrt": sympy.sqrt, "abs": sympy.Abs, "floor": sympy.floor, "ceil": sympy.ceiling, "exp": sympy.exp,
     "log": sympy.log, "ln": sympy.log, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
     "factorial": sympy.factorial, "gcd": sympy.gcd, "lcm": sympy.lcm, "min": sympy.Min, "max": sympy.Max,
-    "round": lambda x, n=0: sympy.Rational(round(sympy.Rational(x) * 10**int(n))) / 10**int(n),
+    "round": lambda x, n=0: _round(x, n),
 }
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E}
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
@@ -82,21 +82,24 @@ def _walk(node: ast.AST) -> sympy.Expr:
         left, right = _walk(node.left), _walk(node.right)
         op = node.op
         if isinstance(op, ast.Add):
-            return left + right
+            return _checked(left + right)
         if isinstance(op, ast.Sub):
-            return left - right
+            return _checked(left - right)
         if isinstance(op, ast.Mult):
             return _checked(left * right)
         if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)):
             if right == 0:
                 raise CalculatorError("division by zero")
             if isinstance(op, ast.Div):
-                return left / right
-            return sympy.floor(left / right) if isinstance(op, ast.FloorDiv) else sympy.Mod(left, right)
+                return _checked(left / right)
+            try:
+                return _checked(sympy.floor(left / right) if isinstance(op, ast.FloorDiv) else sympy.Mod(left, right))
+            except (TypeError, ValueError, ArithmeticError) as err:  # sympy's own OverflowError, PrecisionExhausted
+                raise CalculatorError(f"cannot compute {type(op).__name__}: {err}") from None
         if isinstance(op, ast.Pow):
             if not right.is_number or abs(sympy.N(right)) > MAX_EXPONENT:
                 raise CalculatorError(f"exponent too large (limit {MAX_EXPONENT})")
-            if left == 0 and sympy.N(right) < 0:
+            if left == 0 and sympy.N(right).is_extended_negative:  # a complex exponent has no sign
                 raise CalculatorError("division by zero")
             return _checked(left**right)
         raise CalculatorError(f"operator {type(op).__name__} is not allowed; use + - * / // % ** and parentheses")
@@ -109,9 +112,16 @@ def _walk(node: ast.AST) -> sympy.Expr:
             raise CalculatorError("factorial takes one integer from 0 to 1000")
         try:
             return _checked(_FUNCTIONS[name](*args))
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, ArithmeticError) as err:  # ArithmeticError: sympy's PrecisionExhausted
             raise CalculatorError(f"{name}: {err}") from None
     raise CalculatorError(f"{type(node).__name__} is not allowed in a calculator expression")
+
+
+def _round(x: sympy.Expr, n: sympy.Expr = sympy.Integer(0)) -> sympy.Expr:
+    digits = int(n)
+    if abs(digits) > MAX_DIGITS:  # 10**digits itself would not fit
+        raise CalculatorError(f"round takes at most {MAX_DIGITS} digits")
+    return sympy.Rational(round(sympy.Rational(x) * 10**digits)) / 10**digits
 
 
 def _checked(value: sympy.Expr) -> sympy.Expr:
@@ -119,6 +129,15 @@ def _checked(value: sympy.Expr) -> sympy.Expr:
         raise CalculatorError("number too large")
     if value.is_Rational and (abs(value.p) > 10**MAX_DIGITS or value.q > 10**MAX_DIGITS):
         raise CalculatorError("number too large")
+    if not value.is_Rational and not value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        # a symbolic value (exp(...), pi**k) is capped by size too: sin, floor or a decimal of exp(9**99)
+        # need its 10**94 digits and never finish. Every operand passed this check, so N() here is quick.
+        try:
+            magnitude = abs(sympy.N(value, 15))
+        except (TypeError, ValueError, ArithmeticError) as err:
+            raise CalculatorError(f"cannot evaluate: {err}") from None
+        if magnitude.is_number and magnitude > 10**MAX_DIGITS:
+            raise CalculatorError("number too large")
     return value
 
 
