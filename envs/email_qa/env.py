@@ -25,15 +25,16 @@ format_error   -0.1   turn  1 when the turn's action was malformed
 ============== ====== ===== ========================================================
 
 An answer is right when, ignoring case and punctuation, it contains the
-gold value (a code, an amount, a room, a file name) and is at most 12 words
-long. "I don't know" is recognised from a few phrasings, or an empty
-``text``.
+gold value (a code, an amount, a room, a file name), no other fact of the
+inbox, and is at most 12 words long. "I don't know" is recognised from a
+few phrasings, or an empty ``text``.
 
 How it could be gamed, and why that does not pay: guessing costs -1 when
 wrong, so it scores below always abstaining, which itself earns only on the
 unanswerable fifth of questions; citing every email earns no ``sources``
-bonus (at most 3 citations), and sources pay only with a right answer; a
-long answer listing many codes fails the length rule.
+bonus (at most 3 citations), and sources pay only with a right answer; an
+answer listing several of the inbox's codes is wrong, and a long one fails
+the length rule.
 ``tests/envs/test_email_qa.py`` checks these policies against the scripted
 honest solver.
 """
@@ -193,7 +194,11 @@ class EmailQAEnv(LLMEnv):
             return 1.0 if is_abstention(text) else -1.0
         if is_abstention(text):
             return 0.0
-        return 1.0 if answer_is_right(text, self.question.answer) else -1.0
+        if not answer_is_right(text, self.question.answer):
+            return -1.0
+        # a hedge listing several of the inbox's facts ("QWE123 ABC456") is wrong even when short
+        others = {fact["answer"] for _, fact in (self.inbox.facts if self.inbox else [])} - {self.question.answer}
+        return -1.0 if any(answer_is_right(text, other) for other in others) else 1.0
 
     def build_rubric(self) -> Rubric:
         return Rubric([

@@ -27,3 +27,25 @@ def test_calculator_still_computes_ordinary_transcendentals():
     assert format_number(evaluate("exp(10)")) == "exp(10) = 22026.4657948067"
     assert evaluate("round(2.5, 1)") == evaluate("5/2")
     assert evaluate("sqrt(2) * sqrt(8)") == 4
+
+
+def test_email_qa_short_hedge_listing_every_candidate_is_not_paid():
+    """Reward hack: answer with every fact of the question's kind (no "or", under 12 words): was always right."""
+    from llmgym.envs.email_qa import EmailQAEnv
+
+    env = EmailQAEnv(unanswerable_rate=0.0)
+    hedged = 0
+    for seed in range(30):
+        env.reset(seed=seed)
+        question = env.question
+        candidates = [fact["answer"] for kind, fact in env.inbox.facts if kind == question.kind]
+        if len(candidates) < 2:
+            continue
+        hedged += 1
+        env.step('<tool_call>{"name": "answer", "arguments": {"text": "%s", "sources": []}}</tool_call>' % " ".join(candidates))
+        assert env.outcome() == -1.0
+        env.reset(seed=seed)  # the honest answer still pays
+        env.step('<tool_call>{"name": "answer", "arguments": {"text": "It is %s.", "sources": []}}</tool_call>' % question.answer)
+        assert env.outcome() == 1.0
+    assert hedged >= 5
+    env.close()
