@@ -162,7 +162,8 @@ def check_request(request: PolicyRequest) -> None:
 
     Raises:
         TypeError: not a :class:`~llmgym.policy.PolicyRequest`, or wrongly typed fields.
-        ValueError: ``max_tokens < 1``, ``temperature < 0``, ``top_p`` outside (0, 1].
+        ValueError: ``max_tokens < 1``, ``temperature < 0``, ``top_p`` outside (0, 1],
+            ``thinking_budget < 0``.
     """
     if not isinstance(request, PolicyRequest):
         raise TypeError(f"expected a PolicyRequest, got {type(request).__name__}")
@@ -179,6 +180,8 @@ def check_request(request: PolicyRequest) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
     if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
         raise TypeError("stop must be a list of strings")
+    if sampling.thinking_budget is not None and sampling.thinking_budget < 0:  # else it fails inside a batch, with others
+        raise ValueError(f"thinking_budget must be >= 0 or None, got {sampling.thinking_budget}")
 
 
 @dataclass

@@ -70,8 +70,9 @@ def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampli
         options.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
     else:
         options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    if sampling.stop:
-        options.update(stop_strings=list(sampling.stop), tokenizer=tokenizer)
+    stops = [stop for stop in sampling.stop if stop]  # an empty stop string would match everywhere
+    if stops:
+        options.update(stop_strings=stops, tokenizer=tokenizer)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
@@ -88,12 +89,12 @@ def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampli
             if token in eos:
                 finish = "stop"
                 break
-            if sampling.stop and any(s in tokenizer.decode(tokens) for s in sampling.stop):
+            if stops and any(s in tokenizer.decode(tokens) for s in stops):
                 finish = "stop"
                 break
         logprobs = [float(scores[row, step, token]) for step, token in enumerate(tokens)]
         text = tokenizer.decode(tokens, skip_special_tokens=True)
-        for stop in sampling.stop:
+        for stop in stops:
             if stop in text:
                 text = text[: text.index(stop)]
         results.append(Generation(

@@ -120,3 +120,23 @@ def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same
     first.write_bytes(b"z" * 16)  # re-exported after fine-tuning: same size
     os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert not models._is_current(target, first, needs_weights=True)  # was: True, the old weights
+
+
+def test_a_negative_thinking_budget_is_refused_before_batching():
+    from llmgym.policy import PolicyRequest, SamplingParams
+    from llmgym.wrappers.prompting import check_request
+
+    with pytest.raises(ValueError, match="thinking_budget"):
+        check_request(PolicyRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(thinking_budget=-1)))
+
+
+def test_an_empty_stop_string_does_not_cut_a_served_completion():
+    from llmgym.policy import SamplingParams
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.server_complete import complete_ids
+
+    model, tokenizer = tiny_random_model(0)
+    ids = tokenizer("hello there").input_ids
+    plain = complete_ids(model, tokenizer, [(ids, SamplingParams(temperature=0, max_tokens=6))])[0]
+    empty = complete_ids(model, tokenizer, [(ids, SamplingParams(temperature=0, max_tokens=6, stop=[""]))])[0]
+    assert empty.token_ids == plain.token_ids and empty.message["content"] == plain.message["content"]
