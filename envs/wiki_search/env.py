@@ -27,12 +27,16 @@ paid for reading, once per passage.
 Answer check: case, punctuation and a leading "the" are ignored; the gold
 answer's words must appear in order, and the answer may be at most four words
 longer than the gold one ("Dorun", "the Dorun River" are right for "Dorun
-River"). So listing every name in the wiki fails.
+River"). An answer that also names another candidate of the wiki (a country,
+city, river, person, organisation, occupation or year other than the gold
+one) is wrong, so neither listing every name nor a short hedge ("Keltia
+Varonia Dorunia" for a question with three possible countries) pays.
 
 How it could be gamed, and why that does not pay: reading every passage to
 farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of ~80
 reads; stuffing the answer with many candidates fails the length rule;
-guessing a name from the question is wrong. ``tests/envs/test_wiki_search.py``
+a short hedge naming two or more candidates is wrong; guessing a name from the
+question is wrong. ``tests/envs/test_wiki_search.py``
 checks that such policies score clearly below the scripted honest solver.
 """
 
@@ -171,7 +175,13 @@ class WikiSearchEnv(LLMEnv):
     @property
     def correct(self) -> bool:
         """True when the given answer matches the gold one."""
-        return self.given_answer is not None and self.question is not None and answer_matches(self.given_answer, self.question.answer)
+        if self.given_answer is None or self.question is None or self.world is None:
+            return False
+        if not answer_matches(self.given_answer, self.question.answer):
+            return False
+        # a short hedge ("Keltia Varonia Dorunia") names the gold answer among others: wrong
+        words, gold = normalize(self.given_answer), normalize(self.question.answer)
+        return not any(_contains(words, other) and not _contains(gold, other) for other in _candidates(self.world))
 
     def build_rubric(self) -> Rubric:
         return Rubric([
@@ -188,3 +198,19 @@ class WikiSearchEnv(LLMEnv):
         before = {doc for turn, doc in self.reads if turn < ctx.turn}
         now = {doc for turn, doc in self.reads if turn == ctx.turn}
         return float(len((now - before) & needed))
+
+
+def _contains(words: list[str], part: list[str]) -> bool:
+    return bool(part) and any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
+def _candidates(world: World) -> list[list[str]]:
+    """Every answer-like value of ``world`` (names, occupations, years), normalized."""
+    values: set[str] = set()
+    for name, city in world.cities.items():
+        values.update((name, city["country"], city["river"], str(city["founded"])))
+    for name, person in world.people.items():
+        values.update((name, person["occupation"], str(person["born"])))
+    for name, org in world.orgs.items():
+        values.update((name, str(org["founded"])))
+    return [normalize(value) for value in sorted(values)]

@@ -1,0 +1,39 @@
+"""Regression tests for bugs found in RuleDiscovery, WikiSearch, CodeTests and the adapters."""
+
+from __future__ import annotations
+
+import json
+
+import llmgym  # noqa: F401
+from llmgym.envs.wiki_search import WikiSearchEnv
+
+
+def call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_wiki_search_short_hedge_of_every_country_is_wrong():
+    # there are three countries: answering all three (5 words allowed for a 1-word gold) was always "correct"
+    for seed in range(5):
+        env = WikiSearchEnv(kinds=["employer_hq_country"])
+        env.reset(seed=seed)
+        countries = sorted({city["country"] for city in env.world.cities.values()})
+        *_, info = env.step(call("answer", text=" or ".join(countries)))
+        assert info["reward_components"]["correct"] == 0.0
+        env.reset(seed=seed)
+        *_, info = env.step(call("answer", text=f"the {env.question.answer}."))
+        assert info["reward_components"]["correct"] == 1.0
+
+
+def test_wiki_search_hedged_years_and_rivers_are_wrong_but_gold_with_filler_is_right():
+    env = WikiSearchEnv(kinds=["birthplace_founded", "founder_birthplace_river"])
+    for seed in range(6):
+        env.reset(seed=seed)
+        gold = env.question.answer
+        other = next(str(c["founded"]) for c in env.world.cities.values() if str(c["founded"]) != gold) \
+            if gold.isdigit() else next(f"{c['river']} River" for c in env.world.cities.values() if f"{c['river']} River" != gold)
+        *_, info = env.step(call("answer", text=f"{gold}, {other}"))
+        assert info["reward_components"]["correct"] == 0.0
+        env.reset(seed=seed)
+        *_, info = env.step(call("answer", text=f"It is {gold}"))
+        assert info["reward_components"]["correct"] == 1.0
