@@ -85,7 +85,7 @@ class RuleDiscoveryEnv(LLMEnv):
     )
 
     def __init__(self, difficulty: str = "medium", max_turns: int | None = None, **kwargs: Any):
-        if difficulty not in LEVELS:
+        if not isinstance(difficulty, str) or difficulty not in LEVELS:  # a list or dict is unhashable: TypeError
             raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
         self.difficulty = difficulty
         self.fixed_max_turns = max_turns
@@ -99,7 +99,7 @@ class RuleDiscoveryEnv(LLMEnv):
 
     def setup(self, options: dict[str, Any] | None) -> str:
         difficulty = (options or {}).get("difficulty", self.difficulty)
-        if difficulty not in LEVELS:
+        if not isinstance(difficulty, str) or difficulty not in LEVELS:
             raise ValueError(f"options['difficulty'] must be one of {', '.join(LEVELS)}, got {difficulty!r}")
         self.level = LEVELS[difficulty]
         self.max_turns = self.fixed_max_turns or self.level["max_turns"]

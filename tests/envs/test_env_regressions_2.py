@@ -37,3 +37,18 @@ def test_wiki_search_hedged_years_and_rivers_are_wrong_but_gold_with_filler_is_r
         env.reset(seed=seed)
         *_, info = env.step(call("answer", text=f"It is {gold}"))
         assert info["reward_components"]["correct"] == 1.0
+
+
+def test_rule_discovery_unhashable_difficulty_is_a_clear_value_error():
+    import pytest
+
+    from llmgym.envs.rule_discovery import RuleDiscoveryEnv
+
+    with pytest.raises(ValueError, match="difficulty"):
+        RuleDiscoveryEnv(difficulty=["easy"])
+    env = RuleDiscoveryEnv()
+    for bad in (["easy"], {"level": 1}):
+        with pytest.raises(ValueError, match="difficulty"):
+            env.reset(seed=0, options={"difficulty": bad})
+    observation, _ = env.reset(seed=0, options={"difficulty": "easy"})
+    assert observation.startswith("Difficulty: easy.")
