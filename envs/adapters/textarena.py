@@ -230,8 +230,8 @@ class TextArenaEnv(LLMEnv):
         max_turns: int = 100,
         **kwargs: Any,
     ):
-        if invalid_penalty < 0:
-            raise ValueError(f"invalid_penalty is charged as a negative reward; give a number >= 0, got {invalid_penalty}")
+        if not 0 <= invalid_penalty < float("inf"):  # NaN or inf would fail the rubric's finite check mid-episode
+            raise ValueError(f"invalid_penalty is charged as a negative reward; give a finite number >= 0, got {invalid_penalty}")
         self.game = game
         self.game_kwargs = dict(game_kwargs or {})
         self.invalid_penalty = float(invalid_penalty)

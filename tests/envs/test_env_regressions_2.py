@@ -52,3 +52,17 @@ def test_rule_discovery_unhashable_difficulty_is_a_clear_value_error():
             env.reset(seed=0, options={"difficulty": bad})
     observation, _ = env.reset(seed=0, options={"difficulty": "easy"})
     assert observation.startswith("Difficulty: easy.")
+
+
+def test_textarena_non_finite_invalid_penalty_is_refused_at_construction():
+    import pytest
+
+    pytest.importorskip("textarena")
+    from llmgym.envs.adapters.textarena import TextArenaEnv
+
+    for bad in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match="invalid_penalty"):
+            TextArenaEnv("GuessTheNumber-v0", invalid_penalty=bad)
+    env = TextArenaEnv("GuessTheNumber-v0", invalid_penalty=0.0)
+    env.reset(seed=0)
+    assert env.step("")[1] == 0.0
