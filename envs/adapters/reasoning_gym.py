@@ -44,6 +44,7 @@ importing it; :func:`register_all` registers every task.
 from __future__ import annotations
 
 import json
+import numbers
 import re
 import threading
 from typing import Any
@@ -178,9 +179,9 @@ class ReasoningGymEnv(LLMEnv):
         index = (options or {}).get("index")
         if index is None:
             index = int(self.np_random.integers(len(self.dataset)))
-        elif not isinstance(index, int) or not 0 <= index < len(self.dataset):
+        elif isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(self.dataset):
             raise ValueError(f"options['index'] must be an int in [0, {len(self.dataset)}), got {index!r}")
-        self.index = index
+        self.index = index = int(index)  # a numpy integer is fine; True is not item 1
         self.entry = self.dataset[index]
         self.given_answer, self.tagged, self.answered = None, False, False
         self._score: float | None = None

@@ -66,3 +66,18 @@ def test_textarena_non_finite_invalid_penalty_is_refused_at_construction():
     env = TextArenaEnv("GuessTheNumber-v0", invalid_penalty=0.0)
     env.reset(seed=0)
     assert env.step("")[1] == 0.0
+
+
+def test_reasoning_gym_index_option_refuses_bools_and_takes_numpy_ints():
+    import numpy as np
+    import pytest
+
+    pytest.importorskip("reasoning_gym")
+    from llmgym.envs.adapters.reasoning_gym import ReasoningGymEnv
+
+    env = ReasoningGymEnv("chain_sum", config={"size": 10})
+    for bad in (True, False, 1.0, "1"):
+        with pytest.raises(ValueError, match="index"):
+            env.reset(options={"index": bad})
+    question, _ = env.reset(options={"index": np.int64(3)})
+    assert env.index == 3 and type(env.index) is int and question == env.dataset[3]["question"]
