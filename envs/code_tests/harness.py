@@ -115,7 +115,7 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
         if parts[1] == "load":
             report.load_error = _loads(" ".join(parts[2:]))
             continue
-        if not parts[1].isdigit() or int(parts[1]) >= len(cases) or len(parts) < 4:
+        if not (parts[1].isascii() and parts[1].isdigit()) or int(parts[1]) >= len(cases) or len(parts) < 4:  # "²".isdigit()
             continue
         outcome = report.outcomes[int(parts[1])]
         if outcome.got != "no result":  # the first result of a test stands; no later line can overwrite it

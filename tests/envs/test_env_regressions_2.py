@@ -81,3 +81,22 @@ def test_reasoning_gym_index_option_refuses_bools_and_takes_numpy_ints():
             env.reset(options={"index": bad})
     question, _ = env.reset(options={"index": np.int64(3)})
     assert env.index == 3 and type(env.index) is int and question == env.dataset[3]["question"]
+
+
+def test_code_tests_forged_result_line_with_a_unicode_digit_index_does_not_break_grading():
+    # the program can read the nonce from the harness's frame; "²".isdigit() is True but int("²") raised on the host
+    from llmgym.envs.code_tests import CodeTestsEnv
+
+    env = CodeTestsEnv(source="generated")
+    try:
+        env.reset(seed=1)
+        code = (
+            "import sys\n"
+            "print(sys._getframe(1).f_globals['_NONCE'] + ' \\u00b2 ok 1 ' + '\\u0661 ok 1', flush=True)\n"
+            f"def {env.problem.function}(*args):\n    return 1\n"
+        )
+        observation, _, terminated, _, info = env.step(call("submit", code=code))
+        assert terminated and observation.startswith("Submitted."), observation
+        assert info["reward_components"]["submitted"] == 1.0
+    finally:
+        env.close()
