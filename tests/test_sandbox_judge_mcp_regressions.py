@@ -106,3 +106,9 @@ def test_mcp_duplicate_tool_name_is_refused_and_stops_the_server():
     with pytest.raises(ValueError, match="'add' twice"):
         MCPToolset(sys.executable, [server], env={"MCP_TEST_DUPLICATE": "1"})
     assert not {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")} - before
+
+
+def test_a_file_holding_a_lone_surrogate_is_written_not_a_setup_failure(sandbox):
+    # "\ud800" is valid in a JSON tool argument; the file gets its surrogatepass bytes, the run goes on
+    result = sandbox.run('print(open("data.txt", "rb").read())', files={"data.txt": "a\ud800"})
+    assert result.exit_code == 0 and result.stdout.strip() == "b'a\\xed\\xa0\\x80'"

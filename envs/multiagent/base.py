@@ -24,6 +24,8 @@ key is plain Gymnasium, contains exactly what the agent reads, and passes.
 
 from __future__ import annotations
 
+import math
+
 from abc import abstractmethod
 from typing import Any, ClassVar, Protocol
 
@@ -59,8 +61,8 @@ def checked_penalty(name: str, value: float) -> float:
         >>> checked_penalty("illegal_penalty", 1)
         1.0
     """
-    if value < 0:
-        raise ValueError(f"{name} is charged as a negative reward; give a number >= 0, got {value}")
+    if not value >= 0 or not math.isfinite(value):  # NaN fails the first test, inf the second
+        raise ValueError(f"{name} is charged as a negative reward; give a finite number >= 0, got {value}")
     return float(value)
 
 

@@ -188,7 +188,8 @@ def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int
             if not path.startswith(workdir + os.sep):
                 raise ValueError(f"file name {name!r} leaves the work dir")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as handle:
+            # surrogatepass: a lone surrogate (valid in JSON) is written as is; reading it back is the program's business
+            with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                 handle.write(content)
         if uid is not None:
             for root, dirs, names in os.walk(workdir):

@@ -100,3 +100,14 @@ def test_code_tests_forged_result_line_with_a_unicode_digit_index_does_not_break
         assert info["reward_components"]["submitted"] == 1.0
     finally:
         env.close()
+
+
+def test_multiagent_penalties_must_be_finite():
+    import pytest
+
+    from llmgym.envs.multiagent.base import checked_penalty
+
+    for value in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(ValueError, match="finite number >= 0"):
+            checked_penalty("illegal_penalty", value)
+    assert checked_penalty("illegal_penalty", 2) == 2.0
