@@ -112,13 +112,25 @@ def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False)
         for text, bit in ((prompt[len(done):], 0), (full[len(prompt):], 1)):
             piece = tokenizer.encode(text, add_special_tokens=False)
             ids += piece
-            mask += [bit] * len(piece)
+            learned = _through_end_of_turn(piece, tokenizer.eos_token_id) if bit else 0
+            mask += [1] * learned + [0] * (len(piece) - learned)
         done = full
     if not any(mask):
         raise ValueError("the episode has no assistant turn to learn from")
     copy = Episode.from_dict(episode.to_dict())
     copy.token_ids, copy.mask, copy.logprobs, copy.turn_spans = ids, mask, [], []
     return copy
+
+
+def _through_end_of_turn(piece: list[int], eos_id: int | None) -> int:
+    """How many tokens of a rendered assistant turn the model generates: up to its last end-of-turn token.
+
+    A template appends text after it (``<|im_end|>`` then ``\n``) that the model
+    never generates, since decoding stops there; without one, the whole turn.
+    """
+    if eos_id is None or eos_id not in piece:
+        return len(piece)
+    return len(piece) - piece[::-1].index(eos_id)
 
 
 def export_messages(episodes: list[Episode], path: str | os.PathLike[str]) -> int:

@@ -57,6 +57,10 @@ def test_mask_covers_only_assistant_turns():
     context = tokenizer.decode([t for t, m in zip(episode.token_ids, episode.mask) if not m])
     assert '"word": "crane"' in learned and "It is crane." in learned
     assert "Guess the word." in context and "x x G x x" in context and "Guess the word." not in learned
+    # each learned span ends at the end-of-turn token the model stops at, not at the template's newline after it
+    ends = [i for i in range(len(episode.mask) - 1) if episode.mask[i] and not episode.mask[i + 1]] + [len(episode.mask) - 1]
+    assert all(episode.token_ids[i] == tokenizer.eos_token_id for i in ends if episode.mask[i])
+    assert episode.mask[-1] == 0 and tokenizer.decode(episode.token_ids[-1:]) == "\n"
     # recorded ids are used as they are; ids of another tokenizer are refused
     recorded = Episode("x", token_ids=[1, 2, 3], mask=[0, 1, 1], messages=[{"role": "assistant", "content": "?"}])
     assert tokenize_episode(recorded, tokenizer) is recorded
