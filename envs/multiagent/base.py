@@ -132,8 +132,11 @@ class TextAECEnv(AECEnv):
         """The agent to move, its step's rewards cleared and its inbox read; ``None`` when the step was a dead agent's.
 
         Raises:
+            RuntimeError: no game is running (before the first ``reset()``, or every agent has left).
             TypeError: a live agent's action is neither text nor an assistant message.
         """
+        if not self.agents:  # else an AttributeError or KeyError on agent_selection
+            raise RuntimeError("no game is running: call reset() before step()")
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)

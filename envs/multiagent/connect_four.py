@@ -181,6 +181,8 @@ class ConnectFourEnv(TextGameEnv):
             if self.winner_mark() is not None:
                 raise ValueError("options['moves'] must not end the game")
             agent = self._other(agent)
+        if not self.open_columns():
+            raise ValueError("options['moves'] must not end the game: they fill the board")
         return agent
 
     def rules(self, agent: str) -> str:

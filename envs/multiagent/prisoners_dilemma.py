@@ -28,7 +28,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-from llmgym.envs.multiagent.base import PLAYERS, observation_space
+from llmgym.envs.multiagent.base import PLAYERS, checked_penalty, observation_space
 from llmgym.parsing import parse_action
 from llmgym.spaces import Text
 from llmgym.tools import ToolError, tool
@@ -94,12 +94,12 @@ class PrisonersDilemmaEnv(ParallelEnv):
             raise ValueError(f"num_rounds must be >= 1 with low <= high, got {num_rounds!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if illegal_penalty < 0 or forfeit_penalty < 0:
-            raise ValueError("illegal_penalty and forfeit_penalty are charged as negative rewards; give numbers >= 0")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.round_range = (low, high)
         self.max_retries = max_retries
-        self.illegal_penalty = float(illegal_penalty)
-        self.forfeit_penalty = float(forfeit_penalty)
+        self.illegal_penalty = checked_penalty("illegal_penalty", illegal_penalty)
+        self.forfeit_penalty = checked_penalty("forfeit_penalty", forfeit_penalty)
         self.max_action_chars = max_action_chars
         self.render_mode = render_mode
         self.possible_agents = list(PLAYERS)
