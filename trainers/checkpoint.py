@@ -82,7 +82,8 @@ def save_checkpoint(
         model: the trained model (peft models save only their adapter).
         optimizer: its optimizer.
         state: JSON-ready progress (step, episodes seen, sampler state...).
-        keep: checkpoints to keep, newest first (at least 1).
+        keep: checkpoints to keep, newest first (at least 1): this one and the
+            ``keep - 1`` before it; those of later steps (an earlier run in the same folder) are deleted.
 
     Returns:
         The checkpoint's folder.
@@ -99,15 +100,55 @@ def save_checkpoint(
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, tmp / "rng.pt")
         (tmp / _STATE).write_text(json.dumps({**state, "step": step}, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        _replace_checkpoint(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[: -max(keep, 1)]:
-        shutil.rmtree(old, ignore_errors=True)
+    _prune_checkpoints(root, target, keep)
     return target
+
+
+def _step_of(folder: Path) -> int | None:
+    """The step of a ``step_NNNNNN`` folder (``None`` for other names)."""
+    digits = folder.name[len("step_") :]
+    return int(digits) if folder.name.startswith("step_") and digits.isdigit() else None
+
+
+def _checkpoint_folders(root: Path) -> list[Path]:
+    """The ``step_*`` folders under ``root``, oldest step first (by number: ``step_1000000`` follows ``step_999999``)."""
+    return sorted((p for p in root.glob("step_*") if p.is_dir() and _step_of(p) is not None), key=_step_of)
+
+
+def _replace_checkpoint(tmp: Path, target: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``target``; an existing ``target`` is first renamed away (atomically).
+
+    Deleting it in place instead could be cut short by a kill, leaving a
+    ``target`` that still holds ``trainer_state.json`` but not its weights.
+    """
+    if target.exists():
+        stale = target.with_name(f".{target.name}.old")
+        shutil.rmtree(stale, ignore_errors=True)
+        os.replace(target, stale)
+        os.replace(tmp, target)
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def _prune_checkpoints(root: Path, target: Path, keep: int) -> None:
+    """Delete all but ``target`` and the ``keep - 1`` newest checkpoints before it.
+
+    Checkpoints of later steps than ``target`` belong to an earlier run in the
+    same folder (this run started over): they go too, or ``--resume`` would load them.
+    """
+    step = _step_of(target)
+    older = [p for p in _checkpoint_folders(root) if p != target and _step_of(p) < step]
+    kept = set(older[max(0, len(older) - max(keep, 1) + 1) :])
+    for folder in _checkpoint_folders(root):
+        if folder != target and folder not in kept:
+            shutil.rmtree(folder, ignore_errors=True)
+    for leftover in root.glob(".step*"):  # temporary folders of saves that a kill cut short
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
@@ -115,7 +156,7 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     root = Path(root)
     if not root.is_dir():
         return None
-    done = sorted(p for p in root.glob("step_*") if (p / _STATE).is_file())
+    done = [p for p in _checkpoint_folders(root) if (p / _STATE).is_file()]
     return done[-1] if done else None
 
 

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from llmgym.trainers.batch import EpisodeBatch
+from llmgym.trainers.checkpoint import _prune_checkpoints, _replace_checkpoint
 
 __all__ = [
     "init_distributed", "shard_model", "is_sharded", "local_parameter_count", "full_weights", "pad_micro_batches",
@@ -237,10 +238,8 @@ def save_sharded_checkpoint(
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1))
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-        for old in sorted(p for p in root.glob("step_*") if p.is_dir())[: -max(keep, 1)]:
-            shutil.rmtree(old, ignore_errors=True)
+        _replace_checkpoint(tmp, target)
+        _prune_checkpoints(root, target, keep)
     dist.barrier()
     return target
 
