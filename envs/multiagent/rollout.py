@@ -131,9 +131,14 @@ async def _play_parallel(env: ParallelEnv, seats: dict[str, _Seat], observations
         seats[agent].pending.append(observation["text"])
     while env.agents:
         acting = [a for a in env.agents if infos[a].get("needs_action", True)]
+        moves = [asyncio.ensure_future(seats[a].act(env, infos[a].get("tools", []), sampling)) for a in acting]
         try:
-            chosen = await asyncio.gather(*(seats[a].act(env, infos[a].get("tools", []), sampling) for a in acting))
+            chosen = await asyncio.gather(*moves)
         except _PolicyFailure as err:
+            # the other seats' moves are moot: stop them, or they write into the finished episodes later
+            for move in moves:
+                move.cancel()
+            await asyncio.gather(*moves, return_exceptions=True)
             return str(err)
         actions = {a: "" for a in env.agents} | dict(zip(acting, chosen))
         observations, rewards, _, _, infos = env.step(actions)
@@ -268,7 +273,8 @@ class WinMatrix:
     Attributes:
         names: the players, in order.
         counts: ``counts[a][b]["win"|"draw"|"loss"]``: games ``a`` won, drew, lost against ``b``.
-        mean_reward: ``mean_reward[a][b]``: ``a``'s mean total reward per game against ``b``.
+        mean_reward: ``mean_reward[a][b]``: ``a``'s mean total reward per finished game against ``b``
+            (the games ``counts`` holds; a game stopped by a failing policy counts in neither).
     """
 
     names: list[str]
@@ -345,9 +351,9 @@ def win_matrix(
                     if a == b and agent == second:
                         continue  # self-play: count each game once, from the first seat
                     outcome = game[agent].metadata["outcome"]
-                    if outcome in OUTCOMES:
+                    if outcome in OUTCOMES:  # an unfinished game's partial reward would skew the mean
                         counts[name][other][outcome] += 1
-                    totals[name][other] += game[agent].total_reward
+                        totals[name][other] += game[agent].total_reward
 
     run_sync(run())
     mean = {
