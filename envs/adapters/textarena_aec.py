@@ -90,6 +90,7 @@ class TextArenaAECEnv(TextAECEnv):
         content = action if isinstance(action, str) else action.get("content")
         text = content[: self.max_action_chars] if isinstance(content, str) else ""
         player = self.possible_agents.index(agent)
+        was_flagged = bool(self.ta_env.state.game_info.get(player, {}).get("invalid_move"))
         with self._random.active():
             try:
                 done, _ = self.ta_env.step(_format_action(text))
@@ -98,12 +99,13 @@ class TextArenaAECEnv(TextAECEnv):
                 self._accumulate_rewards()
                 return
             received = self._collect()
-            if any(_is_invalid_notice(m) for m in received.get(player, [])):
+            # a retry notice, or the flag TextArena sets when an invalid move loses or eliminates the player
+            # (many-player games go on after an elimination, so the flag is read on every step, not only the last)
+            flagged = not was_flagged and bool(self.ta_env.state.game_info.get(player, {}).get("invalid_move"))
+            if flagged or any(_is_invalid_notice(m) for m in received.get(player, [])):
                 self.rewards[agent] -= self.invalid_penalty
             if done:
                 outcome, game_info = self.ta_env.close()
-                if game_info.get(player, {}).get("invalid_move"):
-                    self.rewards[agent] -= self.invalid_penalty
                 for pid, value in (outcome or {}).items():
                     if 0 <= pid < self.num_players:
                         self.rewards[self.possible_agents[pid]] += _as_reward(value)

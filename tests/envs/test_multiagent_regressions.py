@@ -99,3 +99,27 @@ def test_win_matrix_mean_reward_counts_only_finished_games():
     assert all(e.metadata["outcome"] == "unfinished" for g in games for e in g.values())
     assert sum(matrix.counts["flaky"]["minimax"].values()) == 0
     assert matrix.mean_reward["flaky"]["minimax"] == 0.0  # was -0.1: a partial reward over zero finished games
+
+
+def _textarena_totals(game, num_players, moves_of):
+    from llmgym.envs.adapters.textarena_aec import aec_env
+
+    env = aec_env(game, num_players=num_players)
+    env.reset(seed=0)
+    totals = dict.fromkeys(env.possible_agents, 0.0)
+    for agent in env.agent_iter(40):
+        _, reward, terminated, truncated, _ = env.last()
+        totals[agent] += reward
+        env.step(None if terminated or truncated else moves_of(agent))
+    return totals
+
+
+def test_textarena_invalid_move_that_eliminates_a_player_is_charged():
+    pytest.importorskip("textarena")
+    # Liar's Dice goes on after player_0's second invalid move eliminates it; that move used to cost nothing
+    totals = _textarena_totals("LiarsDice-v0", 3, lambda agent: "garbage" if agent == "player_0" else "[4]")
+    # eliminated first (-1) and second (0), each after two invalid moves (-0.1 each); player_2 wins (+1)
+    assert totals == pytest.approx({"player_0": -1.2, "player_1": -0.2, "player_2": 1.0})
+    # two players: the losing second invalid move is charged once, as before
+    two = _textarena_totals("TicTacToe-v0", 2, lambda agent: "garbage")
+    assert two == pytest.approx({"player_0": -1.2, "player_1": 1.0})
