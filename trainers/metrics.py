@@ -92,7 +92,9 @@ class MetricsLogger:
             except ImportError as err:
                 raise ModuleNotFoundError("reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
                                           name="tensorboard") from err
-            self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"))
+            # on resume, TensorBoard hides the events of later steps (the run's first attempt), as the JSONL drops them
+            purge_step = None if resume_step is None else resume_step + 1
+            self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge_step)
         if "wandb" in report_to:
             self._wandb = _start_wandb(Path(out), resume_step is not None, run_config or {}, wandb_project)
 

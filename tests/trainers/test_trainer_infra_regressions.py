@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 
 from llmgym.trainers import checkpoint
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from llmgym.trainers.metrics import MetricsLogger
 
 
 def tiny() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -81,3 +84,29 @@ def test_a_save_cut_short_by_a_kill_does_not_leave_its_temporary_folder_forever(
     (leftover / "model.safetensors").write_bytes(b"\0" * 16)
     save_checkpoint(tmp_path, 1, model, optimizer, {}, keep=2)
     assert names(tmp_path) == ["step_000001"]
+
+
+class RecordingWriter:
+    """A stand-in for TensorBoard's ``SummaryWriter`` (tensorboard is an optional extra)."""
+
+    made: list[dict] = []
+
+    def __init__(self, log_dir, purge_step=None):
+        RecordingWriter.made.append({"log_dir": log_dir, "purge_step": purge_step})
+
+    def add_scalar(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_resumed_run_purges_tensorboard_events_of_the_steps_it_redoes(tmp_path, monkeypatch):
+    """On resume TensorBoard kept the first attempt's later steps: two curves over the same steps."""
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = RecordingWriter
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    RecordingWriter.made.clear()
+    MetricsLogger(tmp_path, report_to=["tensorboard"]).close()
+    MetricsLogger(tmp_path, resume_step=2, report_to=["tensorboard"]).close()
+    assert [w["purge_step"] for w in RecordingWriter.made] == [None, 3]  # events from step 3 on are dropped
