@@ -86,17 +86,21 @@ class MetricsLogger:
         self._file = open(self.path, "a", encoding="utf-8")
         self._tensorboard = None
         self._wandb = None
-        if "tensorboard" in report_to:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:
-                raise ModuleNotFoundError("reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
-                                          name="tensorboard") from err
-            # on resume, TensorBoard hides the events of later steps (the run's first attempt), as the JSONL drops them
-            purge_step = None if resume_step is None else resume_step + 1
-            self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge_step)
-        if "wandb" in report_to:
-            self._wandb = _start_wandb(Path(out), resume_step is not None, run_config or {}, wandb_project)
+        try:
+            if "tensorboard" in report_to:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                except ImportError as err:
+                    raise ModuleNotFoundError("reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
+                                              name="tensorboard") from err
+                # on resume, TensorBoard hides the events of later steps (the run's first attempt), as the JSONL drops them
+                purge_step = None if resume_step is None else resume_step + 1
+                self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge_step)
+            if "wandb" in report_to:
+                self._wandb = _start_wandb(Path(out), resume_step is not None, run_config or {}, wandb_project)
+        except BaseException:
+            self.close()  # a missing or failing sink: leak neither the JSONL file nor the sinks opened before it
+            raise
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Write one step's metrics (non-finite floats become ``null``)."""

@@ -110,3 +110,21 @@ def test_a_resumed_run_purges_tensorboard_events_of_the_steps_it_redoes(tmp_path
     MetricsLogger(tmp_path, report_to=["tensorboard"]).close()
     MetricsLogger(tmp_path, resume_step=2, report_to=["tensorboard"]).close()
     assert [w["purge_step"] for w in RecordingWriter.made] == [None, 3]  # events from step 3 on are dropped
+
+
+def test_a_missing_sink_package_leaves_no_open_metrics_file(tmp_path, monkeypatch):
+    """The ModuleNotFoundError for a missing tensorboard left metrics.jsonl open (a ResourceWarning, a leaked handle)."""
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if tensorboard were missing
+    opened = []
+    real_open = open
+
+    def recording_open(*args, **kwargs):
+        handle = real_open(*args, **kwargs)
+        opened.append(handle)
+        return handle
+
+    monkeypatch.setattr("builtins.open", recording_open)
+    with pytest.raises(ModuleNotFoundError, match="pip install tensorboard"):
+        MetricsLogger(tmp_path, report_to=["tensorboard"])
+    monkeypatch.undo()
+    assert opened and all(handle.closed for handle in opened)
