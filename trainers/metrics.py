@@ -146,6 +146,10 @@ def _step_of(line: str) -> int:
         return sys.maxsize  # a torn line from a kill: drop it
 
 
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
 def plot_metrics(metrics_path: str | os.PathLike[str], png_path: str | os.PathLike[str]) -> Path:
     """Plot reward (mean with a +-std band) and KL against step into a PNG.
 
@@ -161,9 +165,10 @@ def plot_metrics(metrics_path: str | os.PathLike[str], png_path: str | os.PathLi
         raise ImportError('plotting needs matplotlib: pip install "llmgym[train]"') from err
     rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     steps = np.array([r["step"] for r in rows])
-    mean = np.array([r.get("reward/mean") or 0.0 for r in rows])
-    std = np.array([r.get("reward/std") or 0.0 for r in rows])
-    kl = np.array([r.get("kl") or 0.0 for r in rows])
+    # a missing or non-finite value (logged as null) is a gap in the curve, not a fake 0
+    mean = np.array([_number(r.get("reward/mean")) for r in rows])
+    std = np.array([_number(r.get("reward/std")) for r in rows])
+    kl = np.array([_number(r.get("kl")) for r in rows])
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     top.plot(steps, mean, label="reward (mean)")
     top.fill_between(steps, mean - std, mean + std, alpha=0.25, label="+- std")

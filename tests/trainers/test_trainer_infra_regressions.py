@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import types
@@ -12,7 +13,7 @@ import torch
 
 from llmgym.trainers import checkpoint
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from llmgym.trainers.metrics import MetricsLogger
+from llmgym.trainers.metrics import MetricsLogger, plot_metrics
 
 
 def tiny() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -128,3 +129,22 @@ def test_a_missing_sink_package_leaves_no_open_metrics_file(tmp_path, monkeypatc
         MetricsLogger(tmp_path, report_to=["tensorboard"])
     monkeypatch.undo()
     assert opened and all(handle.closed for handle in opened)
+
+
+def test_the_plot_leaves_a_gap_for_null_metrics_instead_of_drawing_zero(tmp_path, monkeypatch):
+    """A step whose KL or reward was NaN (logged as null) was drawn as 0, hiding a divergence."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    drawn = []
+    real_plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, x, y, *a, **k: drawn.append(list(y)) or real_plot(self, x, y, *a, **k))
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "reward/mean": 0.5, "reward/std": 0.1, "kl": 0.01}\n'
+                       '{"step": 2, "reward/mean": null, "reward/std": null, "kl": null}\n')
+    assert plot_metrics(metrics, tmp_path / "rewards.png").is_file()
+    reward, kl = drawn
+    assert reward[0] == 0.5 and math.isnan(reward[1])
+    assert kl[0] == 0.01 and math.isnan(kl[1])
+    metrics.write_text("")
+    assert plot_metrics(metrics, tmp_path / "empty.png").is_file()  # no steps yet: an empty plot, no error
