@@ -16,7 +16,8 @@ Importing :mod:`llmgym` registers the codec.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from copy import deepcopy
 from multiprocessing.sharedctypes import SynchronizedArray
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,8 @@ import gymnasium as gym
 import multiprocessing as mp
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.spaces import Tuple
+from gymnasium.vector.utils import batch_space, iterate
 from gymnasium.vector.utils.shared_memory import (
     create_shared_memory,
     read_from_shared_memory,
@@ -33,7 +36,7 @@ from gymnasium.vector.utils.shared_memory import (
 
 from llmgym.spaces import Text
 
-__all__ = ["make_vec", "AutoresetMode", "SharedTextBatch"]
+__all__ = ["make_vec", "AutoresetMode", "SharedTextBatch", "TextBatch"]
 
 
 def make_vec(
@@ -89,6 +92,40 @@ def make_vec(
         options["shared_memory"] = False
     options.update(vector_kwargs or {})
     return gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode, vector_kwargs=options, **env_kwargs)
+
+
+# -- batches of llmgym.Text: one action per environment, checked before any is played --
+
+
+class TextBatch(Tuple):
+    """The batched space of :class:`llmgym.Text`: a ``Tuple`` of one ``Text`` per sub-environment.
+
+    A plain ``Tuple`` of ``Text`` (Gymnasium's batch) hands the actions out
+    lazily, so a list of the wrong length played the first actions and only
+    then raised (and ``AsyncVectorEnv`` was left with results it never read:
+    every later observation came one step late). Iterating a ``TextBatch``
+    checks the count first, and refuses a lone ``str`` or ``dict``.
+    """
+
+
+@batch_space.register(Text)
+def _batch_text_space(space: Text, n: int = 1) -> TextBatch:
+    batched = TextBatch(tuple(deepcopy(space) for _ in range(n)), seed=deepcopy(space.np_random))
+    batched.seed(list(map(int, deepcopy(space.np_random).integers(0, int(1e8), n))))
+    return batched
+
+
+@iterate.register(TextBatch)
+def _iterate_text_batch(space: TextBatch, items: Any) -> Iterator[Any]:
+    if isinstance(items, (str, bytes, Mapping)):
+        raise ValueError(
+            f"actions must be a sequence of {len(space)} actions, one per sub-environment, "
+            f"got a single {type(items).__name__}"
+        )
+    items = items if hasattr(items, "__len__") else list(items)
+    if len(items) != len(space):
+        raise ValueError(f"expected {len(space)} actions, one per sub-environment, got {len(items)}")
+    return iter(items)
 
 
 # -- shared memory for llmgym.Text: a length then the code points, per environment --
