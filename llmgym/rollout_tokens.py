@@ -101,7 +101,8 @@ class TokenRecord:
             )
         generated = list(generation.token_ids)
         if generation.logprobs is None:
-            self.has_logprobs = False
+            if generated:  # no log-probs for zero tokens (an empty reply) lacks nothing
+                self.has_logprobs = False
         elif len(generation.logprobs) != len(generated):
             raise TokenMismatchError(
                 f"turn {turn}: {len(generation.logprobs)} log-probs for {len(generated)} generated tokens"

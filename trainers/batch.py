@@ -60,7 +60,8 @@ def collate(
         max_length: cut longer episodes (their later tokens leave the loss).
 
     Raises:
-        ValueError: an episode has no tokens or mismatched lengths.
+        ValueError: an episode has no tokens or mismatched lengths (mask or
+            advantages), or ``token_advantages`` has not one array per episode.
 
     Example:
         >>> batch = collate([Episode("x", token_ids=[7, 8, 9], mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.1]),
@@ -70,12 +71,18 @@ def collate(
     """
     if not episodes:
         raise ValueError("cannot collate an empty list of episodes")
+    if token_advantages is not None and len(token_advantages) != len(episodes):
+        raise ValueError(f"got {len(token_advantages)} advantage arrays for {len(episodes)} episodes")
     lengths = []
     for index, episode in enumerate(episodes):
         if not episode.token_ids or len(episode.mask) != len(episode.token_ids):
             raise ValueError(
                 f"episode {index} needs token_ids and a mask of the same length "
                 f"(got {len(episode.token_ids)} tokens, {len(episode.mask)} mask entries)"
+            )
+        if token_advantages is not None and len(token_advantages[index]) != len(episode.token_ids):
+            raise ValueError(
+                f"episode {index} has {len(episode.token_ids)} tokens but {len(token_advantages[index])} advantages"
             )
         lengths.append(min(len(episode.token_ids), max_length or len(episode.token_ids)))
     width = max(lengths)
