@@ -90,6 +90,8 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
 
     names = names_for(name)
     root = Path(parent) / name
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root} already exists and is not a folder; pick another name or --dir")
     if root.exists() and any(root.iterdir()) and not force:
         raise ValueError(f"{root} already exists and is not empty; pick another name or pass force=True (--force)")
     values = {
@@ -97,13 +99,17 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
         "package": names.package,
         "class_name": names.class_name,
         "env_id": names.env_id,
-        "description": (description or "Find a hidden number from higher/lower hints.").replace('"', "'"),
         "llmgym_version": __version__,
     }
+    # One line, in the Python and TOML strings of the templates: newlines and
+    # backslashes there made the package unimportable and pyproject.toml invalid.
+    line = " ".join((description or "Find a hidden number from higher/lower hints.").split())
+    line = "".join(c for c in line if c.isprintable()).replace('"', "'")
     templates = files("llmgym.templates")
     for template, target in _FILES.items():
         text = templates.joinpath(template).read_text(encoding="utf-8")
-        for key, value in values.items():
+        escaped = line if template == "README.md.txt" else line.replace("\\", "\\\\")
+        for key, value in {**values, "description": escaped}.items():
             text = text.replace("{{" + key + "}}", value)
         path = root / target.format(package=names.package)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,3 +21,32 @@ def test_wrong_number_of_actions_plays_none_and_leaves_the_envs_in_step(mode):
         envs.close()
     assert [o.splitlines()[-1] for o in first] == ["5 guesses left."] * 2
     assert [o.splitlines()[-1] for o in second] == ["4 guesses left."] * 2
+
+
+def test_scaffold_description_with_backslashes_and_newlines_keeps_the_package_valid(tmp_path):
+    import ast
+    import tomllib
+
+    from llmgym.scaffold import scaffold
+
+    root = scaffold("desc-env", tmp_path, description='Paths like C:\\Names\\x.\nSecond "line"\\')
+    expected = "Paths like C:\\Names\\x. Second 'line'\\"
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"] == expected
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))  # a SyntaxError before the fix
+        if path.name == "__init__.py":
+            assert ast.get_docstring(tree).splitlines()[0] == expected
+    env_module = ast.parse((root / "desc_env" / "env.py").read_text())
+    values = [node.value.value for node in ast.walk(env_module)
+              if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "description"]
+    assert values == [expected]
+    assert expected in (root / "README.md").read_text()
+
+
+def test_scaffold_into_a_path_that_is_a_file_is_a_clear_error(tmp_path, capsys):
+    from llmgym.cli import main
+
+    (tmp_path / "my-env").write_text("mine")
+    assert main(["init", "my-env", "--dir", str(tmp_path)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert (tmp_path / "my-env").read_text() == "mine"
