@@ -65,7 +65,8 @@ def names_for(name: str) -> ProjectNames:
             "and start with a letter, e.g. my-env"
         )
     package = name.replace("-", "_").lower()
-    if package in sys.stdlib_module_names or package == "llmgym" or keyword.iskeyword(package):
+    # "tests": the package folder would be the project's tests/ folder (pytest then imports it half-made)
+    if package in sys.stdlib_module_names or package in ("llmgym", "tests") or keyword.iskeyword(package):
         raise ValueError(f"the import name {package!r} would shadow a module; pick another name, e.g. {package}-env")
     parts = re.split(r"[-_]", name)
     class_name = "".join(part[:1].upper() + part[1:] for part in parts)

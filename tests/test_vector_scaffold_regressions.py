@@ -50,3 +50,11 @@ def test_scaffold_into_a_path_that_is_a_file_is_a_clear_error(tmp_path, capsys):
     assert main(["init", "my-env", "--dir", str(tmp_path)]) == 2
     assert "not a folder" in capsys.readouterr().err
     assert (tmp_path / "my-env").read_text() == "mine"
+
+
+@pytest.mark.parametrize("name", ["tests", "Tests"])
+def test_a_name_whose_package_would_be_the_tests_folder_is_refused(name):
+    from llmgym.scaffold import names_for
+
+    with pytest.raises(ValueError, match="shadow"):
+        names_for(name)
