@@ -130,8 +130,33 @@ def run_sync(coro: Any) -> Any:
     except RuntimeError:
         return asyncio.run(coro)
     # Called from inside a running loop: asyncio.run would refuse, so the coroutine gets a thread and a loop of its own.
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        future = pool.submit(_run_loop, loop, task)
+        try:
+            return future.result()
+        except BaseException:  # Ctrl-C here: stop the coroutine too, instead of waiting for it to run to its end
+            loop.call_soon_threadsafe(task.cancel)
+            raise
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Any:
+    """Run ``task`` on ``loop`` in this thread, then close the loop as :func:`asyncio.run` does."""
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(task)
+    finally:
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for other in pending:
+                other.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 async def arollout(
