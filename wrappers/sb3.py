@@ -231,7 +231,9 @@ class CandidateActions(gym.Wrapper, RecordConstructorArgs):
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
         if not callable(candidates):
             raise TypeError("candidates must be a function (env, text_observation, info) -> list of actions")
-        RecordConstructorArgs.__init__(self, max_candidates=max_candidates, invalid_action=invalid_action)
+        RecordConstructorArgs.__init__(
+            self, candidates=candidates, max_candidates=max_candidates, invalid_action=invalid_action
+        )
         gym.Wrapper.__init__(self, env)
         self.candidate_fn = candidates
         self.max_candidates = max_candidates
@@ -240,7 +242,10 @@ class CandidateActions(gym.Wrapper, RecordConstructorArgs):
         self.candidates: list[Any] = []
 
     def _refresh(self, obs: str, info: dict[str, Any]) -> dict[str, Any]:
-        self.candidates = list(self.candidate_fn(self.env, obs, info))[: self.max_candidates]
+        actions = self.candidate_fn(self.env, obs, info)
+        if isinstance(actions, (str, dict)):  # list() would split a lone action into letters or keys
+            raise TypeError(f"candidates must return a list of actions, got a lone {type(actions).__name__}")
+        self.candidates = list(actions)[: self.max_candidates]
         return {**info, "candidates": list(self.candidates)}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:

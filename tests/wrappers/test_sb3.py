@@ -105,7 +105,7 @@ def test_sb3_check_env_passes_on_the_wrapped_env():
 def test_wrappers_record_their_constructor_args():
     env = wrapped(max_candidates=5)
     specs = [w.kwargs for w in env.spec.additional_wrappers]
-    assert {"max_candidates": 5, "invalid_action": ""} in specs
+    assert {"candidates": three_words, "max_candidates": 5, "invalid_action": ""} in specs
 
 
 @pytest.mark.slow
