@@ -46,3 +46,70 @@ def test_ctrl_c_in_rollout_called_from_a_running_loop_stops_the_run(tmp_path):
                 and not t.daemon and "Timer" not in t.name]
     episodes = list(iter_jsonl(path))
     assert len({(e.seed, e.metadata["group_index"]) for e in episodes}) == len(episodes) < 40
+
+
+def _fake_openai_policy(handler, **kwargs):
+    """An OpenAIPolicy whose HTTP requests go to ``handler(request) -> httpx.Response`` in memory."""
+    import httpx
+    import openai
+
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+    policy = OpenAIPolicy("fake", base_url="http://fake.invalid/v1", max_retries=0, **kwargs)
+    policy._ensure_loop()
+    policy._clients = [openai.AsyncOpenAI(
+        base_url="http://fake.invalid/v1", api_key="x", max_retries=0,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+    )]
+    return policy
+
+
+def _completion(content="crane"):
+    return {
+        "id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content},
+                     "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5, "top_logprobs": []}]}}],
+    }
+
+
+def test_a_server_refusing_tools_as_extra_inputs_keeps_token_return():
+    # A pydantic server refuses a field it does not know with "Extra inputs are not permitted";
+    # refusing `tools` that way used to switch token return off too (the word "extra").
+    import httpx
+    import json
+
+    def handler(request):
+        body = json.loads(request.content)
+        if "tools" in body:
+            message = "1 validation error for ChatRequest\ntools\n  Extra inputs are not permitted"
+            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
+        return httpx.Response(200, json=_completion())
+
+    policy = _fake_openai_policy(handler)
+    tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
+    try:
+        generation = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}], tools=tools)])[0]
+    finally:
+        policy.close()
+    assert policy.native_tools is False
+    assert policy.return_tokens is not False and generation.token_ids == [7]
+
+
+def test_a_server_refusing_token_extras_as_extra_inputs_still_drops_them():
+    import httpx
+    import json
+
+    def handler(request):
+        body = json.loads(request.content)
+        if "return_token_ids" in body:
+            message = "1 validation error for ChatRequest\nreturn_token_ids\n  Extra inputs are not permitted"
+            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
+        return httpx.Response(200, json=_completion())
+
+    policy = _fake_openai_policy(handler)
+    tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
+    try:
+        policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}], tools=tools)])
+    finally:
+        policy.close()
+    assert policy.return_tokens is False and policy.native_tools is True

@@ -244,9 +244,10 @@ class OpenAIPolicy(Policy):
             except self._openai.BadRequestError as err:
                 text = str(err).lower()
                 # Another request may have switched already; what matters is what this one sent.
-                if want_tokens and self.return_tokens is not True and any(
-                    key in text for key in ("return_token", "logprob", "unrecognized", "extra")
-                ):
+                names_tokens = "return_token" in text or "logprob" in text
+                # "Extra inputs are not permitted" alone does not say which field: one naming tools is about tools.
+                vague = ("unrecognized" in text or "extra" in text) and not (native and "tool" in text)
+                if want_tokens and self.return_tokens is not True and (names_tokens or vague):
                     self.return_tokens = False
                     self.returns_tokens = False
                     continue
