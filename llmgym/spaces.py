@@ -51,6 +51,8 @@ class Text(spaces.Text):
         """A random string of printable characters, at most 64 long."""
         if mask is not None or probability is not None:
             return super().sample(mask=mask, probability=probability)
+        if not self.characters:  # an empty charset makes only the empty string
+            return ""
         length = int(self.np_random.integers(0, min(self.max_length, 64) + 1))
         chars = np.array(list(self.characters))
         return "".join(self.np_random.choice(chars, size=length))

@@ -116,7 +116,9 @@ def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
     module_name, _, attr = target.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
+    except (ImportError, AttributeError, ValueError, TypeError) as err:  # ValueError, TypeError: empty or relative module
         raise ValueError(f"cannot load scripted policy {spec!r} ({target}): {err}") from None
+    if not callable(factory):
+        raise ValueError(f"scripted policy {spec!r} ({target}) is a {type(factory).__name__}, not a class or function")
     make = (lambda: factory(**kwargs)) if kwargs else factory
     return ScriptedPolicy(make, name=f"scripted:{spec}")

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import llmgym  # noqa: F401  (registers the envs)
+from llmgym.spaces import Text
+from llmgym.wrappers.scripted import load_scripted
 
 pytest.importorskip("stable_baselines3")
 from llmgym.wrappers.sb3 import CandidateActions, TextEmbeddingObservation  # noqa: E402
@@ -41,3 +43,16 @@ def test_a_candidate_function_returning_one_action_instead_of_a_list_is_a_clear_
     env = CandidateActions(gym.make("llmgym/Wordle-v0"), lambda env, obs, info: lone, max_candidates=8)
     with pytest.raises(TypeError, match="list of actions"):
         env.reset(seed=0)  # was: candidates ['c', 'r', 'a', 'n', 'e'] (or the dict's keys)
+
+
+def test_text_sample_with_an_empty_charset_gives_the_empty_string():
+    space = Text(5, charset="", seed=1)
+    assert [space.sample() for _ in range(10)] == [""] * 10  # was ValueError on any non-zero length
+
+
+@pytest.mark.parametrize("spec", [".relative:Actor", ":Actor", "llmgym.envs.wordle.solver:__all__"])
+def test_load_scripted_refuses_bad_paths_with_value_error(spec):
+    with pytest.raises(ValueError, match="scripted policy"):
+        load_scripted(spec)  # the CLI turns ValueError into a clean message; TypeError was a traceback
+    with pytest.raises(ValueError, match="scripted policy"):
+        load_scripted(spec, use_tool=False)  # with kwargs a non-callable used to fail only when acting
