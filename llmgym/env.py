@@ -231,6 +231,18 @@ class LLMEnv(gym.Env[str, str], ABC):
             lines.append(f"[{message['role']}] {message.get('content') or ''}{calls}")
         return "\n".join(lines) + "\n"
 
+    # -- copies ------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the rubric's functions close over this env (lambdas reading self): a copy rebuilds its own
+        state = self.__dict__.copy()
+        state.pop("rubric", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.rubric = self.build_rubric()
+
     # -- records -----------------------------------------------------------------
 
     def episode(self, env_id: str | None = None) -> Episode:

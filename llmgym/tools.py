@@ -12,8 +12,10 @@ as a :class:`ToolResult` with ``ok=False`` and a message the agent can act on.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, get_type_hints
 
@@ -150,6 +152,10 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled by reference: ``fn`` alone cannot be, its qualified name leads to this Tool, not to the function
+        return _find_tool, (self.fn.__module__, self.fn.__qualname__, self.name)
+
 
 class BoundTool:
     """A :class:`Tool` defined on a class, bound to one instance."""
@@ -164,6 +170,19 @@ class BoundTool:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.tool.fn(self.instance, *args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return BoundTool, (self.tool, self.instance)
+
+
+def _find_tool(module: str, qualname: str, name: str) -> Tool:
+    """The :class:`Tool` defined at ``module.qualname`` (how a pickled tool is found again)."""
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    if not isinstance(found, Tool) or found.name != name:
+        raise pickle.UnpicklingError(f"{module}.{qualname} is no longer the tool {name!r}")
+    return found
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_output_chars: int = 8192) -> Any:

@@ -243,3 +243,23 @@ def test_a_recorded_episode_keeps_its_tools_when_tools_are_added_later():
 
     env.add_tools([Extra()])
     assert episode.tools == before and len(env.episode().tools) == len(before) + 1
+
+
+def test_a_copied_env_scores_its_own_state():
+    # rubric lambdas close over the env: a deepcopy used to keep scoring the original ("solved" read 0.0)
+    import copy
+    import pickle
+
+    import gymnasium as gym
+
+    import llmgym  # noqa: F401
+
+    guess = '<tool_call>{"name": "guess", "arguments": {"word": "%s"}}</tool_call>'
+    env = gym.make("llmgym/Wordle-v0").unwrapped
+    env.reset(options={"answer": "crane"})
+    env.step(guess % "pilot")
+    for clone in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
+        _, _, terminated, _, info = clone.step(guess % "crane")
+        assert terminated and info["reward_components"]["solved"] == 1.0
+        assert clone.unwrapped.tools["guess"].instance is clone
+    assert not env.solved and len(env.guesses) == 1
