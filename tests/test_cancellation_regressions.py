@@ -113,3 +113,37 @@ def test_a_server_refusing_token_extras_as_extra_inputs_still_drops_them():
     finally:
         policy.close()
     assert policy.return_tokens is False and policy.native_tools is True
+
+
+def test_closing_the_openai_policy_fails_requests_in_flight_instead_of_hanging():
+    import httpx
+
+    async def never_answers(request):
+        await asyncio.sleep(30)
+        return httpx.Response(200, json=_completion())
+
+    policy = _fake_openai_policy(never_answers)
+    request = PolicyRequest(messages=[{"role": "user", "content": "hi"}])
+
+    outcome = []
+
+    def call_generate():
+        try:
+            policy.generate([request])
+        except Exception as err:  # noqa: BLE001
+            outcome.append(err)
+
+    thread = threading.Thread(target=call_generate, daemon=True)  # a daemon: a hang must not hang pytest
+
+    async def main():
+        pending = asyncio.ensure_future(policy.agenerate(request))
+        thread.start()
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(policy.close)
+        done, _ = await asyncio.wait([pending], timeout=3)
+        return pending.exception() if done else "still waiting"
+
+    error = asyncio.run(main())  # the callers used to wait forever
+    thread.join(3)
+    assert isinstance(error, RuntimeError) and "closed" in str(error), error
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome

@@ -137,6 +137,8 @@ class OpenAIPolicy(Policy):
         self._clients: list[Any] = []
         self._semaphore: asyncio.Semaphore | None = None
         self._start_lock = threading.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
         self.prompter: ChatPrompter | None = None
         if self.tokenizer is not None:
@@ -167,6 +169,12 @@ class OpenAIPolicy(Policy):
             return
 
         async def shutdown() -> None:
+            # Requests still in flight fail with a clear error instead of leaving their callers waiting forever.
+            self._closing = True
+            tasks = [task for task in self._tasks if not task.done()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             for client in self._clients:
                 await client.close()
 
@@ -187,6 +195,7 @@ class OpenAIPolicy(Policy):
         with self._start_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                self._closing = False
                 self._thread = threading.Thread(target=loop.run_forever, name="llmgym-openai", daemon=True)
                 self._thread.start()
 
@@ -211,6 +220,19 @@ class OpenAIPolicy(Policy):
         return order[0]
 
     async def _generate(self, request: PolicyRequest) -> Generation:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            return await self._generate_bounded(request)
+        except asyncio.CancelledError:
+            if self._closing:
+                raise RuntimeError(f"{self.name} was closed while this request was in flight") from None
+            raise
+        finally:
+            self._tasks.discard(task)
+
+    async def _generate_bounded(self, request: PolicyRequest) -> Generation:
         assert self._semaphore is not None
         prompt = self.prompter.prepare(request) if self.prompter is not None else None
         async with self._semaphore:
