@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tomllib
+import typing
 from typing import Any
 
 from llmgym.cli import CLIError
@@ -103,9 +104,33 @@ def _grpo_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["env_kwargs"] = value
     for item in args.set:
         key, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not key.strip():
             raise CLIError(f"--set needs KEY=VALUE, got {item!r}")
         overrides[key.strip()] = _toml_value(value.strip())
+    return overrides
+
+
+def _typed_overrides(args: argparse.Namespace, overrides: dict[str, Any], cls: type) -> dict[str, Any]:
+    """``overrides`` checked against ``cls``'s field types (like a ``--config`` file's values).
+
+    ``--set KEY=none`` (or ``null``) sets ``None`` for a field that accepts it, since TOML has no null.
+    """
+    import pydantic
+
+    hints = typing.get_type_hints(cls)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if value.strip().lower() in ("none", "null") and type(None) in typing.get_args(hints.get(key)):
+            overrides[key] = None
+    problems = []
+    for name, value in overrides.items():
+        try:
+            overrides[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
+        except pydantic.ValidationError as err:
+            problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
+    if problems:
+        raise CLIError("; ".join(problems))
     return overrides
 
 
@@ -122,6 +147,7 @@ def run_grpo(args: argparse.Namespace) -> int:
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise CLIError(f"unknown GRPOConfig fields {unknown}")
+    overrides = _typed_overrides(args, overrides, GRPOConfig)
     try:
         config = load_config(args.config, GRPOConfig, **overrides) if args.config else GRPOConfig(**overrides)
         if not args.config and not args.env_id:

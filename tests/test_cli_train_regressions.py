@@ -1,0 +1,53 @@
+"""Regressions of ``llmgym train grpo``'s ``--set`` handling without a ``--config`` file."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import llmgym.trainers.grpo as grpo_module  # noqa: E402
+from llmgym.cli import main  # noqa: E402
+
+
+class _Stub:
+    """Stands in for GRPOTrainer: records the config, trains nothing."""
+
+    config = None
+
+    def __init__(self, config, resume=False):
+        _Stub.config = config
+
+    def train(self):
+        return []
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("sets, field", [(["steps=five"], "steps"), (["micro_batch_size=2.5"], "micro_batch_size"),
+                                         (["is_cap=[1,"], "is_cap")])
+def test_set_values_are_type_checked_without_config(sets, field, monkeypatch, capsys):
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)
+    argv = ["train", "grpo", "llmgym/Wordle-v0"] + [x for s in sets for x in ("--set", s)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert field in err and "not supported between" not in err
+
+
+def test_set_none_and_conversions(monkeypatch, tmp_path):
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)
+    assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "is_cap=none", "--set", "max_grad_norm=NULL",
+                 "--set", 'steps="3"', "--set", "scale_rewards=none", "--set", "curriculum_kwarg=null"]) == 0
+    config = _Stub.config
+    assert config.is_cap is None and config.max_grad_norm is None and config.steps == 3
+    assert config.scale_rewards == "none" and config.curriculum_kwarg is None  # a str field keeps the word
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text("is_cap = 3.0\nsteps = 7\n")
+    assert main(["train", "grpo", "--config", str(cfg), "--set", "is_cap=none", "--steps", "2"]) == 0
+    assert _Stub.config.is_cap is None and _Stub.config.steps == 2
+
+
+def test_set_empty_key(capsys):
+    assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "=3"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
