@@ -51,3 +51,18 @@ def test_set_none_and_conversions(monkeypatch, tmp_path):
 def test_set_empty_key(capsys):
     assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "=3"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_serve_port_in_use_is_a_clean_error(monkeypatch, capsys):
+    import socket
+
+    import llmgym.wrappers.scripted as scripted
+
+    loaded = []
+    monkeypatch.setattr(scripted, "load_scripted", lambda name: loaded.append(name))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert main(["serve", "--backend", "scripted", "--port", str(port)]) == 2
+    assert "in use" in capsys.readouterr().err and not loaded  # no model loaded before the check

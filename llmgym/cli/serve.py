@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
 from llmgym.cli import CLIError
 
@@ -27,11 +28,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Raise :class:`CLIError` when ``host:port`` cannot be bound (in use, or an unknown address)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            sock.bind(address)
+    except OSError as err:
+        raise CLIError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CLIError(f"--port must be between 1 and 65535, got {args.port}")
     if args.max_batch_size < 1:
         raise CLIError(f"--max-batch-size must be at least 1, got {args.max_batch_size}")
+    _check_port(args.host, args.port)  # before loading a model, not after
     try:
         from llmgym.wrappers.server import create_app, serve
     except ImportError as err:
