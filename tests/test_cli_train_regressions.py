@@ -66,3 +66,12 @@ def test_serve_port_in_use_is_a_clean_error(monkeypatch, capsys):
         port = sock.getsockname()[1]
         assert main(["serve", "--backend", "scripted", "--port", str(port)]) == 2
     assert "in use" in capsys.readouterr().err and not loaded  # no model loaded before the check
+
+
+def test_grpo_module_main_bad_config_exits_2(tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('steps = "five"\n')
+    for path in (cfg, tmp_path / "missing.toml"):
+        with pytest.raises(SystemExit) as exit_info:
+            grpo_module.main(["--config", str(path)])
+        assert exit_info.value.code == 2 and "Traceback" not in capsys.readouterr().err

@@ -565,7 +565,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TOML file with GRPOConfig keys")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out/")
     args = parser.parse_args(argv)
-    trainer = GRPOTrainer(load_config(args.config), resume=args.resume)
+    try:
+        config = load_config(args.config)
+    except (OSError, ValueError) as err:  # a usage error: one line, exit 2, no traceback
+        parser.error(str(err))
+    trainer = GRPOTrainer(config, resume=args.resume)
     try:
         trainer.train()
     finally:
