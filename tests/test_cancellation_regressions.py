@@ -72,16 +72,15 @@ def _completion(content="crane"):
     }
 
 
-def test_a_server_refusing_tools_as_extra_inputs_keeps_token_return():
-    # A pydantic server refuses a field it does not know with "Extra inputs are not permitted";
-    # refusing `tools` that way used to switch token return off too (the word "extra").
-    import httpx
+def _tool_request_to_a_server_refusing(field):
+    """One request with tools to a pydantic-style server that refuses ``field`` as an extra input; (policy, generation)."""
     import json
 
+    import httpx
+
     def handler(request):
-        body = json.loads(request.content)
-        if "tools" in body:
-            message = "1 validation error for ChatRequest\ntools\n  Extra inputs are not permitted"
+        if field in json.loads(request.content):
+            message = f"1 validation error for ChatRequest\n{field}\n  Extra inputs are not permitted"
             return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
         return httpx.Response(200, json=_completion())
 
@@ -91,27 +90,19 @@ def test_a_server_refusing_tools_as_extra_inputs_keeps_token_return():
         generation = policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}], tools=tools)])[0]
     finally:
         policy.close()
+    return policy, generation
+
+
+def test_a_server_refusing_tools_as_extra_inputs_keeps_token_return():
+    # A pydantic server refuses a field it does not know with "Extra inputs are not permitted";
+    # refusing `tools` that way used to switch token return off too (the word "extra").
+    policy, generation = _tool_request_to_a_server_refusing("tools")
     assert policy.native_tools is False
     assert policy.return_tokens is not False and generation.token_ids == [7]
 
 
 def test_a_server_refusing_token_extras_as_extra_inputs_still_drops_them():
-    import httpx
-    import json
-
-    def handler(request):
-        body = json.loads(request.content)
-        if "return_token_ids" in body:
-            message = "1 validation error for ChatRequest\nreturn_token_ids\n  Extra inputs are not permitted"
-            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
-        return httpx.Response(200, json=_completion())
-
-    policy = _fake_openai_policy(handler)
-    tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
-    try:
-        policy.generate([PolicyRequest(messages=[{"role": "user", "content": "hi"}], tools=tools)])
-    finally:
-        policy.close()
+    policy, _ = _tool_request_to_a_server_refusing("return_token_ids")
     assert policy.return_tokens is False and policy.native_tools is True
 
 

@@ -286,3 +286,40 @@ def test_unreachable_endpoint_falls_back():
     judge = LLMJudge("right answer", base_url="http://127.0.0.1:9/v1", model="x", timeout=2.0)
     verdict = judge.grade(chat("Paris"))
     assert not verdict.ok and verdict.score == 0.0 and judge.stats["backend_errors"] == 1
+
+
+def test_judge_cache_key_covers_the_endpoint_and_every_sampling_setting():
+    pytest.importorskip("openai")
+    from llmgym.judge import LLMJudge
+    from llmgym.policy import SamplingParams
+
+    prompt = [{"role": "user", "content": "a"}]
+    key = LLMJudge("c", base_url="http://127.0.0.1:9/v1").cache_key(prompt)
+    assert LLMJudge("c", base_url="http://127.0.0.1:10/v1").cache_key(prompt) != key  # another server, same model name
+    greedy = SamplingParams(temperature=0.0, max_tokens=512, seed=0)
+    stopped = SamplingParams(temperature=0.0, max_tokens=512, seed=0, stop=["}"])
+    budget = SamplingParams(temperature=0.0, max_tokens=512, seed=0, thinking_budget=8)
+    keys = {LLMJudge("c", base_url="http://127.0.0.1:9/v1", sampling=s).cache_key(prompt) for s in (greedy, stopped, budget)}
+    assert len(keys) == 3
+
+
+def test_judge_sends_its_stop_strings_to_the_endpoint():
+    pytest.importorskip("openai")
+    from types import SimpleNamespace
+
+    from llmgym.judge import LLMJudge
+    from llmgym.policy import SamplingParams
+
+    judge = LLMJudge("c", base_url="http://127.0.0.1:9/v1", sampling=SamplingParams(temperature=0.0, stop=["END"]))
+    sent = {}
+
+    def create(**kwargs):
+        sent.update(kwargs)
+        message = SimpleNamespace(content='{"reasoning": "ok", "score": 6}')
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)])
+
+    judge.backend.client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)),
+                                           close=lambda: None)
+    assert judge.grade([{"role": "user", "content": "hi"}]).score == 6.0
+    assert sent["stop"] == ["END"]
+    judge.close()

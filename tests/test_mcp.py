@@ -128,3 +128,30 @@ def test_mcp_env_episode_end_to_end():
 def test_mcp_env_needs_a_task():
     with pytest.raises(ValueError, match="task"):
         MCPEnv(sys.executable, SERVER, task=" ")
+
+
+def _refused_at_startup(env: dict[str, str], match: str) -> None:
+    """MCPToolset refuses what the test server lists under ``env`` with ``match``, leaving no loop thread nor server process."""
+    import os
+    import subprocess
+    import threading
+
+    def loops() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")}
+
+    def servers() -> set[str]:  # pids of this process's test servers (another test's toolset may be running)
+        ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True).stdout
+        return {line.split()[0] for line in ps.splitlines() if "mcp_server_for_tests.py" in line}
+
+    before_loops, before_servers = loops(), servers()
+    with pytest.raises(ValueError, match=match):
+        MCPToolset(sys.executable, SERVER, env=env)
+    assert not loops() - before_loops and not servers() - before_servers
+
+
+def test_mcp_invalid_input_schema_stops_the_server():
+    _refused_at_startup({"MCP_TEST_BAD_SCHEMA": "1"}, "invalid inputSchema")
+
+
+def test_mcp_duplicate_tool_name_is_refused_and_stops_the_server():
+    _refused_at_startup({"MCP_TEST_DUPLICATE": "1"}, "'add' twice")

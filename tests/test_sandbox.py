@@ -292,3 +292,29 @@ def test_lazy_sandbox_joins_the_shared_pool_on_first_run_and_leaves_on_close():
     lazy.close()
     holder.close()
     assert holder._sandbox._closed
+
+
+def test_syntax_error_is_the_programs_error_not_a_sandbox_failure(sandbox):
+    result = sandbox.run("x = 1 +\n")
+    assert result.exit_code == 1 and "SyntaxError" in result.stderr and "SyntaxError" in result.error
+    assert "sandbox" not in result.error.replace("<sandbox>", "") and "_worker.py" not in result.stderr
+    assert result.stderr.startswith('  File "<sandbox>", line 1')
+    null = sandbox.run("print(1)\x00")
+    assert null.exit_code == 1 and "null bytes" in null.stderr and "setup" not in null.error
+
+
+def test_missing_interpreter_is_an_error_result_and_leaves_no_scratch_dir(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    box = SubprocessSandbox(LIMITS, python=str(tmp_path / "no-such-python"))
+    result = box.run("print(1)")
+    assert not result.ok and "sandbox unavailable" in result.error and "no-such-python" in result.error
+    assert list(tmp_path.iterdir()) == []
+    box.close()
+
+
+def test_a_file_holding_a_lone_surrogate_is_written_not_a_setup_failure(sandbox):
+    # "\ud800" is valid in a JSON tool argument; the file gets its surrogatepass bytes, the run goes on
+    result = sandbox.run('print(open("data.txt", "rb").read())', files={"data.txt": "a\ud800"})
+    assert result.exit_code == 0 and result.stdout.strip() == "b'a\\xed\\xa0\\x80'"

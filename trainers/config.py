@@ -291,13 +291,31 @@ def load_config(path: str | Path, cls: type[ConfigT] = GRPOConfig, **overrides: 
     if unknown:
         raise ValueError(f"{path}: unknown {cls.__name__} keys {unknown}; valid keys: {sorted(names)}")
     data.update(overrides)
+    try:
+        return cls(**check_field_types(cls, data))
+    except FieldTypeError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+class FieldTypeError(ValueError):
+    """Config values of the wrong type for their fields (the message names each one)."""
+
+
+def check_field_types(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` checked against ``cls``'s field types; lossless conversions made (``"5"`` -> 5 for an int).
+
+    TOML and the command line have types: checking them here beats a ``TypeError`` deep in a run.
+
+    Raises:
+        FieldTypeError: a value of the wrong type (``micro_batch_size = 2.5``), all of them named.
+    """
     hints = typing.get_type_hints(cls)
-    problems = []
-    for name, value in data.items():  # TOML has types: check them here, not as a TypeError deep in a run
+    checked, problems = {}, []
+    for name, value in values.items():
         try:
-            data[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
+            checked[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
         except pydantic.ValidationError as err:
             problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
     if problems:
-        raise ValueError(f"{path}: " + "; ".join(problems))
-    return cls(**data)
+        raise FieldTypeError("; ".join(problems))
+    return checked

@@ -115,7 +115,7 @@ def _typed_overrides(args: argparse.Namespace, overrides: dict[str, Any], cls: t
 
     ``--set KEY=none`` (or ``null``) sets ``None`` for a field that accepts it, since TOML has no null.
     """
-    import pydantic
+    from llmgym.trainers.config import FieldTypeError, check_field_types
 
     hints = typing.get_type_hints(cls)
     for item in args.set:
@@ -123,15 +123,10 @@ def _typed_overrides(args: argparse.Namespace, overrides: dict[str, Any], cls: t
         key = key.strip()
         if value.strip().lower() in ("none", "null") and type(None) in typing.get_args(hints.get(key)):
             overrides[key] = None
-    problems = []
-    for name, value in overrides.items():
-        try:
-            overrides[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
-        except pydantic.ValidationError as err:
-            problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
-    if problems:
-        raise CLIError("; ".join(problems))
-    return overrides
+    try:
+        return check_field_types(cls, overrides)
+    except FieldTypeError as err:
+        raise CLIError(str(err)) from None
 
 
 def run_grpo(args: argparse.Namespace) -> int:
