@@ -17,10 +17,13 @@ import inspect
 import json
 import pickle
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, get_type_hints
+import types
+import typing
+from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hints
 
 import docstring_parser
 import pydantic
+from pydantic_core import PydanticCustomError
 from typing_extensions import NotRequired, TypedDict
 
 __all__ = ["Tool", "ToolResult", "ToolError", "tool"]
@@ -82,6 +85,7 @@ class Tool:
                 raise TypeError(f"tool {self.name!r}: *args/**kwargs are not supported; name every argument")
             if param.name not in hints:
                 raise TypeError(f"tool {self.name!r}: argument {param.name!r} needs a type hint")
+            hints[param.name] = _json_scalars(hints[param.name])
             info = pydantic.Field(description=param_docs.get(param.name) or None)
             if param.default is param.empty:
                 fields[param.name] = Annotated[hints[param.name], info]
@@ -183,6 +187,47 @@ def _find_tool(module: str, qualname: str, name: str) -> Tool:
     if not isinstance(found, Tool) or found.name != name:
         raise pickle.UnpicklingError(f"{module}.{qualname} is no longer the tool {name!r}")
     return found
+
+
+def _refuse_bool(value: Any) -> Any:
+    if value is True or value is False:
+        raise PydanticCustomError("number_type", "Input should be a number, not a boolean")
+    return value
+
+
+_NUMBER = pydantic.BeforeValidator(_refuse_bool)
+
+
+def _json_scalars(hint: Any) -> Any:
+    """``hint`` with JSON's booleans and numbers kept apart, however deep in unions, lists and dicts.
+
+    pydantic's lax mode reads ``true`` as the integer 1 and ``1`` or ``"yes"`` as ``True``;
+    the schema the agent sees says ``integer``/``number``/``boolean``, so those are refused.
+    Numeric strings (``"3"`` for an int) stay accepted, as pydantic and FastMCP accept them.
+    """
+    metadata: tuple[Any, ...] = ()
+    if get_origin(hint) is Annotated:  # the check goes after the metadata: before it, pydantic drops Field(ge=...) from the schema
+        hint, metadata = get_args(hint)[0], hint.__metadata__
+    if hint is bool:
+        return Annotated[(bool, *metadata, pydantic.Strict())]
+    if hint is int or hint is float:
+        return Annotated[(hint, *metadata, _NUMBER)]
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is typing.Literal:  # Literal[1, 2] takes True as 1 (True == 1)
+        numbers = any(type(a) in (int, float) for a in args) and not any(type(a) is bool for a in args)
+        return Annotated[(hint, *metadata, _NUMBER)] if numbers else _annotate(hint, metadata)
+    if not args:
+        return _annotate(hint, metadata)
+    new = tuple(_json_scalars(a) if a is not Ellipsis else a for a in args)
+    if new != args and (origin is typing.Union or origin is types.UnionType):
+        hint = typing.Union[new]
+    elif new != args and origin in (list, set, frozenset, tuple, dict):
+        hint = origin[new]
+    return _annotate(hint, metadata)  # other generics (Sequence[int], ...) keep pydantic's own rules
+
+
+def _annotate(hint: Any, metadata: tuple[Any, ...]) -> Any:
+    return Annotated[(hint, *metadata)] if metadata else hint
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_output_chars: int = 8192) -> Any:

@@ -197,3 +197,45 @@ def test_titles_are_stripped_from_schemas_only_never_from_data():
     assert schema["properties"]["tags"]["items"] == {"$ref": "#/$defs/title"}
     assert schema["properties"]["pick"]["anyOf"][0] == {"type": "integer"} and schema["properties"]["pick"]["enum"][0] == {"title": 1}
     assert schema["$defs"] == {"title": {"type": "string"}}
+
+
+@tool
+def _typed(count: int, ratio: float, flag: bool, maybe: int | None = None, counts: list[int] = [],  # noqa: B006
+           at_least_one: Annotated[int, pydantic.Field(ge=1)] = 1, level: Literal[1, 2] = 1,
+           flags: dict[str, bool] = {}) -> str:  # noqa: B006
+    """Echo typed arguments.
+
+    Args:
+        count: an integer.
+        ratio: a number.
+        flag: a boolean.
+        maybe: an integer or null.
+        counts: integers.
+        at_least_one: an integer >= 1.
+        level: 1 or 2.
+        flags: booleans by name.
+    """
+    return repr((count, ratio, flag, maybe, counts, at_least_one, level, flags))
+
+
+BASE = {"count": 1, "ratio": 0.5, "flag": True}
+
+
+@pytest.mark.parametrize("override", [
+    {"count": True}, {"ratio": False}, {"flag": 1}, {"flag": "yes"}, {"maybe": True}, {"counts": [1, True]},
+    {"at_least_one": True}, {"level": True}, {"flags": {"a": 0}},
+])
+def test_json_booleans_and_numbers_are_not_interchangeable(override):
+    # the schema says integer/number/boolean: pydantic's lax mode alone would take true as 1 and 1 as true
+    result = _typed.call({**BASE, **override})
+    assert not result.ok and "invalid arguments for _typed" in result.content, result.content
+
+
+def test_numbers_and_numeric_strings_are_still_accepted_and_schema_unchanged():
+    assert _typed.call({"count": "3", "ratio": 2, "flag": False, "maybe": None, "counts": [1, "2"], "level": 2}).content == (
+        "(3, 2.0, False, None, [1, 2], 1, 2, {})"
+    )
+    properties = _typed.parameters["properties"]
+    assert properties["at_least_one"] == {"default": 1, "minimum": 1, "type": "integer", "description": "an integer >= 1."}
+    assert properties["counts"]["items"] == {"type": "integer"} and properties["flag"]["type"] == "boolean"
+    assert _typed.call({**BASE, "at_least_one": 0}).ok is False
