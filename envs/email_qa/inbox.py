@@ -4,7 +4,8 @@ Holds :func:`generate_inbox`, which builds a seeded :class:`Inbox`: senders,
 threads with replies, dates, attachment names, a few kinds of fact-bearing
 email (flight bookings, invoices, meetings, deliveries, shared files) among
 everyday distractors, stored in an in-memory SQLite database with an FTS5
-index; and :func:`make_question`, which asks about one fact (or about one
+index (a deep copy or an unpickled inbox rebuilds its own database from
+the emails, so copies never share a connection); and :func:`make_question`, which asks about one fact (or about one
 that is not in the inbox, where "I don't know" is the right answer).
 """
 
@@ -68,6 +69,16 @@ class Inbox:
     emails: list[Email] = field(default_factory=list)
     facts: list[tuple[str, dict]] = field(default_factory=list)  # (kind, details incl. "source" and "answer")
     db: sqlite3.Connection | None = None
+
+    def __getstate__(self) -> dict:
+        # a sqlite3 connection cannot be pickled: a copy rebuilds its own database from the emails (under 1 ms)
+        state = self.__dict__.copy()
+        state["db"] = self.db is not None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.db = _database(self.emails) if state["db"] else None  # a closed inbox stays closed
 
 
 def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
