@@ -31,7 +31,7 @@ import numpy as np
 
 from llmgym.episode import Episode
 
-__all__ = ["Advantages", "compute_advantages", "turn_spans_of"]
+__all__ = ["Advantages", "compute_advantages", "merge_advantage_stats", "turn_spans_of"]
 
 
 @dataclass
@@ -57,6 +57,7 @@ class Advantages:
     groups: int
     zero_signal_groups: int
     stats: dict[str, float] = field(default_factory=dict)
+    stat_sums: list[float] = field(default_factory=list)  # what :func:`merge_advantage_stats` adds up across ranks
 
 
 def turn_spans_of(episode: Episode) -> list[tuple[int, int]]:
@@ -198,12 +199,29 @@ def compute_advantages(
 
     kept = [a[np.asarray(e.mask, dtype=bool)] for a, e, k in zip(token_advantages, episodes, keep) if k]
     flat = np.concatenate(kept) if kept else np.zeros(0)
-    stats = {
-        "advantage/mean": float(flat.mean()) if flat.size else 0.0,
-        "advantage/std": float(flat.std()) if flat.size else 0.0,
-        "advantage/abs_max": float(np.abs(flat).max()) if flat.size else 0.0,
-        "advantage/outcome_abs_mean": float(np.abs(outcome).mean()) if len(outcome) else 0.0,
-        "episodes/kept": float(sum(keep)),
-        "groups/zero_signal_fraction": zero_signal / max(len(members), 1),
+    sums = [
+        float(flat.size), float(flat.sum()), float(np.square(flat).sum()), float(np.abs(flat).max()) if flat.size else 0.0,
+        float(np.abs(outcome).sum()), float(len(outcome)), float(sum(keep)), float(len(members)), float(zero_signal),
+    ]
+    return Advantages(token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums)
+
+
+def merge_advantage_stats(parts: list[list[float]]) -> dict[str, float]:
+    """The logged advantage statistics of several batches' :attr:`Advantages.stat_sums` together.
+
+    Data-parallel ranks each hold whole groups: merging every rank's sums gives the
+    statistics of the global batch (one rank's alone would describe only its share).
+    """
+    tokens, total, squares, abs_max, outcome_abs, episodes, kept, groups, zero_signal = (
+        [part[i] for part in parts] for i in range(9)
+    )
+    count = sum(tokens)
+    mean = sum(total) / count if count else 0.0
+    return {
+        "advantage/mean": mean,
+        "advantage/std": float(np.sqrt(max(sum(squares) / count - mean * mean, 0.0))) if count else 0.0,
+        "advantage/abs_max": max(abs_max, default=0.0),
+        "advantage/outcome_abs_mean": sum(outcome_abs) / sum(episodes) if sum(episodes) else 0.0,
+        "episodes/kept": sum(kept),
+        "groups/zero_signal_fraction": sum(zero_signal) / max(sum(groups), 1.0),
     }
-    return Advantages(token_advantages, outcome, turn, keep, len(members), zero_signal, stats)

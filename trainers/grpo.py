@@ -51,7 +51,7 @@ import torch.distributed as dist
 from llmgym.episode import Episode
 from llmgym.policy import SamplingParams
 from llmgym.rollout import rollout
-from llmgym.trainers.advantages import Advantages, compute_advantages
+from llmgym.trainers.advantages import Advantages, compute_advantages, merge_advantage_stats
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from llmgym.trainers.config import GRPOConfig, load_config
@@ -263,7 +263,7 @@ class GRPOTrainer:
         if self.world > 1 and config.scale_rewards == "batch":  # the std of the whole batch, not of this rank's share
             advantages = self._advantages(episodes, batch_rewards=[e.turn_rewards for e in everyone])
         stats = reward_stats(everyone)
-        stats.update(advantages.stats)
+        stats.update(merge_advantage_stats(_gather_objects(advantages.stat_sums, self.world)))  # the global batch's
         stats.update({
             "episodes/global": float(len(everyone)),
             "episodes/errors": float(_sum_ranks(errors, self.world)),

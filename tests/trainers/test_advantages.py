@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llmgym.episode import Episode
-from llmgym.trainers.advantages import compute_advantages, turn_spans_of
+from llmgym.trainers.advantages import compute_advantages, merge_advantage_stats, turn_spans_of
 
 EPS = 1e-4
 
@@ -107,3 +107,20 @@ def test_bad_episodes_raise_clear_errors():
 def test_turn_spans_from_mask_runs():
     assert turn_spans_of(Episode("x", token_ids=[1, 2, 3], mask=[1, 1, 1])) == [(0, 3)]
     assert turn_spans_of(Episode("x", token_ids=[1, 2], mask=[0, 0])) == []
+
+
+def test_stats_merged_across_ranks_equal_the_whole_batch():
+    # data parallel: each rank holds whole groups; merging the ranks' sums must describe the global batch
+    episodes = [two_turn(0, 1.0, 2.0), two_turn(0, 0.0, 0.0), two_turn(1, 0.3, None), two_turn(1, 0.3, None),
+                two_turn(2, 5.0, None), two_turn(2, -1.0, None), two_turn(2, 0.0, None)]
+    whole = compute_advantages(episodes, turn_lambda=0.5)
+    ranks = [compute_advantages(episodes[:4], turn_lambda=0.5), compute_advantages(episodes[4:], turn_lambda=0.5)]
+    merged = merge_advantage_stats([r.stat_sums for r in ranks])
+    assert merged.keys() == whole.stats.keys()
+    for key, value in whole.stats.items():
+        assert merged[key] == pytest.approx(value, abs=1e-9), key
+    kept = np.concatenate([a[np.asarray(e.mask, bool)] for a, e, k in zip(whole.token_advantages, episodes, whole.keep) if k])
+    assert whole.stats["advantage/std"] == pytest.approx(kept.std()) and whole.stats["episodes/kept"] == 5
+    assert whole.stats["groups/zero_signal_fraction"] == pytest.approx(1 / 3)
+    assert ranks[0].stats["episodes/kept"] == 2  # one rank alone sees only its share
+    assert merge_advantage_stats([compute_advantages([]).stat_sums])["advantage/std"] == 0.0

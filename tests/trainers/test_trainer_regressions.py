@@ -31,9 +31,13 @@ def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch)
 
     monkeypatch.setattr(grpo, "_gather", gather)
     monkeypatch.setattr(grpo, "_sum_ranks", lambda value, world: float(value))
-    _, advantages, _ = trainer._collect(0)
     whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
+    rank1 = compute_advantages(other_rank, scale_rewards="batch", turn_lambda=0.0, batch_rewards=[[1.0], [0.0], [10.0], [0.0]])
+    monkeypatch.setattr(grpo, "_gather_objects", lambda value, world: [value, rank1.stat_sums])
+    _, advantages, stats = trainer._collect(0)
     np.testing.assert_allclose(advantages.outcome, whole.outcome[:2])
+    # the logged advantage statistics are the global batch's too, not rank 0's share
+    assert stats["episodes/kept"] == 4 and stats["advantage/abs_max"] == pytest.approx(np.abs(whole.outcome).max())
     assert advantages.outcome[0] == pytest.approx(0.5 / (np.std([1.0, 0.0, 10.0, 0.0], ddof=1) + 1e-4))
 
 
