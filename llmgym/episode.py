@@ -6,18 +6,39 @@ messages, the reward of every turn and its components, and, when the policy
 provided them, the token ids it generated with a mask (1 = policy token,
 0 = prompt/env/tool token) and their log-probs. Timing lives here, never in
 ``info``, so environments stay deterministic.
+
+Files are strict JSON (no ``NaN``/``Infinity``), so a float JSON cannot hold
+never loses an episode: a non-finite log-prob is written as
+:data:`LOGPROB_FLOOR`, any other non-finite float as ``null``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["Episode", "save_jsonl", "load_jsonl", "iter_jsonl", "JSONLWriter"]
+__all__ = ["Episode", "save_jsonl", "load_jsonl", "iter_jsonl", "JSONLWriter", "LOGPROB_FLOOR", "floor_logprobs"]
+
+#: What a log-prob that is not a finite number (``-inf`` for a token the policy gave probability 0)
+#: is recorded as: vLLM's stand-in, which ``llmgym serve`` answers too. A reader always gets a
+#: number, and a trainer's importance weight ``exp(old - generator)`` for the token hits its cap.
+LOGPROB_FLOOR = -9999.0
+
+
+def floor_logprobs(logprobs: list[float]) -> list[float]:
+    """``logprobs`` with every value that is not a finite number replaced by :data:`LOGPROB_FLOOR`.
+
+    Example:
+        >>> floor_logprobs([0.0, -0.5, float("-inf"), float("nan")])
+        [0.0, -0.5, -9999.0, -9999.0]
+    """
+    return [x if math.isfinite(x) else LOGPROB_FLOOR for x in logprobs]
 
 
 @dataclass
@@ -35,7 +56,8 @@ class Episode:
         truncated: a turn or token budget ended it.
         token_ids: prompt and generated tokens of the whole episode, in order.
         mask: 1 for tokens the policy generated, 0 for the rest; same length as ``token_ids``.
-        logprobs: the policy's log-prob of each token (0.0 where ``mask`` is 0).
+        logprobs: the policy's log-prob of each token (0.0 where ``mask`` is 0); written to JSON
+            with :data:`LOGPROB_FLOOR` for a value that is not a finite number.
         turn_spans: ``[start, end)`` of each turn's generated tokens in ``token_ids``.
         group: which GRPO group the episode belongs to (episodes of one seed share it).
         policy: a name for the policy that played.
@@ -102,19 +124,25 @@ class Episode:
         return cls(**data)
 
     def to_json(self) -> str:
-        """One line of JSON (non-ASCII kept as is, unless the text cannot be UTF-8, e.g. a lone surrogate).
+        """One line of strict JSON (non-ASCII kept as is, unless the text cannot be UTF-8, e.g. a lone surrogate).
+
+        A log-prob that is not a finite number is written as :data:`LOGPROB_FLOOR`,
+        any other non-finite float (in ``timing``, ``metadata``...) as ``null``;
+        the episode itself is left as it is.
 
         Example:
             >>> Episode.from_json(Episode("x", messages=[{"content": "\\ud800 é"}]).to_json()).messages
             [{'content': '\\ud800 é'}]
+            >>> line = Episode("x", logprobs=[-0.5, float("-inf")], timing={"wall_s": float("nan")}).to_json()
+            >>> json.loads(line)["logprobs"], json.loads(line)["timing"]
+            ([-0.5, -9999.0], {'wall_s': None})
         """
         data = self.to_dict()
-        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
         try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates from an agent: escape them so the file stays valid UTF-8
-            text = json.dumps(data, ensure_ascii=True, allow_nan=False)
-        return text
+            return _dumps(data)
+        except ValueError:  # a NaN or infinity somewhere: strict JSON has no such numbers
+            data["logprobs"] = floor_logprobs(data["logprobs"])
+            return _dumps(_finite(data))
 
     @classmethod
     def from_json(cls, line: str) -> Episode:
@@ -126,6 +154,44 @@ class Episode:
             (True, 1.5)
         """
         return cls.from_dict(json.loads(line))
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    """``data`` as one line of strict JSON, UTF-8 safe.
+
+    Raises:
+        ValueError: ``data`` holds a NaN or an infinity.
+    """
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, default=_number)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from an agent: escape them so the file stays valid UTF-8
+        text = json.dumps(data, ensure_ascii=True, allow_nan=False, default=_number)
+    return text
+
+
+def _number(value: Any) -> int | float | None:
+    """What ``json`` calls for a type it does not know: a numpy scalar (``np.float32``) becomes a plain number.
+
+    Raises:
+        TypeError: ``value`` is not a number.
+    """
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return _finite(float(value))
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not a finite number, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 class JSONLWriter:

@@ -15,8 +15,9 @@ finished episode is written to the JSONL file at once (flushed), so a crash
 loses nothing, and ``resume=True`` skips the (seed, index) pairs already in
 the file.
 
-A policy error on one episode does not stop the run: the episode is recorded
-with ``metadata["error"]`` and the run goes on (a policy does its own
+An exception from the policy or from the env on one episode does not stop
+the run: the episode is recorded with ``metadata["error"]`` and
+``metadata["error_source"]`` and the run goes on (a policy does its own
 retries). A policy that breaks the token-prefix contract raises
 :class:`TokenMismatchError`, because training on such tokens would be wrong.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -35,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmgym.env import LLMEnv
-from llmgym.episode import Episode, JSONLWriter, iter_jsonl
+from llmgym.episode import Episode, JSONLWriter, floor_logprobs, iter_jsonl
 from llmgym.messages import Message, assistant, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout_stats import summarize
@@ -243,7 +245,11 @@ async def arollout(
 async def _play(
     env: gym.Env, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int, group: int,
 ) -> Episode:
-    """One episode: reset, then generate and step until the env says it is over."""
+    """One episode: reset, then generate and step until the env says it is over.
+
+    An exception from the policy or the env ends this episode only; it is recorded
+    in ``metadata["error"]`` with ``metadata["error_source"]`` ("policy" or "env").
+    """
     start = time.perf_counter()
     env_seconds = policy_seconds = 0.0
     tokens = TokenRecord()
@@ -251,19 +257,24 @@ async def _play(
     reasoning: list[str | None] = []  # thinking text a backend split off the reply, per turn
     finish_reasons: list[str] = []
     generated_tokens: int | None = None
-    error: str | None = None
+    error: tuple[str, str] | None = None  # (where it came from, "Type: message")
     model: str | None = None
-
-    tick = time.perf_counter()
-    observation, info = env.reset(seed=seed)
-    env_seconds += time.perf_counter() - tick
-    messages: list[Message] = list(info.get("messages") or [user(str(observation))])
-    tools = list(info.get("tools") or [])
+    messages: list[Message] = []
+    tools: list[dict[str, Any]] = []
     rewards: list[float] = []
     components: list[dict[str, float]] = []
     terminated = truncated = False
+
+    tick = time.perf_counter()
+    try:
+        messages, tools = _reset(env, seed)
+    except TokenMismatchError:
+        raise
+    except Exception as err:  # a broken env (a sandbox that did not start) fails this episode only
+        error = ("env", _describe(err))
+    env_seconds += time.perf_counter() - tick
     turn = 0
-    while not (terminated or truncated):
+    while error is None and not (terminated or truncated):
         turn += 1
         request = PolicyRequest(
             messages=list(messages), tools=tools, sampling=_turn_sampling(sampling, seed, index, turn),
@@ -275,7 +286,7 @@ async def _play(
         except TokenMismatchError:
             raise
         except Exception as err:  # one episode's failure must not end the run
-            error = f"{type(err).__name__}: {err}"
+            error = ("policy", _describe(err))
             policy_seconds += time.perf_counter() - tick
             break
         policy_seconds += time.perf_counter() - tick
@@ -291,29 +302,38 @@ async def _play(
         model = model or generation.metadata.get("model")
 
         tick = time.perf_counter()
-        observation, reward, terminated, truncated, info = env.step(_action(generation.message))
+        try:
+            reward, turn_components, after, terminated, truncated = _step(env, generation.message, messages, turn)
+        except TokenMismatchError:
+            raise
+        except Exception as err:  # the record keeps the reply the env failed on, so the failure can be replayed
+            error = ("env", _describe(err))
+            messages = messages + [_assistant_message(generation.message)]
+        else:
+            rewards.append(reward)
+            components.append(turn_components)
+            messages = after
         env_seconds += time.perf_counter() - tick
-        rewards.append(float(reward))
-        components.append(dict(info.get("reward_components") or {}))
-        if "messages" in info:
-            messages = list(info["messages"])
-        else:  # a plain Gymnasium env: keep the chat ourselves
-            messages += [_assistant_message(generation.message), user(str(observation))]
-        terminated, truncated = bool(terminated), bool(truncated)
 
-    base = env.unwrapped
-    if isinstance(base, LLMEnv):
-        episode = base.episode(env_id)
-    else:
-        spec_id = env.spec.id if env.spec is not None else type(base).__name__
+    base = getattr(env, "unwrapped", env)
+    episode = None
+    if isinstance(base, LLMEnv) and (error is None or error[0] == "policy"):
+        try:
+            episode = base.episode(env_id)  # the env is sound: its own record is the truth
+        except TokenMismatchError:
+            raise
+        except Exception as err:
+            error = error or ("env", _describe(err))
+    if episode is None:  # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
         episode = Episode(
-            env_id=env_id or spec_id, seed=seed, messages=messages, tools=tools,
+            env_id=env_id or _env_name(env), seed=seed, messages=messages, tools=tools,
             turn_rewards=rewards, reward_components=components, terminated=terminated, truncated=truncated,
         )
     episode.seed = seed
     episode.group = group
     episode.policy = getattr(policy, "name", type(policy).__name__)
     tokens.fill(episode)
+    episode.logprobs = floor_logprobs(episode.logprobs)  # as the JSONL file will hold them
     episode.timing = {
         "env_s": env_seconds,
         "policy_s": policy_seconds,
@@ -332,8 +352,62 @@ async def _play(
     if any(reasoning):
         episode.metadata["reasoning"] = reasoning
     if error is not None:
-        episode.metadata["error"] = error
+        episode.metadata["error_source"], episode.metadata["error"] = error
     return episode
+
+
+def _reset(env: gym.Env, seed: int) -> tuple[list[Message], list[dict[str, Any]]]:
+    """Reset ``env``; return the chat it starts with and the tools it offers."""
+    observation, info = env.reset(seed=seed)
+    return list(info.get("messages") or [user(str(observation))]), list(info.get("tools") or [])
+
+
+def _step(
+    env: gym.Env, reply: Message, messages: list[Message], turn: int,
+) -> tuple[float, dict[str, float], list[Message], bool, bool]:
+    """Step ``env`` with the policy's ``reply``.
+
+    Returns:
+        The reward, its components, the chat after the step, terminated, truncated.
+
+    Raises:
+        Exception: whatever the env raises; ``ValueError`` for a reward that is not a finite number.
+    """
+    observation, reward, terminated, truncated, info = env.step(_action(reply))
+    reward = _finite_reward(reward, turn)
+    components = dict(info.get("reward_components") or {})
+    if "messages" in info:
+        after = list(info["messages"])
+    else:  # a plain Gymnasium env: keep the chat ourselves
+        after = messages + [_assistant_message(reply), user(str(observation))]
+    return reward, components, after, bool(terminated), bool(truncated)
+
+
+def _describe(err: Exception) -> str:
+    """An exception as ``metadata["error"]`` records it: ``"Type: message"``."""
+    return f"{type(err).__name__}: {err}"
+
+
+def _finite_reward(reward: Any, turn: int) -> float:
+    """The env's reward as a plain float.
+
+    Raises:
+        ValueError: it is not a number, or not a finite one (an LLMEnv's rubric refuses those itself;
+            a plain Gymnasium env is checked here).
+    """
+    value = float(reward)
+    if not math.isfinite(value):
+        raise ValueError(f"the env returned a non-finite reward {value} on turn {turn}")
+    return value
+
+
+def _env_name(env: gym.Env) -> str:
+    """The env's registered id, else its class name; never raises, even on a half-built env."""
+    spec = getattr(env, "spec", None)
+    spec_id = getattr(spec, "id", None)
+    if isinstance(spec_id, str):
+        return spec_id
+    return type(getattr(env, "unwrapped", env)).__name__
 
 
 def _repair_tail(path: Path) -> None:
