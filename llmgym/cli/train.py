@@ -4,6 +4,9 @@
 the settings of :class:`~llmgym.trainers.config.GRPOConfig`: flags override a
 ``--config`` TOML file, and ``--set KEY=VALUE`` reaches any field (the value is
 read as TOML: ``--set beta=0.04 --set lora_target_modules='["q_proj"]'``).
+A field given twice on the command line (``--steps 5 --set steps=7``) must have one
+value, and the environment id (ENV_ID, ``--set env_id=...`` or ``env_id`` in the
+``--config`` file) must agree wherever it is given: a disagreement is an error.
 ``llmgym train sft --episodes runs/eval/episodes.jsonl --min-reward 1 --out runs/sft``
 fine-tunes on the good episodes; ``--export-messages FILE`` writes them in the
 chat ``messages`` format (Hugging Face datasets, TRL's SFTTrainer) instead.
@@ -14,7 +17,6 @@ The trainers are imported inside the command, so ``import llmgym`` stays light.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tomllib
 import typing
 from typing import Any
@@ -31,14 +33,21 @@ _GRPO_FLAGS = {
     "base_url": "base_url", "micro_batch_size": "micro_batch_size", "device": "device",
 }
 
+_GRPO_PRECEDENCE = (
+    "GRPO with turn-level credit on an environment. Settings: the flags and --set override a --config file; "
+    "a field given twice on the command line (--steps 5 --set steps=7) must have one value, and the env id must "
+    "agree wherever it is given (ENV_ID, --set env_id, env_id in --config): a disagreement exits 2. "
+    "A --config file without env_id trains on GRPOConfig's default, llmgym/Wordle-v0."
+)
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="train a model: GRPO on an environment, SFT on episodes",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(title="trainers", metavar="TRAINER")
 
-    grpo = commands.add_parser("grpo", help="GRPO with turn-level credit on an environment")
-    grpo.add_argument("env_id", nargs="?", metavar="ENV_ID", help="environment id (or set env_id in --config)")
+    grpo = commands.add_parser("grpo", help="GRPO with turn-level credit on an environment", description=_GRPO_PRECEDENCE)
+    grpo.add_argument("env_id", nargs="?", metavar="ENV_ID", help="environment id (or --set env_id=ID, or env_id in --config)")
     grpo.add_argument("--config", help="TOML file with GRPOConfig keys")
     grpo.add_argument("--model", help="model name or path, or tiny-random (default smollm2)")
     grpo.add_argument("--out", help="run folder (default runs/grpo)")
@@ -58,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
     grpo.add_argument("--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step")
     grpo.add_argument("--env-kwargs", metavar="TOML", help='environment arguments as an inline TOML table: "{max_turns = 4}"')
-    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any GRPOConfig field (TOML value)")
+    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any GRPOConfig field (TOML value; none for None); repeatable")
     grpo.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
     grpo.set_defaults(func=run_grpo)
@@ -86,47 +95,114 @@ def _toml_value(text: str) -> Any:
         return text  # a bare word: a string
 
 
-def _grpo_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
+#: a GRPOConfig field -> (where the command line gave it, its value)
+_Given = dict[str, tuple[str, Any]]
+
+
+def _flag_values(args: argparse.Namespace) -> _Given:
+    """The fields set by ENV_ID and the dedicated flags, each with the flag that set it."""
+    given: _Given = {}
     if args.env_id:
-        overrides["env_id"] = args.env_id
+        given["env_id"] = (f"ENV_ID {args.env_id}", args.env_id)
     for flag, field in _GRPO_FLAGS.items():
         if getattr(args, flag) is not None:
-            overrides[field] = getattr(args, flag)
+            given[field] = (f"--{flag.replace('_', '-')} {getattr(args, flag)}", getattr(args, flag))
     if args.lora:
-        overrides["lora"] = True
+        given["lora"] = ("--lora", True)
     if args.no_progress:
-        overrides["progress"] = False
+        given["progress"] = ("--no-progress", False)
     if args.env_kwargs:
         value = _toml_value(args.env_kwargs)
         if not isinstance(value, dict):
             raise CLIError(f"--env-kwargs must be an inline TOML table like '{{max_turns = 4}}', got {args.env_kwargs!r}")
-        overrides["env_kwargs"] = value
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise CLIError(f"--set needs KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = _toml_value(value.strip())
-    return overrides
+        given["env_kwargs"] = (f"--env-kwargs {args.env_kwargs}", value)
+    return given
 
 
-def _typed_overrides(args: argparse.Namespace, overrides: dict[str, Any], cls: type) -> dict[str, Any]:
-    """``overrides`` checked against ``cls``'s field types (like a ``--config`` file's values).
+def _set_values(args: argparse.Namespace, cls: type) -> _Given:
+    """The fields of the ``--set KEY=VALUE`` items, values read as TOML and type-checked.
 
     ``--set KEY=none`` (or ``null``) sets ``None`` for a field that accepts it, since TOML has no null.
+
+    Raises:
+        CLIError: an item is not ``KEY=VALUE``, names no field of ``cls``, has a value of the
+            wrong type, or sets a field an earlier ``--set`` set to another value.
+    """
+    hints = typing.get_type_hints(cls)
+    given: _Given = {}
+    unknown, problems = [], []
+    for item in args.set:
+        key, sep, text = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise CLIError(f"--set needs KEY=VALUE, got {item!r}")
+        if key not in hints:
+            unknown.append(key)
+            continue
+        none = text.lower() in ("none", "null") and type(None) in typing.get_args(hints[key])
+        label = f"--set {item}"
+        try:
+            value = _typed({key: (label, None if none else _toml_value(text))}, cls)[key][1]
+        except CLIError as err:
+            problems.append(str(err))
+            continue
+        if key in given and given[key][1] != value:
+            raise CLIError(f"{key} is given twice with different values: {given[key][0]} and {label}; give one")
+        given[key] = (label, value)
+    if unknown:
+        raise CLIError(f"unknown {cls.__name__} fields {unknown} in --set")
+    if problems:
+        raise CLIError("; ".join(problems))
+    return given
+
+
+def _typed(given: _Given, cls: type) -> _Given:
+    """``given`` with its values checked against ``cls``'s field types, as a ``--config`` file's are.
+
+    Raises:
+        CLIError: values of the wrong type, each one named.
     """
     from llmgym.trainers.config import FieldTypeError, check_field_types
 
-    hints = typing.get_type_hints(cls)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        key = key.strip()
-        if value.strip().lower() in ("none", "null") and type(None) in typing.get_args(hints.get(key)):
-            overrides[key] = None
     try:
-        return check_field_types(cls, overrides)
+        values = check_field_types(cls, {field: value for field, (_, value) in given.items()})
     except FieldTypeError as err:
         raise CLIError(str(err)) from None
+    return {field: (given[field][0], value) for field, value in values.items()}
+
+
+def _config_env_id(path: str) -> str | None:
+    """The ``env_id`` a ``--config`` TOML file sets, or ``None``."""
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file).get("env_id")
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise CLIError(f"cannot read --config {path}: {err}") from None
+
+
+def _grpo_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The GRPOConfig fields the command line sets, checked for types and for agreement.
+
+    ENV_ID, the dedicated flags and ``--set`` may name the same field only with the same
+    value; they all win over a ``--config`` file, except ``env_id``, which must agree with it.
+
+    Raises:
+        CLIError: a malformed or unknown ``--set``, a value of the wrong type, one field given
+            two different values, or no environment id anywhere (no ENV_ID, ``--set env_id``
+            or ``--config``).
+    """
+    flags, sets = _typed(_flag_values(args), cls), _set_values(args, cls)
+    for field in sorted(flags.keys() & sets.keys()):
+        if flags[field][1] != sets[field][1]:
+            raise CLIError(f"{field} is given twice with different values: {flags[field][0]} and {sets[field][0]}; give one")
+    given = {**flags, **sets}
+    if args.config:
+        in_file = _config_env_id(args.config)
+        if in_file is not None and "env_id" in given and given["env_id"][1] != in_file:
+            raise CLIError(f"env_id is given twice with different values: {given['env_id'][0]} and "
+                           f"env_id = {in_file!r} in {args.config}; give one")
+    elif "env_id" not in given:
+        raise CLIError("give an ENV_ID, --set env_id=ID or a --config file that sets env_id")
+    return {field: value for field, (_, value) in given.items()}
 
 
 def run_grpo(args: argparse.Namespace) -> int:
@@ -135,21 +211,18 @@ def run_grpo(args: argparse.Namespace) -> int:
         from llmgym.trainers.grpo import GRPOTrainer
     except ImportError as err:
         raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
+    import gymnasium as gym
+
     import llmgym  # noqa: F401  registers the environments
 
-    overrides = _grpo_overrides(args)
-    names = {f.name for f in dataclasses.fields(GRPOConfig)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise CLIError(f"unknown GRPOConfig fields {unknown}")
-    overrides = _typed_overrides(args, overrides, GRPOConfig)
+    overrides = _grpo_overrides(args, GRPOConfig)
     try:
         config = load_config(args.config, GRPOConfig, **overrides) if args.config else GRPOConfig(**overrides)
-        if not args.config and not args.env_id:
-            raise CLIError("give an ENV_ID or a --config file that sets env_id")
-        trainer = GRPOTrainer(config, resume=args.resume)
+        trainer = GRPOTrainer(config, resume=args.resume)  # makes one env before loading the model
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as err:
         raise CLIError(str(err)) from None
+    except gym.error.Error as err:  # an unknown env id; gymnasium's message has its own "did you mean"
+        raise CLIError(f"cannot make environment {config.env_id!r}: {err} (`llmgym list` shows them all)") from None
     try:
         history = trainer.train()
     finally:
