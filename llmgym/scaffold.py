@@ -9,6 +9,7 @@ tests that run :func:`llmgym.checker.check_env`, and a README; and
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 import sys
@@ -66,13 +67,41 @@ def names_for(name: str) -> ProjectNames:
         )
     package = name.replace("-", "_").lower()
     # "tests": the package folder would be the project's tests/ folder (pytest then imports it half-made)
-    if package in sys.stdlib_module_names or package in ("llmgym", "tests") or keyword.iskeyword(package):
+    if package in sys.stdlib_module_names:
+        raise ValueError(f"the import name {package!r} would shadow the standard-library module {package}; "
+                         f"pick another name, e.g. {package}-env")
+    if package in ("llmgym", "tests") or keyword.iskeyword(package):
         raise ValueError(f"the import name {package!r} would shadow a module; pick another name, e.g. {package}-env")
     parts = re.split(r"[-_]", name)
     class_name = "".join(part[:1].upper() + part[1:] for part in parts)
     if not class_name.endswith("Env"):
         class_name += "Env"
     return ProjectNames(name, package, class_name, f"{name}/{class_name}-v0")
+
+
+def _refuse_shadowing(package: str, root: Path) -> None:
+    """Refuse an import name that an installed module already has (``numpy``, ``gymnasium``).
+
+    The new package would hide that module, or be hidden by it, wherever both are
+    importable. A module found inside ``root`` is this project's own earlier scaffold
+    (``--force`` re-run after ``pip install -e``), and a namespace package (a bare
+    folder on the path) loses to any regular package, so neither counts.
+
+    Raises:
+        ValueError: ``package`` is the import name of a module installed elsewhere.
+    """
+    try:
+        spec = importlib.util.find_spec(package)
+        origin = spec.origin if spec else None  # None also for a namespace package
+    except ValueError:  # imported already, with no __spec__: it exists all the same
+        origin = "already imported"
+    if origin is None:
+        return
+    location = Path(origin)
+    if location.is_absolute() and location.resolve().is_relative_to(root.resolve()):
+        return
+    raise ValueError(f"the import name {package!r} would shadow the installed module {package} ({origin}); "
+                     f"pick another name, e.g. {package}-env")
 
 
 def scaffold(name: str, parent: str | Path = ".", description: str = "", force: bool = False) -> Path:
@@ -85,12 +114,15 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
         force: write into an existing non-empty folder (files are overwritten).
 
     Raises:
-        ValueError: a bad name, or the folder exists and is not empty (without ``force``).
+        ValueError: a bad name (see :func:`names_for`), an import name that an installed
+            module already has (``numpy``; this project's own earlier scaffold in ``parent/name``
+            does not count), or the folder exists and is not empty (without ``force``).
     """
     from llmgym import __version__
 
     names = names_for(name)
     root = Path(parent) / name
+    _refuse_shadowing(names.package, root)
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root} already exists and is not a folder; pick another name or --dir")
     if root.exists() and any(root.iterdir()) and not force:

@@ -7,9 +7,12 @@ The trainer is a stub here: nothing is trained, only the config the CLI built is
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from llmgym.cli import main
+from llmgym.scaffold import scaffold
 
 ENV = "llmgym/MathTools-v0"  # not GRPOConfig's default env_id, so a dropped value shows
 
@@ -98,6 +101,35 @@ def test_help_states_the_precedence(capsys):
         main(["train", "grpo", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "override a --config file" in out and "must have one value" in out
+
+
+@pytest.mark.parametrize("name", ["numpy", "gymnasium", "pytest"])
+def test_init_refuses_the_name_of_an_installed_module(name, tmp_path, capsys):
+    assert importlib.util.find_spec(name) is not None
+    assert main(["init", name, "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"installed module {name}" in err
+    assert not (tmp_path / name).exists()
+
+
+def test_init_names_the_stdlib_module_it_would_shadow(tmp_path, capsys):
+    assert main(["init", "json", "--dir", str(tmp_path)]) == 2
+    assert "standard-library module json" in capsys.readouterr().err
+
+
+def test_init_rerun_over_its_own_importable_scaffold(tmp_path, monkeypatch):
+    root = scaffold("rerun-env", tmp_path)
+    monkeypatch.syspath_prepend(str(root))  # as after `pip install -e rerun-env`
+    assert importlib.util.find_spec("rerun_env") is not None
+    assert scaffold("rerun-env", tmp_path, force=True) == root  # the same project: allowed
+    with pytest.raises(ValueError, match="installed module rerun_env"):
+        scaffold("rerun-env", tmp_path / "elsewhere")  # a second copy would shadow the first
+
+
+def test_init_ignores_a_bare_folder_of_that_name_on_the_path(tmp_path, monkeypatch):
+    (tmp_path / "path" / "bare_env").mkdir(parents=True)  # a namespace package: any real package wins over it
+    monkeypatch.syspath_prepend(str(tmp_path / "path"))
+    assert scaffold("bare_env", tmp_path / "projects").is_dir()
 
 
 def test_an_unknown_env_id_is_a_one_line_error(capsys):
