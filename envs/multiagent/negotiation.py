@@ -12,7 +12,11 @@ Prose around the move is delivered to the other player as a message.
 
 Moves: ``propose(books, hats, balls)`` / ``accept()`` as tool calls, or
 plain text such as ``"I propose: 2 books, 1 hat, 0 balls"`` (a type left out
-means 0) and ``"I accept"``.
+means 0) and ``"I accept"``. Prose is read as a person would: an acceptance
+accepts even when it restates the split on the table ("I accept your offer of
+1 book"), an acceptance that names a *different* split is an illegal attempt
+(one move per turn), and counts after "I propose"/"how about" are the offer
+(the full rules: "Negotiation in plain text" in ``docs/multiagent.md``).
 
 Rewards: at a deal each player gets the value of its share over 10 (0..1);
 no deal by the last turn gives both 0; -0.1 for each illegal attempt (accepting
@@ -41,8 +45,22 @@ ITEMS: tuple[str, ...] = ("books", "hats", "balls")
 TOTAL_VALUE = 10
 _COUNT_FIRST = re.compile(r"(\d+)\s*(book|hat|ball)s?", re.IGNORECASE)
 _NAME_FIRST = re.compile(r"(book|hat|ball)s?\s*[:=]\s*(\d+)", re.IGNORECASE)
-_ACCEPT = re.compile(r"\b(accept|accepted|deal)\b", re.IGNORECASE)
-_REFUSE = re.compile(r"\b(not|no|don't|dont|won't|reject|refuse|never)\b", re.IGNORECASE)
+# plain-text moves (the rules are in docs/multiagent.md, "Negotiation in plain text")
+_CLAUSE = re.compile(r"[^.!?;\n]+[.!?;]*")
+_ACCEPT_WORD = re.compile(r"\b(?:accept(?:ed|ing)?|agreed?)\b", re.IGNORECASE)
+_DEAL = re.compile(
+    r"^(?:(?:ok|okay|yes|sure|fine|great|alright|perfect|then)\W+)*"
+    r"(?:(?:it'?s|that'?s|it is|that is|we have|we've got|you have|you've got|you got)\s+a\s+)?"
+    r"deal\b(?!\s+(?:or|if|with|for|would|is|on)\b)", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|don'?t|do not|can'?t|cannot|won'?t|will not|couldn'?t|wouldn'?t|shouldn'?t|no longer)"
+                      r"(?:\s+\w+){0,2}\s*$", re.IGNORECASE)
+_NOT_MINE = re.compile(r"(?:\b(?:if|unless|whether|when|once)\b.*"
+                       r"|\byou(?:'ll|'d|\s+(?:will|would|can|could|should|must|might|may|shall|to|do))?\s+"
+                       r"|\bplease\s+|\b(?:would|could|might|may)(?:\s+\w+)?\s+)$", re.IGNORECASE)
+_DECLINE = re.compile(r"\b(?:reject(?:ed)?|refuse[ds]?|declined?|no deal|not a deal)\b", re.IGNORECASE)
+_PROPOSAL = re.compile(
+    r"\b(?:i|we)(?:'d| would)?\s+(?:propose|suggest|counter|offer)\b|\b(?:how|what) about\b|\bcounter[- ]?(?:offer|proposal)\b|"
+    r"\b(?:my|new) (?:proposal|offer)\b|^\s*(?:proposal|offer)\s*:", re.IGNORECASE | re.MULTILINE)
 
 
 def draw_game(rng: np.random.Generator) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
@@ -151,19 +169,41 @@ class NegotiationEnv(TextGameEnv):
         return self._propose(tuple(arguments[item] for item in ITEMS))
 
     def read_text(self, agent: str, text: str) -> Any:
+        """The move in prose: an acceptance, a proposal, or an illegal attempt when it is neither or both.
+
+        See "Negotiation in plain text" in docs/multiagent.md for the rules.
+
+        Raises:
+            ToolError: no move found; an acceptance with nothing to accept, or naming a split that is
+                not the one on the table (two moves in one turn); impossible counts.
+        """
         text = text[:4096]
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        last = lines[-1] if lines else ""
-        takes: dict[str, int] = {}
-        for number, item in _COUNT_FIRST.findall(text):
-            takes.setdefault(item.lower() + "s", int(number[:4]))
-        for item, number in _NAME_FIRST.findall(text):
-            takes.setdefault(item.lower() + "s", int(number[:4]))
-        if _ACCEPT.search(last) and not _REFUSE.search(last) and not takes:
-            return self._accept(agent)
-        if takes:
-            return self._propose(tuple(takes.get(item, 0) for item in ITEMS))
+        clauses = _CLAUSE.findall(text)
+        declined = [_declines(c) for c in clauses]
+        if not any(declined) and any(_accepts(c) for c in clauses):
+            return self._accept_in_words(agent, text)
+        offer = "\n".join(_offer_part(c) if no else c for c, no in zip(clauses, declined))
+        takes, _ = _proposal(offer)
+        if takes is not None:
+            return self._propose(takes)
         raise ToolError('no move found; propose a split such as "I propose: 1 book, 2 hats, 0 balls" or write "I accept"')
+
+    def _accept_in_words(self, agent: str, text: str) -> str:
+        """An acceptance in prose, which must not also name a different split (that would be two moves)."""
+        self._accept(agent)
+        proposer, theirs = self.proposal
+        mine = tuple(c - t for c, t in zip(self.counts, theirs))
+        takes, marked = _proposal(text)
+        if marked:  # "I accept; how about 1 book, ..." is both moves unless it restates the table's split
+            different = takes not in (mine, theirs)
+        else:  # "I accept your offer of 1 book": every count it names must be one side's count on the table
+            different = any(n not in (mine[i], theirs[i]) for i, n in _mentions(text))
+        if different:
+            raise ToolError(
+                f"one move per turn: you accepted but also named a split that is not the proposal on the table "
+                f"(you would get {_describe(mine)}; {proposer} would take {_describe(theirs)}). Write \"I accept\" "
+                f"alone to take it, or propose without accepting, e.g. \"I propose: 1 book, 2 hats, 0 balls\"")
+        return "accept"
 
     def _accept(self, agent: str) -> str:
         if self.proposal is None or self.proposal[0] == agent:
@@ -214,6 +254,65 @@ class NegotiationEnv(TextGameEnv):
         return "Game over: deal. " + "; ".join(
             f"{a} gets {_describe(self.deal[a])}" for a in self.possible_agents
         ) + "."
+
+
+def _accepts(clause: str) -> bool:
+    """True when ``clause`` is the speaker accepting: "I accept", "Deal!", "agreed", not a question,
+    not negated ("I can't accept"), not conditional or someone else's ("if you accept", "would you accept")."""
+    words = clause.strip()
+    if words.endswith("?"):
+        return False
+    if _DEAL.match(words.lstrip("\"'*-([ ")):
+        return True
+    for found in _ACCEPT_WORD.finditer(words):
+        before = words[:found.start()]
+        if not _NEGATED.search(before) and not _NOT_MINE.search(before):
+            return True
+    return False
+
+
+def _declines(clause: str) -> bool:
+    """True when ``clause`` turns an offer down: "no deal", "I reject", "I can't accept ..."."""
+    if clause.strip().endswith("?"):
+        return False
+    return bool(_DECLINE.search(clause)) or any(
+        _NEGATED.search(clause[:found.start()]) for found in _ACCEPT_WORD.finditer(clause))
+
+
+def _offer_part(declining: str) -> str:
+    """What a declining clause offers: nothing ("I can't accept 1 book"), or what follows a proposal
+    marker in it ("I won't accept that, I propose 2 books")."""
+    marker = _PROPOSAL.search(declining)
+    return declining[marker.start():] if marker else ""
+
+
+def _mentions(text: str) -> list[tuple[int, int]]:
+    """Every ``(item index, count)`` that ``text`` names ("2 hats", "books: 1"), in the order written."""
+    found = [(m.start(), m[2], m[1]) for m in _COUNT_FIRST.finditer(text)]
+    found += [(m.start(), m[1], m[2]) for m in _NAME_FIRST.finditer(text)]
+    return [(ITEMS.index(item.lower() + "s"), int(number[:4])) for _, item, number in sorted(found)]
+
+
+def _proposal(text: str) -> tuple[tuple[int, ...] | None, bool]:
+    """The split ``text`` proposes (what the speaker takes; items not named are 0) and whether it was marked.
+
+    Counts are read from the first proposal marker ("I propose", "how about", "counter-offer",
+    "my offer", "Proposal:") that has counts after it, else from the whole text; the first count
+    named for an item wins ("I propose: 1 book, 2 hats, leaving you 3 books" takes 1 book).
+    """
+    for marker in _PROPOSAL.finditer(text):
+        mentioned = _mentions(text[marker.start():])
+        if mentioned:
+            return _first_counts(mentioned), True
+    mentioned = _mentions(text)
+    return (_first_counts(mentioned) if mentioned else None), False
+
+
+def _first_counts(mentioned: list[tuple[int, int]]) -> tuple[int, ...]:
+    takes: dict[int, int] = {}
+    for i, n in mentioned:
+        takes.setdefault(i, n)
+    return tuple(takes.get(i, 0) for i in range(len(ITEMS)))
 
 
 def _compare(scores: dict[str, float]) -> dict[str, str]:
