@@ -17,6 +17,12 @@ returns them, with the same prefix contract as :mod:`llmgym.rollout`) and
 ``metadata["outcome"]`` (``"win"``, ``"draw"``, ``"loss"``), ``metadata["agent"]``
 and ``metadata["players"]`` (agent -> player name): what a GRPO trainer needs to
 train one side or both.
+
+An exception from a player or from the env (its factory, ``reset``, ``step``,
+``outcome``, ``close``) ends that game only: both agents' episodes record
+``metadata["error"]`` and ``metadata["error_source"]`` (``"policy"`` or ``"env"``),
+their outcome is ``"unfinished"``, and the other games go on. Ctrl-C, a
+cancellation and :class:`~llmgym.rollout.TokenMismatchError` still stop the match.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
@@ -34,7 +41,7 @@ from llmgym.episode import Episode
 from llmgym.messages import Message, assistant, system, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout import run_sync
-from llmgym.rollout_tokens import TokenRecord
+from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
 
 __all__ = ["play_match", "aplay_match", "win_matrix", "WinMatrix", "player_name"]
 
@@ -46,8 +53,48 @@ def player_name(player: Any) -> str:
     return str(getattr(player, "name", "") or type(player).__name__)
 
 
-class _PolicyFailure(Exception):
-    """A policy raised while choosing a move; the game stops and its episodes record the error."""
+class _GameFailure(Exception):
+    """A player or the env raised; the game stops and its episodes record the error.
+
+    Attributes:
+        source: ``"policy"`` (a player) or ``"env"``, for ``metadata["error_source"]``.
+        description: ``"Type: message"`` (a player's prefixed with its agent), for ``metadata["error"]``.
+    """
+
+    def __init__(self, source: str, description: str):
+        super().__init__(description)
+        self.source, self.description = source, description
+
+
+def _describe(err: Exception) -> str:
+    """An exception as ``metadata["error"]`` records it: ``"Type: message"``, as single-agent rollouts do."""
+    return f"{type(err).__name__}: {err}"
+
+
+@contextmanager
+def _env_errors() -> Iterator[None]:
+    """Turn an exception the env raises inside the block into a failure of this game only.
+
+    A :class:`TokenMismatchError` (a wrapper refusing the tokens) stops the match, as in single-agent rollouts.
+    """
+    try:
+        yield
+    except (_GameFailure, TokenMismatchError):
+        raise
+    except Exception as err:
+        raise _GameFailure("env", _describe(err)) from err
+
+
+def _check_players(agents: Iterable[str], players: dict[str, Any]) -> None:
+    """Check that ``players`` seats exactly the game's ``agents``.
+
+    Raises:
+        ValueError: an agent has no player, or a player names no agent of the game.
+    """
+    missing = set(agents) - set(players)
+    extra = set(players) - set(agents)
+    if missing or extra:
+        raise ValueError(f"players must name every agent of the game exactly: missing {sorted(missing)}, unknown {sorted(extra)}")
 
 
 @dataclass
@@ -91,10 +138,10 @@ class _Seat:
             request = PolicyRequest(list(self.messages), tools, sampling, self.tokens.prefix())
             try:
                 generation = await self.player.agenerate(request)
-            except asyncio.CancelledError:
+            except TokenMismatchError:
                 raise
             except Exception as err:  # a failing policy ends this game, not the match
-                raise _PolicyFailure(f"{self.agent}: {type(err).__name__}: {err}") from err
+                raise _GameFailure("policy", f"{self.agent}: {_describe(err)}") from err
             if not isinstance(generation, Generation):
                 raise TypeError(f"{type(self.player).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
             self.tokens.add(generation, len(self.turn_rewards) + 1, request.prefix_token_ids)
@@ -102,76 +149,132 @@ class _Seat:
             action: str | dict[str, Any] = message if message.get("tool_calls") else str(message.get("content") or "")
             self.messages.append(dict(message) if message.get("tool_calls") else assistant(str(action)))
         else:
-            action = self.player.act(env, self.agent)
+            try:
+                action = self.player.act(env, self.agent)
+            except Exception as err:  # a scripted player's bug ends this game too
+                raise _GameFailure("policy", f"{self.agent}: {_describe(err)}") from err
             self.messages.append(assistant(action))
         self.policy_seconds += time.perf_counter() - tick
         self.turn_rewards.append(0.0)
         return action
 
 
-async def _play_aec(env: AECEnv, seats: dict[str, _Seat], sampling: SamplingParams) -> str | None:
-    for agent in env.agent_iter():
-        observation, reward, terminated, truncated, info = env.last()
-        seat = seats[agent]
-        seat.credit(reward)
-        seat.pending.append(observation["text"])
-        if terminated or truncated:
-            env.step(None)
-            continue
-        try:
-            action = await seat.act(env, info.get("tools", []), sampling)
-        except _PolicyFailure as err:
-            return str(err)
-        env.step(action)
-    return None
+async def _play_aec(env: AECEnv, seats: dict[str, _Seat], seed: int, sampling: SamplingParams) -> None:
+    """Play an AEC game to its end.
+
+    Raises:
+        _GameFailure: a player or the env raised.
+    """
+    with _env_errors():
+        env.reset(seed=seed)
+        turns = iter(env.agent_iter())
+    while True:
+        with _env_errors():  # what the env says is read here: a bad reward or observation is its failure
+            agent = next(turns, None)
+            if agent is None:
+                return
+            observation, reward, terminated, truncated, info = env.last()
+            seat = seats[agent]
+            seat.credit(reward)
+            seat.pending.append(observation["text"])
+            if terminated or truncated:
+                env.step(None)
+                continue
+            tools = info.get("tools", [])
+        action = await seat.act(env, tools, sampling)
+        with _env_errors():
+            env.step(action)
 
 
-async def _play_parallel(env: ParallelEnv, seats: dict[str, _Seat], observations: dict[str, Any], infos: dict[str, Any], sampling: SamplingParams) -> str | None:
-    for agent, observation in observations.items():
-        seats[agent].pending.append(observation["text"])
-    while env.agents:
-        acting = [a for a in env.agents if infos[a].get("needs_action", True)]
-        moves = [asyncio.ensure_future(seats[a].act(env, infos[a].get("tools", []), sampling)) for a in acting]
+async def _play_parallel(env: ParallelEnv, seats: dict[str, _Seat], seed: int, sampling: SamplingParams) -> None:
+    """Play a Parallel game to its end.
+
+    Raises:
+        _GameFailure: a player or the env raised.
+    """
+    with _env_errors():
+        observations, infos = env.reset(seed=seed)
+        for agent, observation in observations.items():
+            seats[agent].pending.append(observation["text"])
+    while True:
+        with _env_errors():
+            if not env.agents:
+                return
+            acting = [a for a in env.agents if infos[a].get("needs_action", True)]
+            tools = {a: infos[a].get("tools", []) for a in acting}
+        moves = [asyncio.ensure_future(seats[a].act(env, tools[a], sampling)) for a in acting]
         try:
             chosen = await asyncio.gather(*moves)
-        except _PolicyFailure as err:
+        except BaseException:
             # the other seats' moves are moot: stop them, or they write into the finished episodes later
             for move in moves:
                 move.cancel()
             await asyncio.gather(*moves, return_exceptions=True)
-            return str(err)
-        actions = {a: "" for a in env.agents} | dict(zip(acting, chosen))
-        observations, rewards, _, _, infos = env.step(actions)
-        for agent, reward in rewards.items():
-            seats[agent].credit(reward)
-        for agent, observation in observations.items():
-            if observation["text"]:
-                seats[agent].pending.append(observation["text"])
-    return None
+            raise
+        with _env_errors():
+            actions = {a: "" for a in env.agents} | dict(zip(acting, chosen))
+            observations, rewards, _, _, infos = env.step(actions)
+            for agent, reward in rewards.items():
+                seats[agent].credit(reward)
+            for agent, observation in observations.items():
+                if observation["text"]:
+                    seats[agent].pending.append(observation["text"])
 
 
 async def _play_game(
     env_factory: Callable[[], Any], players: dict[str, Any], seed: int, group: int, sampling: SamplingParams, env_id: str,
 ) -> dict[str, Episode]:
+    """One game: one episode per agent. A player's or the env's exception ends this game only.
+
+    Raises:
+        ValueError: ``players`` does not name exactly the game's agents.
+    """
     start = time.perf_counter()
-    env = env_factory()
-    game = env.unwrapped
-    prompt = getattr(game, "system_prompt", "")
-    seats = {a: _Seat(a, players[a], [system(prompt)] if prompt else []) for a in game.possible_agents}
-    if isinstance(game, ParallelEnv):
-        observations, infos = env.reset(seed=seed)
-        error = await _play_parallel(env, seats, observations, infos, sampling)
-    else:
-        env.reset(seed=seed)
-        error = await _play_aec(env, seats, sampling)
-    outcome = game.outcome() if error is None and hasattr(game, "outcome") else {}
+    env = game = None
+    seats = {a: _Seat(a, p, []) for a, p in players.items()}  # until the env says who plays and what they read
+    tools: list[dict[str, Any]] = []
+    outcome: dict[str, str] = {}
+    error: tuple[str, str] | None = None  # (where it came from, what it was)
+    try:
+        with _env_errors():
+            env = env_factory()
+            game = env.unwrapped
+            agents = list(game.possible_agents)
+            prompt = getattr(game, "system_prompt", "")
+            tools = list(getattr(game, "tool_schemas", []))
+        _check_players(agents, players)
+        seats = {a: _Seat(a, players[a], [system(prompt)] if prompt else []) for a in agents}
+        if isinstance(game, ParallelEnv):
+            await _play_parallel(env, seats, seed, sampling)
+        else:
+            await _play_aec(env, seats, seed, sampling)
+        with _env_errors():
+            outcome = game.outcome() if hasattr(game, "outcome") else {}
+    except _GameFailure as err:
+        error = (err.source, err.description)
+    finally:
+        if env is not None:
+            try:
+                with _env_errors():
+                    env.close()
+            except _GameFailure as err:
+                error = error or (err.source, err.description)
+    game_name = env_id or (type(game).__name__ if game is not None else _factory_name(env_factory))
+    return _episodes(seats, players, (game_name, seed, group, tools), outcome if error is None else {}, error, start)
+
+
+def _episodes(
+    seats: dict[str, _Seat], players: dict[str, Any], game: tuple[str, int, int, list[dict[str, Any]]],
+    outcome: dict[str, str], error: tuple[str, str] | None, start: float,
+) -> dict[str, Episode]:
+    """Each seat's episode of one game; ``game`` is what they share: (env id, seed, group, tools)."""
+    env_id, seed, group, tools = game
     names = {a: player_name(p) for a, p in players.items()}
     episodes = {}
     for agent, seat in seats.items():
         seat.flush()
         episode = Episode(
-            env_id=env_id or type(game).__name__, seed=seed, messages=seat.messages,
-            tools=getattr(game, "tool_schemas", []), turn_rewards=seat.turn_rewards,
+            env_id=env_id, seed=seed, messages=seat.messages, tools=list(tools), turn_rewards=seat.turn_rewards,
             reward_components=[{"game": r} for r in seat.turn_rewards],
             terminated=error is None, truncated=error is not None, group=group, policy=names[agent],
         )
@@ -181,10 +284,27 @@ async def _play_game(
         if seat.early_reward:
             episode.metadata["reward_before_first_turn"] = seat.early_reward
         if error is not None:
-            episode.metadata["error"] = error
+            episode.metadata["error_source"], episode.metadata["error"] = error
         episodes[agent] = episode
-    env.close()
     return episodes
+
+
+def _factory_name(env_factory: Callable[[], Any]) -> str:
+    """A name for the env of a game whose env could not be built: the factory's."""
+    return str(getattr(env_factory, "__name__", "") or type(env_factory).__name__)
+
+
+def _agents_of(env_factory: Callable[[], Any]) -> list[str]:
+    """The agents of the game ``env_factory`` builds (one env, built and closed).
+
+    Raises:
+        Exception: whatever the factory or the env raises.
+    """
+    env = env_factory()
+    try:
+        return list(env.unwrapped.possible_agents)
+    finally:
+        env.close()
 
 
 async def aplay_match(
@@ -203,11 +323,12 @@ async def aplay_match(
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    probe = env_factory().unwrapped
-    missing = set(probe.possible_agents) - set(players)
-    extra = set(players) - set(probe.possible_agents)
-    if missing or extra:
-        raise ValueError(f"players must name every agent of the game exactly: missing {sorted(missing)}, unknown {sorted(extra)}")
+    try:
+        agents: list[str] | None = _agents_of(env_factory)
+    except Exception:  # each game builds its own env: it checks the players then, or records the failure
+        agents = None
+    if agents is not None:
+        _check_players(agents, players)
     for agent, player in players.items():
         if not isinstance(player, Policy) and not callable(getattr(player, "act", None)):
             raise TypeError(f"player for {agent} must be a Policy or have act(env, agent) -> str, got {type(player).__name__}")
@@ -249,9 +370,16 @@ def play_match(
         group_size: games per seed; the episodes of one seed share ``Episode.group``
             (a GRPO group). With ``sampling.seed`` set, each game of a group gets its own sampling seed.
 
+    Returns:
+        One dict per game (seeds in order, ``group_size`` games each): agent -> its episode. A game
+        that a player or the env stopped by raising is there too: both episodes hold
+        ``metadata["error"]`` (``"Type: message"``; a player's is prefixed with its agent) and
+        ``metadata["error_source"]`` (``"policy"`` or ``"env"``), and their outcome is ``"unfinished"``.
+
     Raises:
         ValueError: ``players`` does not name exactly the game's agents.
         TypeError: a player is neither a policy nor scripted.
+        TokenMismatchError: a policy broke the token-prefix contract (Ctrl-C stops the match too).
 
     Call :func:`aplay_match` from code that already runs an event loop.
 
@@ -274,7 +402,7 @@ class WinMatrix:
         names: the players, in order.
         counts: ``counts[a][b]["win"|"draw"|"loss"]``: games ``a`` won, drew, lost against ``b``.
         mean_reward: ``mean_reward[a][b]``: ``a``'s mean total reward per finished game against ``b``
-            (the games ``counts`` holds; a game stopped by a failing policy counts in neither).
+            (the games ``counts`` holds; a game stopped by an exception, a player's or the env's, counts in neither).
     """
 
     names: list[str]
@@ -322,7 +450,13 @@ def win_matrix(
         env_id: the id recorded in the episodes.
 
     Returns:
-        The matrix and every game's episodes.
+        The matrix and every game's episodes. A game stopped by an exception (a player's or the
+        env's) is among the episodes, marked ``metadata["error"]``, and counts in neither
+        ``counts`` nor ``mean_reward``.
+
+    Raises:
+        ValueError: the game does not have two players.
+        Exception: whatever the env factory raises on its first call, made to learn the seats.
 
     Example:
         >>> from llmgym.envs.multiagent import connect_four
@@ -336,7 +470,7 @@ def win_matrix(
     counts = {a: {b: dict.fromkeys(OUTCOMES, 0) for b in names} for a in names}
     totals = {a: {b: 0.0 for b in names} for a in names}
     all_games: list[dict[str, Episode]] = []
-    agents = list(env_factory().unwrapped.possible_agents)
+    agents = _agents_of(env_factory)  # the seats are needed before any game: an env that cannot be built stops here
     if len(agents) != 2:
         raise ValueError(f"win_matrix needs a two-player game, this one has agents {agents}")
     first, second = agents
