@@ -30,6 +30,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence, Union
 
@@ -210,21 +211,36 @@ async def arollout(
     writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
     reporter = _Progress(progress, total, initial=len(done))
 
+    built: list[bool] = []  # whether any worker has built an env yet
+
     async def worker() -> None:
-        instance = make_env()
+        instance: gym.Env | None = None  # built for the first job; a factory that fails fails that job only
         try:
             while True:
                 try:
                     seed, index = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
+                if instance is None:
+                    try:
+                        instance = make_env()
+                        built.append(True)
+                    except Exception as err:
+                        if not built:  # no env was ever built: bad arguments or a broken factory, not one bad episode
+                            raise
+                        episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
+                if instance is not None:
+                    episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
                 results[(seed, index)] = episode
                 if writer is not None:
                     writer.write(episode)
                 reporter.advance(episode)
         finally:
-            instance.close()
+            if instance is not None:
+                try:
+                    instance.close()
+                except Exception as err:  # the episodes are played and written: a failing close must not lose them
+                    warnings.warn(f"closing the env failed: {_describe(err)}", RuntimeWarning, stacklevel=1)
 
     policy_limit = getattr(policy, "max_concurrency", None)
     if policy_limit is not None:  # the policy knows its own sweet spot (llama.cpp: one stream)
@@ -354,6 +370,19 @@ async def _play(
     if error is not None:
         episode.metadata["error_source"], episode.metadata["error"] = error
     return episode
+
+
+def _unbuilt(source: EnvSource, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int,
+             group: int, err: Exception) -> Episode:
+    """The record of an episode whose env could not be built: nothing played, the error kept."""
+    name = env_id or getattr(source, "__name__", type(source).__name__)
+    return Episode(
+        env_id=name, seed=seed, group=group, policy=getattr(policy, "name", type(policy).__name__),
+        timing={"env_s": 0.0, "policy_s": 0.0, "wall_s": 0.0},
+        metadata={"group_index": index, "sampling": dataclasses.asdict(sampling), "thinking_tokens": 0,
+                  "turn_thinking_tokens": [], "finish_reasons": [], "generated_tokens": None,
+                  "error_source": "env", "error": _describe(err)},
+    )
 
 
 def _reset(env: gym.Env, seed: int) -> tuple[list[Message], list[dict[str, Any]]]:

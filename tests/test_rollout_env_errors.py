@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -256,3 +257,46 @@ def test_an_llmenv_whose_episode_record_raises_after_a_sound_episode():
     assert episode.metadata["error"] == "AttributeError: 'NoRecord' object has no attribute 'board'"
     assert episode.metadata["error_source"] == "env" and episode.seed == 0
     assert episode.terminated and episode.total_reward > 0  # what the loop saw of the game is kept
+
+
+def test_an_env_factory_failing_after_the_first_build_fails_that_episode_only(tmp_path):
+    calls = []
+
+    def factory():  # the second env (the second worker's) cannot be built; the third can
+        calls.append(1)
+        if len(calls) == 2:
+            raise SandboxDied("no sandbox slot")
+        return WordleEnv()
+
+    class Yielding(Policy):  # gives the event loop a turn, so both workers start
+        def __init__(self):
+            self.inner = load_scripted("wordle")
+
+        async def agenerate(self, request):
+            await asyncio.sleep(0)
+            return await self.inner.agenerate(request)
+
+    path = tmp_path / "run.jsonl"
+    episodes = rollout(factory, Yielding(), seeds=[0, 1, 2, 3], max_concurrency=2, jsonl_path=path)
+    failed = [e for e in episodes if "error" in e.metadata]
+    assert len(failed) == 1 and failed[0].metadata["error_source"] == "env"
+    assert failed[0].metadata["error"] == "SandboxDied: no sandbox slot" and failed[0].env_id == "factory"
+    assert failed[0].messages == [] and failed[0].turn_rewards == []
+    assert all(e.terminated and e.total_reward > 0 for e in episodes if e is not failed[0])
+    assert sorted(e.seed for e in load_jsonl(path)) == [0, 1, 2, 3] and len(calls) == 3
+
+
+def test_an_env_that_can_never_be_built_raises_instead_of_failing_every_episode():
+    with pytest.raises(TypeError, match="bogus"):
+        rollout(WORDLE, load_scripted("wordle"), seeds=2, env_kwargs={"bogus": 1})
+
+
+class CloseFails(WordleEnv):
+    def close(self):
+        raise SandboxDied("cleanup failed")
+
+
+def test_a_failing_env_close_warns_and_keeps_the_episodes():
+    with pytest.warns(RuntimeWarning, match="cleanup failed"):
+        episodes = rollout(CloseFails, load_scripted("wordle"), seeds=2)
+    assert len(episodes) == 2 and all(e.terminated for e in episodes)
