@@ -170,3 +170,14 @@ def test_local_llm_opponent_plays_both_seats(tmp_path, capsys, monkeypatch):
     assert len(llm) == 2 and {e.metadata["agent"] for e in llm} == {"player_0", "player_1"}
     assert all(e.token_ids for e in llm) and summary["run"]["concurrency"] == 1
     assert summary["matrix"]["minimax"][llm[0].policy]["loss"] == 0
+
+
+def test_a_game_that_cannot_be_built_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    import llmgym.envs.multiagent as multiagent
+
+    def broken(env_id, **kwargs):
+        raise OSError("no display")
+
+    monkeypatch.setattr(multiagent, "make_multiagent", broken)
+    assert _eval(tmp_path, TTT, "--policy", "scripted:minimax", "--opponent", "self") == 2
+    assert "could not be built: OSError: no display" in capsys.readouterr().err

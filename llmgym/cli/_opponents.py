@@ -237,6 +237,8 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         make_multiagent(env_id, **env_kwargs).close()
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the game refuses
         raise CLIError(f"{env_id} does not take these --env-kwargs: {err}") from None
+    except Exception as err:  # any other failure to build it: one line, not a traceback
+        raise CLIError(f"{env_id} could not be built: {type(err).__name__}: {err}") from None
 
     if args.policy:
         kind, _, name = args.policy.partition(":")
