@@ -37,6 +37,7 @@ such policies score far below the scripted honest solver.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from llmgym.env import LLMEnv
@@ -88,6 +89,8 @@ class CodeTestsEnv(LLMEnv):
             raise ValueError(f"source must be 'generated', 'handwritten' or 'mixed', got {source!r}")
         if n_hidden < 1:
             raise ValueError(f"n_hidden must be >= 1, got {n_hidden}")
+        if not (isinstance(per_test_timeout_s, (int, float)) and 0 < per_test_timeout_s < math.inf):
+            raise ValueError(f"per_test_timeout_s must be a positive number of seconds, got {per_test_timeout_s!r}")
         super().__init__(max_turns=max_turns, **kwargs)
         self.source, self.n_hidden = source, n_hidden
         self.sandbox_backend = sandbox_backend

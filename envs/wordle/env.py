@@ -99,6 +99,8 @@ class WordleEnv(LLMEnv):
     )
 
     def __init__(self, max_guesses: int = 6, max_turns: int = 10, **kwargs: Any):
+        if isinstance(max_guesses, bool) or not isinstance(max_guesses, int) or max_guesses < 1:
+            raise ValueError(f"max_guesses must be an integer >= 1, got {max_guesses!r}")
         super().__init__(max_turns=max_turns, **kwargs)
         self.max_guesses = max_guesses
         self.answers, self.valid_words = load_words()

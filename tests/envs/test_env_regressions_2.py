@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import gymnasium as gym
+import pytest
+
 import llmgym  # noqa: F401
 from llmgym.envs.wiki_search import WikiSearchEnv
 
@@ -111,3 +114,16 @@ def test_multiagent_penalties_must_be_finite():
         with pytest.raises(ValueError, match="finite number >= 0"):
             checked_penalty("illegal_penalty", value)
     assert checked_penalty("illegal_penalty", 2) == 2.0
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "message"), [
+    ("llmgym/Wordle-v0", {"max_guesses": 0}, "max_guesses"),  # played one turn that could never guess
+    ("llmgym/Wordle-v0", {"max_guesses": -1}, "max_guesses"),
+    ("llmgym/Wordle-v0", {"max_guesses": 2.5}, "max_guesses"),
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": 0}, "per_test_timeout_s"),  # every test would time out
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": -1.0}, "per_test_timeout_s"),
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": float("nan")}, "per_test_timeout_s"),
+])
+def test_degenerate_env_arguments_are_refused(env_id, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make(env_id, **kwargs)
