@@ -5,7 +5,8 @@ Holds :func:`check_env`, which runs every check below on an environment id
 lines, each PASS, FAIL or SKIP with the fix to apply when it fails:
 
 - ``gymnasium``: Gymnasium's own ``check_env`` on ``env.unwrapped``.
-- ``determinism``: the same seed and the same actions give the same episode.
+- ``determinism``: the same seed and the same actions give the same episode,
+  and the same environment state (its plain-data attributes).
 - ``fuzz``: hostile actions (garbage, malformed and unknown tool calls, wrong
   argument types, 1 MB strings, control characters) never raise and get a
   text observation inside the observation space.
@@ -78,7 +79,8 @@ class CheckResult:
 class CheckReport:
     """Every check's verdict for one environment.
 
-    ``assert report.passed, report`` in a test prints the whole report on failure.
+    ``assert report.passed, str(report)`` in a test prints the whole report on failure
+    (pytest shows a message that is not a ``str`` as a repr cut to about 240 characters).
     """
 
     env_id: str
@@ -183,22 +185,33 @@ def check_env(
         ("budgets", runner.check_budgets),
         ("tool_schemas", runner.check_tool_schemas),
     ]
+    first_raised: dict[str, str] = {}  # an error's text -> the first check that raised it
     for name, check in checks:
         try:
             result = check()
         except Exception as err:  # a check that raises is a finding about the env, not a checker crash
-            result = CheckResult(
-                name, False, f"raised {type(err).__name__}: {_clip(str(err), 200)}",
-                fix="the environment raised where the contract says it must not; see the traceback",
-                details=traceback.format_exc().strip().splitlines()[-6:],
-            )
+            error = f"{type(err).__name__}: {_clip(str(err), 200)}"
+            if error in first_raised:  # e.g. setup raising fails every check: one traceback is enough
+                result = CheckResult(
+                    name, False, f"raised {error}", fix=f"the same error as the {first_raised[error]} check (traceback above)"
+                )
+            else:
+                first_raised[error] = name
+                result = CheckResult(
+                    name, False, f"raised {error}",
+                    fix="the environment raised where the contract says it must not; see the traceback",
+                    details=traceback.format_exc().strip().splitlines()[-6:],
+                )
         report.results.append(result)
     report.steps_per_second = runner.steps_per_second()
-    report.results.append(CheckResult(
-        "timing", True,
-        f"{report.steps_per_second:,.0f} steps/s over {runner.timed_steps} steps "
-        f"(reset {runner.mean_reset_ms():.2f} ms)",
-    ))
+    if runner.timed_steps:
+        report.results.append(CheckResult(
+            "timing", True,
+            f"{report.steps_per_second:,.0f} steps/s over {runner.timed_steps} steps "
+            f"(reset {runner.mean_reset_ms():.2f} ms)",
+        ))
+    else:
+        report.results.append(CheckResult("timing", None, "no steps were played, so nothing was timed"))
     runner.close()
     return report
 
@@ -250,24 +263,35 @@ class _Runner:
     def check_determinism(self) -> CheckResult:
         seed = self.seed + 7
         actions = self.varied_actions(12)
-        first = self.play(self.make(), seed, actions)
-        second = self.play(self.make(), seed, actions)
+        first_states: list[dict[str, Any]] = []
+        second_states: list[dict[str, Any]] = []
+        first = self.play(self.make(), seed, actions, first_states)
+        second = self.play(self.make(), seed, actions, second_states)
         difference = ""
         if len(first) != len(second):
             difference = f"one run ended after {len(first) - 1} steps, the other after {len(second) - 1}"
-        for index, (a, b) in enumerate(zip(first, second)):
+        # The env's plain-data attributes are compared too: they catch hidden state the
+        # actions did not happen to reveal (a target drawn with `random`).
+        for index, (a, b, state_a, state_b) in enumerate(zip(first, second, first_states, second_states)):
             names = ("obs", "info") if index == 0 else ("obs", "reward", "terminated", "truncated", "info")
             where = "reset" if index == 0 else f"step {index}"
             difference = difference or next(
                 (d for n, x, y in zip(names, a, b) if (d := _first_difference(x, y, f"{where} {n}"))), ""
+            ) or next(
+                (d for name in state_a if name in state_b
+                 and (d := _first_difference(state_a[name], state_b[name], f"{where} self.{name}"))),
+                "",
             )
         if difference:
             return CheckResult(
                 "determinism", False, f"two runs with seed={seed} and the same actions differ: {difference}",
-                fix="draw all randomness from self.np_random (seeded by reset(seed=)); keep timestamps, "
-                "latencies and object ids out of observations and info (put timing in the Episode record)",
+                fix="draw all randomness from self.np_random (seeded by reset(seed=)), never from random, "
+                "numpy.random or the clock; keep timestamps, latencies and object ids out of observations, "
+                "info and the env's attributes (put timing in the Episode record)",
             )
-        return CheckResult("determinism", True, f"{len(first) - 1} steps identical across two runs with seed={seed}")
+        return CheckResult(
+            "determinism", True, f"{len(first) - 1} steps and the env's state identical across two runs with seed={seed}"
+        )
 
     def check_fuzz(self) -> CheckResult:
         problems: list[str] = []
@@ -434,12 +458,21 @@ class _Runner:
                 actions.append(self.env.action_space.sample())
         return actions
 
-    def play(self, env: gym.Env, seed: int, actions: list[Action]) -> list[tuple[Any, ...]]:
-        """Transitions of one episode: ``(obs, info)`` then ``(obs, reward, terminated, truncated, info)``..."""
+    def play(
+        self, env: gym.Env, seed: int, actions: list[Action], states: list[dict[str, Any]] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Transitions of one episode: ``(obs, info)`` then ``(obs, reward, terminated, truncated, info)``...
+
+        ``states``, when given, receives a copy of the env's plain-data attributes after each of them.
+        """
         transitions: list[tuple[Any, ...]] = [env.reset(seed=seed)]
+        if states is not None:
+            states.append(_plain_state(env.unwrapped))
         for action in actions:
             transition = env.step(action)
             transitions.append(transition)
+            if states is not None:
+                states.append(_plain_state(env.unwrapped))
             if transition[2] or transition[3]:
                 break
         env.close()
@@ -521,6 +554,46 @@ def _schema_problems(schema: Any) -> list[str]:
     except (TypeError, ValueError) as err:
         problems.append(f"{where}: the schema is not plain JSON ({err})")
     return problems
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_state(env: Any) -> dict[str, Any]:
+    """Copies of the attributes of ``env`` that are plain data (numbers, strings, arrays, containers of them).
+
+    Objects (random generators, sandboxes, connections, tools) are left out: only
+    data two runs with the same seed must agree on is compared.
+    """
+    state = {}
+    for name, value in getattr(env, "__dict__", {}).items():  # a __slots__ env has no plain state to compare
+        copied = _plain_copy(value, 0)
+        if copied is not _NOT_PLAIN:
+            state[name] = copied
+    return state
+
+
+def _plain_copy(value: Any, depth: int) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic)):
+        return value
+    if depth > 32:
+        return _NOT_PLAIN
+    if isinstance(value, np.ndarray):
+        return value.copy() if value.dtype != object else _NOT_PLAIN
+    if type(value) in (list, tuple, set, frozenset):
+        items = [_plain_copy(item, depth + 1) for item in value]
+        if any(item is _NOT_PLAIN for item in items):
+            return _NOT_PLAIN
+        return type(value)(items) if type(value) in (list, tuple) else frozenset(items)
+    if type(value) is dict:
+        copied = {}
+        for key, item in value.items():
+            item = _plain_copy(item, depth + 1)
+            if item is _NOT_PLAIN or _plain_copy(key, depth + 1) is _NOT_PLAIN:
+                return _NOT_PLAIN
+            copied[key] = item
+        return copied
+    return _NOT_PLAIN
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:

@@ -70,7 +70,7 @@ def load_plugins(force: bool = False) -> list[str]:
         before = set(gym.registry)
         try:
             _run(entry)
-        except Exception as err:  # a broken plugin must not break llmgym
+        except (Exception, SystemExit) as err:  # a broken plugin must not break llmgym (nor exit it)
             failed.append(entry.name)
             warnings.warn(
                 f"llmgym: environment plugin {entry.name!r} ({entry.value}) failed to load: "

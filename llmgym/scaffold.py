@@ -70,7 +70,10 @@ def names_for(name: str) -> ProjectNames:
     if package in sys.stdlib_module_names:
         raise ValueError(f"the import name {package!r} would shadow the standard-library module {package}; "
                          f"pick another name, e.g. {package}-env")
-    if package in ("llmgym", "tests") or keyword.iskeyword(package):
+    if keyword.iskeyword(package):
+        raise ValueError(f"the import name {package!r} is a Python keyword, so `import {package}` cannot work; "
+                         f"pick another name, e.g. {package}-env")
+    if package in ("llmgym", "tests"):
         raise ValueError(f"the import name {package!r} would shadow a module; pick another name, e.g. {package}-env")
     parts = re.split(r"[-_]", name)
     class_name = "".join(part[:1].upper() + part[1:] for part in parts)
