@@ -115,7 +115,11 @@ class Rubric:
         components: dict[str, float] = {}
         total = 0.0
         for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
-            value = components[name] = float(fn(ctx))
+            raw = fn(ctx)
+            try:
+                value = components[name] = float(raw)
+            except (TypeError, ValueError):
+                raise TypeError(f"reward {name!r} returned {_show(raw)}; a reward must be a number") from None
             total += weight * value
         if not math.isfinite(total):  # an inf or nan component makes the total inf or nan, whatever its weight
             for name, value in components.items():
@@ -127,6 +131,14 @@ class Rubric:
     def weights(self) -> dict[str, float]:
         """Each component's weight, by name."""
         return {r.name: r.weight for r in self.rewards}
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the reward's name
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def format_error(ctx: TurnContext) -> float:

@@ -171,6 +171,21 @@ def test_non_finite_rewards_are_rejected(value, weight):
         env.step("hi")
 
 
+@pytest.mark.parametrize("value", [None, "high", [1.0]])
+def test_a_reward_that_is_not_a_number_is_named(value):
+    # float(None) raised a TypeError that did not say which reward function was broken
+    rubric = Rubric([Reward(lambda ctx: 1.0, name="fine"), Reward(lambda ctx: value, name="broken")])
+
+    class Bad(EchoEnv):
+        def build_rubric(self):
+            return rubric
+
+    env = Bad()
+    env.reset()
+    with pytest.raises(TypeError, match="reward 'broken' returned .*a reward must be a number"):
+        env.step("hi")
+
+
 def test_a_subclass_overriding_a_tool_method_replaces_the_tool():
     # tools were collected from every class in the MRO, so a plain override crashed __init__
     # (AttributeError: no 'schema') and a renamed override left the old name pointing at the new tool
