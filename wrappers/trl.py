@@ -92,7 +92,7 @@ def trl_environment(env_id: str, **env_kwargs: Any) -> type[LLMGymEnvironment]:
 
     Raises:
         TypeError: the id is not an :class:`~llmgym.LLMEnv`.
-        ValueError: a tool name clashes with ``reset``/``get_reward`` or starts with ``_``.
+        ValueError: the env has no tools, or a tool name clashes with ``reset``/``get_reward`` or starts with ``_``.
 
     Example:
         >>> import llmgym
@@ -106,6 +106,12 @@ def trl_environment(env_id: str, **env_kwargs: Any) -> type[LLMGymEnvironment]:
     probe = gym.make(env_id, **env_kwargs)
     if not isinstance(probe.unwrapped, LLMEnv):
         raise TypeError(f"{env_id} is not an llmgym LLMEnv; TRL needs its tools")
+    if not probe.unwrapped.tools:
+        probe.close()
+        raise ValueError(
+            f"{env_id} has no tools: TRL passes only tool calls to the environment, so a model could never act in it; "
+            "train it with llmgym.trainers instead"
+        )
     methods: dict[str, Any] = {}
     for name, bound in probe.unwrapped.tools.items():
         if name in ("reset", "get_reward") or name.startswith("_") or not name.isidentifier():
@@ -124,9 +130,16 @@ def _tool_method(name: str, fn: Any) -> Any:
     """A method with the tool's name, signature and docstring that plays it as one env turn."""
     signature = inspect.signature(fn)
     hints = get_type_hints(fn)
+    parameters = list(signature.parameters)[1:]  # after self
 
-    def method(self: LLMGymEnvironment, **arguments: Any) -> str:
-        return self._call_tool(name, arguments)
+    def method(self: LLMGymEnvironment, *args: Any, **arguments: Any) -> str:
+        # TRL passes keywords; a direct call may pass them by position, as the signature allows
+        if len(args) > len(parameters):
+            raise TypeError(f"{name}() takes {len(parameters)} arguments, got {len(args)} positional")
+        positional = dict(zip(parameters, args))
+        if positional.keys() & arguments.keys():
+            raise TypeError(f"{name}() got several values for {sorted(positional.keys() & arguments.keys())}")
+        return self._call_tool(name, {**positional, **arguments})
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = inspect.getdoc(fn)

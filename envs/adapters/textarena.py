@@ -34,8 +34,10 @@ Actions are TextArena's: text with the move in square brackets (``[5]``,
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,14 +106,15 @@ def make_game(game: str, **kwargs: Any) -> Any:
 
     Raises:
         ValueError: unknown game, or one in :data:`UNSUPPORTED`.
-        RuntimeError: the game needs NLTK data that is not installed (named in the message).
+        RuntimeError: the game needs NLTK data that is not installed (named in the message),
+            or its code does not compile on this Python.
     """
     ta = _textarena()
     from textarena.envs.registration import ENV_REGISTRY
 
     raw = f"{game}-raw"
     if raw not in ENV_REGISTRY:
-        known = sorted(i for i in ENV_REGISTRY if re.fullmatch(r"[\w]+-v0[\w-]*", i) and not i.endswith(("-raw", "-train")))
+        known = sorted(i.removesuffix("-raw") for i in ENV_REGISTRY if i.endswith("-raw"))  # what this function can make
         raise ValueError(f"unknown TextArena game {game!r}; known: {', '.join(known)}")
     entry = ENV_REGISTRY[raw].entry_point
     folder = entry.split(".")[2] if isinstance(entry, str) and entry.startswith("textarena.envs.") else ""
@@ -122,6 +125,12 @@ def make_game(game: str, **kwargs: Any) -> Any:
         raise _nltk_error(game, missing)
     try:
         return ta.make(raw, **kwargs)
+    except SyntaxError as err:  # the game's module uses syntax newer than this Python's (Chess, Checkers... need 3.12)
+        raise RuntimeError(
+            f"TextArena game {game!r} cannot be imported on Python {sys.version_info.major}.{sys.version_info.minor}: "
+            f"its code has a SyntaxError ({err.msg}, {os.path.basename(err.filename or '?')} line {err.lineno}); "
+            "it needs a newer Python"
+        ) from err
     except LookupError as err:
         names = _NLTK_RESOURCE.findall(str(err))
         raise _nltk_error(game, names or [str(err).strip()[:200]]) from err
