@@ -9,6 +9,9 @@ token ids and log-probs without ``logits_all`` (which would keep a
 ``n_ctx x vocab`` float array). Log-probs are ``log_softmax`` of the raw
 logits (temperature 1) at the chosen token, as in
 :class:`~llmgym.wrappers.transformers_policy.TransformersPolicy`.
+:meth:`LlamaCppPolicy.score` scores a whole sequence (every position's
+log-prob, for prompt log-probs) with one evaluation that keeps each
+position's logits, only when asked.
 
 llama.cpp runs one sequence at a time here: calls are serialized by a lock.
 The KV cache of the previous call is reused for the longest common token
@@ -44,9 +47,23 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
-def _log_softmax_at(logits: np.ndarray, token: int) -> float:
+#: Prompt tokens evaluated per llama_decode call when every position's logits are kept: bounds the
+#: context's output buffer (chunk x vocab floats, 25 MB for SmolLM2's 49k vocabulary).
+SCORE_CHUNK = 128
+
+
+def _log_norm(logits: np.ndarray) -> tuple[float, float]:
+    """``(max, log-sum-exp - max)`` of one row of logits: ``logits[t] - max - norm`` is log-softmax at ``t``."""
     top = float(logits.max())
-    return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
+    return top, float(np.log(np.exp(logits - top).sum()))
+
+
+def _top_k(logits: np.ndarray, k: int, top: float, norm: float) -> dict[int, float]:
+    """The ``k`` most likely tokens and their log-probs, most likely first, on the chosen token's scale."""
+    k = min(k, len(logits))
+    best = np.argpartition(-logits, k - 1)[:k]
+    best = best[np.argsort(-logits[best], kind="stable")]
+    return {int(t): float(logits[t]) - top - norm for t in best}
 
 
 def _sample(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
@@ -195,36 +212,88 @@ class LlamaCppPolicy(Policy):
             raise ValueError(f"the prompt has {len(prompt.ids)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
         return prompt
 
-    def complete(self, prompts: list[list[int]], sampling: SamplingParams | None = None) -> list[Generation]:
+    def complete(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams | None = None,
+        *,
+        top_logprobs: int = 0,
+        prompt_logprobs: bool = False,
+    ) -> list[Generation]:
         """Continue raw prompts given as token ids (no chat template), one after the other.
 
         For ``/v1/completions``-style use. The message content is the decoded continuation.
+
+        Args:
+            prompts: token ids of each prompt.
+            sampling: how to sample (default :class:`~llmgym.policy.SamplingParams`).
+            top_logprobs: also keep, per generated token, the ``k`` most likely
+                tokens' log-probs (``metadata["top_logprobs"]``, from the logits
+                the token was sampled from).
+            prompt_logprobs: also score the prompt (``metadata["prompt_logprobs"]``
+                and ``metadata["prompt_top_logprobs"]``, see :meth:`score`): the
+                prompt is evaluated once, with every position's logits, and
+                generation continues from there.
 
         Raises:
             ValueError: an empty prompt, a token id outside the vocabulary, or a prompt longer than ``n_ctx``.
         """
         ready = [self._check_context(self.prompter.raw(ids, sampling or SamplingParams())) for ids in prompts]
-        return [self._generate_prompt(prompt) for prompt in ready]
+        return [self._generate_prompt(prompt, top_logprobs, prompt_logprobs) for prompt in ready]
+
+    def score(
+        self, token_ids: list[int], top_logprobs: int = 0
+    ) -> tuple[list[float | None], list[dict[int, float] | None]]:
+        """Log-prob of every token given the ones before it: one evaluation with every position's logits.
+
+        Position 0 has no context and gets ``None``; position ``i`` gets
+        ``log_softmax(logits[i-1])[token_ids[i]]`` (temperature 1, the scale of
+        generated tokens' log-probs) and, with ``top_logprobs=k``, the ``k``
+        most likely tokens there (``{}`` for ``k=0``). Costs one prompt
+        evaluation plus the output layer and a softmax at every position; the
+        KV cache then holds ``token_ids``, so a following request that shares
+        them reuses it.
+
+        Raises:
+            ValueError: empty, ids outside the vocabulary, or more than ``n_ctx`` tokens.
+
+        Example:
+            >>> logprobs, tops = policy.score(policy.tokenize("The cat sat"), top_logprobs=2)  # doctest: +SKIP
+            >>> logprobs[0], len(tops[1])  # doctest: +SKIP
+            (None, 2)
+        """
+        self.prompter.check_ids(token_ids, "token_ids")
+        if len(token_ids) > self.n_ctx:
+            raise ValueError(f"token_ids has {len(token_ids)} tokens but n_ctx is {self.n_ctx}")
+        with self._lock:
+            return self._evaluate_scored(list(token_ids), top_logprobs)
 
     def detokenize(self, token_ids: list[int], special: bool = False) -> str:
         """Text of token ids; special tokens (``<|im_end|>``) are rendered only with ``special=True``."""
         return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
 
-    def _generate_prompt(self, ready: Prompt) -> Generation:
+    def _generate_prompt(self, ready: Prompt, top_logprobs: int = 0, prompt_logprobs: bool = False) -> Generation:
         prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
         self._check_context(ready)
+        scored: dict[str, Any] = {}
         with self._lock:
             seed = sampling.seed
             if seed is None and self._seeds is not None:
                 seed = int(self._seeds.integers(2**63))
             rng = np.random.default_rng(seed)
             started = time.perf_counter()
-            reused = self._evaluate_prompt(prompt)
+            if prompt_logprobs:
+                scored["prompt_logprobs"], scored["prompt_top_logprobs"] = self._evaluate_scored(prompt, top_logprobs)
+                reused = 0
+            else:
+                reused = self._evaluate_prompt(prompt)
             prompt_seconds = time.perf_counter() - started
-            tokens, logprobs, forced_positions, tracker, finish_reason = self._decode(
-                sampling, rng, min(sampling.max_tokens, self.n_ctx - len(prompt)), opens_thinking
+            tokens, logprobs, forced_positions, tracker, finish_reason, tops = self._decode(
+                sampling, rng, min(sampling.max_tokens, self.n_ctx - len(prompt)), opens_thinking, top_logprobs
             )
             elapsed = time.perf_counter() - started
+        if top_logprobs:
+            scored["top_logprobs"] = tops
         content = self.detokenize(tokens)
         for stop in sampling.stop:
             if stop and stop in content:
@@ -248,6 +317,7 @@ class LlamaCppPolicy(Policy):
                 "forced_positions": forced_positions,
                 "prompt_seconds": prompt_seconds,
                 "seconds": elapsed,
+                **scored,
             },
         )
 
@@ -264,12 +334,51 @@ class LlamaCppPolicy(Policy):
         self.llm.eval(prompt[common:])
         return common
 
+    def _evaluate_scored(self, ids: list[int], k: int) -> tuple[list[float | None], list[dict[int, float] | None]]:
+        """Evaluate ``ids`` from position 0 keeping every position's logits; the log-prob of each token given
+        the ones before it (and the top ``k``). Leaves the last position's logits for :meth:`_decode`.
+
+        ``Llama.eval`` keeps only the last logits unless the model was loaded with
+        ``logits_all`` (an ``n_ctx x vocab`` array held for every request), so this
+        feeds llama.cpp batches whose every token asks for logits, ``SCORE_CHUNK`` at a time.
+        """
+        lib, llm = self._llama_cpp, self.llm
+        logprobs: list[float | None] = [None]
+        tops: list[dict[int, float] | None] = [None]
+        lib.llama_memory_seq_rm(lib.llama_get_memory(llm.ctx), 0, 0, -1)
+        llm.n_tokens = 0
+        batch = lib.llama_batch_init(SCORE_CHUNK, 0, 1)
+        try:
+            for start in range(0, len(ids), SCORE_CHUNK):
+                chunk = ids[start : start + SCORE_CHUNK]
+                batch.n_tokens = len(chunk)
+                for i, token in enumerate(chunk):
+                    batch.token[i] = token
+                    batch.pos[i] = start + i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = True
+                if lib.llama_decode(llm.ctx, batch) != 0:
+                    raise RuntimeError(f"llama_decode failed on tokens {start}..{start + len(chunk)} of {len(ids)}")
+                llm.input_ids[start : start + len(chunk)] = chunk
+                llm.n_tokens = start + len(chunk)
+                rows = np.ctypeslib.as_array(lib.llama_get_logits(llm.ctx), shape=(len(chunk), self.n_vocab))
+                # row i predicts ids[start + i + 1]; the last row of the last chunk predicts the first new token
+                for i in range(min(len(chunk), len(ids) - 1 - start)):
+                    top, norm = _log_norm(rows[i])
+                    logprobs.append(float(rows[i][ids[start + i + 1]]) - top - norm)
+                    tops.append(_top_k(rows[i], k, top, norm) if k else {})
+        finally:
+            lib.llama_batch_free(batch)
+        return logprobs, tops
+
     def _decode(
-        self, sampling: SamplingParams, rng: np.random.Generator, max_tokens: int, opens_thinking: bool
-    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str]:
+        self, sampling: SamplingParams, rng: np.random.Generator, max_tokens: int, opens_thinking: bool, top_k: int = 0
+    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str, list[dict[int, float]]]:
         tracker = ThinkingTracker(sampling.thinking_budget, inside=opens_thinking)
         tokens: list[int] = []
         logprobs: list[float] = []
+        tops: list[dict[int, float]] = []
         forced: list[int] = []
         forced_positions: list[int] = []
         text = ""
@@ -284,17 +393,21 @@ class LlamaCppPolicy(Policy):
             else:
                 token = _sample(logits, sampling, rng)
             tokens.append(token)
-            if self.logprobs:
-                logprobs.append(_log_softmax_at(logits, token))
+            if self.logprobs or top_k:
+                top, norm = _log_norm(logits)
+                if self.logprobs:
+                    logprobs.append(float(logits[token]) - top - norm)
+                if top_k:
+                    tops.append(_top_k(logits, top_k, top, norm))
             piece = self._piece(token)
             text += piece
             tracker.feed(piece)
             if token in self.eos_ids and not forced:
-                return tokens, logprobs, forced_positions, tracker, "stop"
+                return tokens, logprobs, forced_positions, tracker, "stop", tops
             if any(stop and stop in text for stop in sampling.stop):
-                return tokens, logprobs, forced_positions, tracker, "stop"
+                return tokens, logprobs, forced_positions, tracker, "stop", tops
             if len(tokens) >= max_tokens:
-                return tokens, logprobs, forced_positions, tracker, "length"
+                return tokens, logprobs, forced_positions, tracker, "length", tops
             if tracker.must_close():
                 forced.extend(self.forced_close)
             self.llm.eval([token])

@@ -10,7 +10,11 @@ uvicorn). Endpoints, as ``vllm serve`` has them:
   ``logprobs``/``top_logprobs``, ``n``, and vLLM's ``return_token_ids``
   (``prompt_token_ids`` on the response, ``token_ids`` on each choice) and
   ``return_tokens_as_token_ids`` (logprob tokens as ``"token_id:123"``).
-- ``POST /v1/completions``: ``prompt`` as text or token ids (transformers backend).
+- ``POST /v1/completions``: ``prompt`` as text or token ids, or a list of
+  either (transformers and llama.cpp backends); ``echo`` with ``logprobs``
+  scores the prompt too (the first prompt token's entries are ``null``), and
+  ``max_tokens: 0`` with ``echo`` only scores it: what lm-evaluation-harness's
+  ``local-completions`` model asks for log-likelihoods.
 - ``GET /v1/models``, ``GET /health``.
 - ``POST /v1/load_lora_adapter`` ``{lora_name, lora_path}`` and
   ``POST /v1/unload_lora_adapter`` ``{lora_name}`` (transformers backend):
@@ -157,17 +161,25 @@ def create_app(
     async def completions(request: Request) -> Any:
         body = parse_body(await _read_body(request), CompletionRequest)
         adapter = backend.resolve_model(body.model)
-        prompt_ids = backend.encode(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        if body.max_tokens == 0 and not body.echo:  # vLLM: "max_tokens must be at least 1"
+            raise APIError(400, "max_tokens must be at least 1; 0 is only allowed with echo (the prompt is scored, "
+                           "nothing is generated).", "max_tokens")
+        prompts = [backend.encode(prompt) if isinstance(prompt, str) else list(prompt) for prompt in body.prompts()]
         sampling = _sampling(body, body.max_tokens)
-        backend.check_max_tokens(sampling.max_tokens, len(prompt_ids))
-        generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.complete(
-            prompt_ids, _seeded(sampling, seed), adapter, body.logprobs or 0))
+        for prompt_ids in prompts:
+            backend.check_max_tokens(sampling.max_tokens, len(prompt_ids))
+        score_prompt = body.echo and body.logprobs is not None
+        generations = await _run_all(request, [
+            backend.complete(prompt_ids, _seeded(sampling, None if body.seed is None else body.seed + i), adapter,
+                             body.logprobs or 0, score_prompt)
+            for prompt_ids in prompts for i in range(body.n)])
         response_id = f"cmpl-{uuid.uuid4().hex}"
         name = body.model or backend.model_name
+        prompt_tokens = sum(len(prompt_ids) for prompt_ids in prompts)
         if body.stream:
-            return StreamingResponse(_completion_stream(backend, body, generations, response_id, name),
+            return StreamingResponse(_completion_stream(backend, body, generations, prompt_tokens, response_id, name),
                                      media_type="text/event-stream")
-        return _completion_response(backend, body, generations, response_id, name)
+        return _completion_response(backend, body, generations, prompt_tokens, response_id, name)
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(request: Request) -> Any:
@@ -237,7 +249,7 @@ def _sampling(body: Any, max_tokens: int | None) -> SamplingParams:
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
-        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,  # 0: echo only (completions)
         seed=body.seed,
         stop=body.stop_list(),
     )
@@ -289,7 +301,16 @@ def _reply(generation: Generation, parse_tools: bool) -> tuple[dict[str, Any], b
 
 async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> list[Generation]:
     """Run ``n`` generations (seeds ``seed``, ``seed+1``... when seeded); drop them if the client leaves."""
-    tasks = [asyncio.ensure_future(start(None if seed is None else seed + i)) for i in range(n)]
+    return await _run_all(request, [start(None if seed is None else seed + i) for i in range(n)])
+
+
+async def _run_all(request: Any, generations: list[Any]) -> list[Generation]:
+    """Await the ``generations`` (coroutines) together, in order; drop them all if the client leaves.
+
+    Raises:
+        APIError: 499 when the client disconnects; a generation's own error as it is.
+    """
+    tasks = [asyncio.ensure_future(generation) for generation in generations]
     watcher = asyncio.ensure_future(_wait_disconnect(request))
     try:
         while True:
@@ -324,12 +345,38 @@ async def _wait_disconnect(request: Any) -> None:
 # -- responses ----------------------------------------------------------------
 
 
-def _token_fields(backend: ServedModel, generation: Generation, as_ids: bool, top: int, chat: bool) -> Any:
+def _token_fields(backend: ServedModel, generation: Generation, as_ids: bool, top: int) -> dict[str, Any]:
+    """The chat ``logprobs`` block of a generation."""
+    _check_logprobs(generation)
+    alternatives = generation.metadata.get("top_logprobs") if top else None
+    return chat_logprobs(generation.token_ids, generation.logprobs, alternatives, backend.token_text, as_ids)
+
+
+def _completion_fields(backend: ServedModel, body: CompletionRequest, generation: Generation) -> dict[str, Any]:
+    """The legacy ``logprobs`` block of a completion choice; with ``echo`` it covers prompt + completion."""
+    _check_logprobs(generation)
+    ids, logprobs = list(generation.token_ids), list(generation.logprobs)
+    tops = list(generation.metadata.get("top_logprobs") or [{} for _ in ids]) if body.logprobs else None
+    if body.echo:
+        if "prompt_logprobs" not in generation.metadata:
+            raise APIError(400, "This backend does not score prompts; ask without echo or without logprobs.", "echo")
+        prompt = list(generation.prompt_token_ids or [])
+        ids, logprobs = prompt + ids, generation.metadata["prompt_logprobs"] + logprobs
+        if tops is not None:
+            tops = generation.metadata["prompt_top_logprobs"] + tops
+    return completion_logprobs(ids, logprobs, tops, backend.token_text, bool(body.return_tokens_as_token_ids))
+
+
+def _check_logprobs(generation: Generation) -> None:
     if generation.token_ids is None or generation.logprobs is None:
         raise APIError(400, "This backend does not return log-probs; ask without logprobs.", "logprobs")
-    alternatives = generation.metadata.get("top_logprobs") if top else None
-    build = chat_logprobs if chat else completion_logprobs
-    return build(generation.token_ids, generation.logprobs, alternatives, backend.token_text, as_ids)
+
+
+def _block_slice(block: dict[str, Any] | None, start: int, stop: int | None = None) -> dict[str, Any] | None:
+    """Positions ``start:stop`` of a logprobs block (every field of both formats is a per-token list)."""
+    if block is None:
+        return None
+    return {key: None if value is None else value[start:stop] for key, value in block.items()}
 
 
 def _chat_response(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
@@ -341,7 +388,7 @@ def _chat_response(backend: ServedModel, body: ChatCompletionRequest, generation
             "index": index,
             "message": message,
             "logprobs": _token_fields(backend, generation, bool(body.return_tokens_as_token_ids),
-                                      body.top_logprobs or 0, chat=True) if body.logprobs else None,
+                                      body.top_logprobs or 0) if body.logprobs else None,
             "finish_reason": "tool_calls" if called else generation.finish_reason,
         }
         if body.return_token_ids:
@@ -392,7 +439,8 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
             calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
             yield chunk([{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
         else:
-            for piece in _pieces(backend, generation, body.logprobs, body.top_logprobs or 0, as_ids):
+            block = _token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs else None
+            for piece in _pieces(backend, generation, block):
                 if not body.return_token_ids:
                     piece.pop("token_ids", None)
                 yield chunk([{"index": index, "finish_reason": None, **piece}])
@@ -406,15 +454,13 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
     yield "data: [DONE]\n\n"
 
 
-def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: int, as_ids: bool,
-            chat: bool = True) -> list[dict]:
+def _pieces(backend: ServedModel, generation: Generation, block: dict[str, Any] | None) -> list[dict]:
     """One delta per generated token when the tokens decode to the reply's text, else one delta for all.
 
-    With ``logprobs`` each delta carries its tokens' block, in the chat or (``chat=False``) completion format.
+    ``block`` (chat or completion format, one entry per generated token) is split among the deltas.
     """
     text = generation.message.get("content") or ""
     ids = generation.token_ids or []
-    block = _token_fields(backend, generation, as_ids, top, chat=chat) if logprobs else None
     deltas, emitted, aligned = [], "", True
     for i in range(len(ids)):
         decoded = backend.decode(ids[: i + 1])
@@ -433,14 +479,13 @@ def _pieces(backend: ServedModel, generation: Generation, logprobs: bool, top: i
     for i, (token_id, delta) in enumerate(zip(ids, deltas)):
         piece = {"delta": {"content": delta}, "token_ids": [token_id]}
         if block is not None:
-            # every field of both formats is a per-token list (completion top_logprobs may be None)
-            piece["logprobs"] = {key: None if value is None else value[i : i + 1] for key, value in block.items()}
+            piece["logprobs"] = _block_slice(block, i, i + 1)
         pieces.append(piece)
     return pieces
 
 
 def _completion_response(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
-                         response_id: str, name: str) -> dict[str, Any]:
+                         prompt_tokens: int, response_id: str, name: str) -> dict[str, Any]:
     choices = []
     for index, generation in enumerate(generations):
         text = generation.message.get("content") or ""
@@ -449,8 +494,7 @@ def _completion_response(backend: ServedModel, body: CompletionRequest, generati
         choice: dict[str, Any] = {
             "index": index,
             "text": text,
-            "logprobs": _token_fields(backend, generation, bool(body.return_tokens_as_token_ids),
-                                      body.logprobs or 0, chat=False) if body.logprobs is not None else None,
+            "logprobs": _completion_fields(backend, body, generation) if body.logprobs is not None else None,
             "finish_reason": generation.finish_reason,
         }
         if body.return_token_ids:
@@ -458,11 +502,15 @@ def _completion_response(backend: ServedModel, body: CompletionRequest, generati
             choice["token_ids"] = generation.token_ids
         choices.append(choice)
     return {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": name,
-            "choices": choices, "usage": _usage(generations)}
+            "choices": choices, "usage": _completion_usage(generations, prompt_tokens)}
+
+
+def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict[str, int]:
+    return usage(prompt_tokens, sum(len(g.token_ids or []) for g in generations))
 
 
 async def _completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
-                             response_id: str, name: str) -> AsyncIterator[str]:
+                             prompt_tokens: int, response_id: str, name: str) -> AsyncIterator[str]:
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
@@ -472,11 +520,12 @@ async def _completion_stream(backend: ServedModel, body: CompletionRequest, gene
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     for index, generation in enumerate(generations):
-        if body.echo:
+        block = _completion_fields(backend, body, generation) if body.logprobs is not None else None
+        echoed = len(generation.prompt_token_ids or []) if body.echo else 0
+        if body.echo:  # the prompt first, with its own logprobs block (the prompt's positions of the full one)
             yield chunk([{"index": index, "text": backend.decode(generation.prompt_token_ids or [], special=True),
-                          "logprobs": None, "finish_reason": None}])
-        for piece in _pieces(backend, generation, body.logprobs is not None, body.logprobs or 0,
-                             bool(body.return_tokens_as_token_ids), chat=False):
+                          "logprobs": _block_slice(block, 0, echoed), "finish_reason": None}])
+        for piece in _pieces(backend, generation, _block_slice(block, echoed)):
             choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"],
                                       "logprobs": piece.get("logprobs"), "finish_reason": None}
             if body.return_token_ids:
@@ -484,5 +533,5 @@ async def _completion_stream(backend: ServedModel, body: CompletionRequest, gene
             yield chunk([choice])
         yield chunk([{"index": index, "text": "", "logprobs": None, "finish_reason": generation.finish_reason}])
     if include_usage:
-        yield chunk([], usage=_usage(generations))
+        yield chunk([], usage=_completion_usage(generations, prompt_tokens))
     yield "data: [DONE]\n\n"

@@ -18,6 +18,11 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
 - **Tokens.** Token text for logprobs, prompt tokenization for
   ``/v1/completions``, and top-k alternatives (one scoring forward pass over
   prompt + generated ids) for ``top_logprobs`` on transformers models.
+- **Prompt log-probs.** A completion asked for them (``echo`` with
+  ``logprobs``) scores its prompt: one forward pass over prompt + generated
+  ids on transformers, one evaluation keeping every position's logits on
+  llama.cpp (which also gives ``top_logprobs`` for completions there).
+  ``max_tokens=0`` only scores. Requests that do not ask pay nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class _Job:
     top_logprobs: int
     future: asyncio.Future
     prompt_ids: list[int] | None = None
+    prompt_logprobs: bool = False
 
 
 class ServedModel:
@@ -129,20 +135,33 @@ class ServedModel:
         return await self._submit(_Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future()))
 
     async def complete(
-        self, prompt_ids: list[int], sampling: SamplingParams, adapter: str | None = None, top_logprobs: int = 0
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        adapter: str | None = None,
+        top_logprobs: int = 0,
+        prompt_logprobs: bool = False,
     ) -> Generation:
-        """Queue one raw completion of ``prompt_ids`` and wait for it."""
+        """Queue one raw completion of ``prompt_ids`` and wait for it.
+
+        ``prompt_logprobs`` also scores the prompt (``metadata["prompt_logprobs"]``,
+        ``None`` for the first token, and ``["prompt_top_logprobs"]``); a
+        ``sampling.max_tokens`` of 0 generates nothing and only scores.
+        """
         if (self.hf_model is None or self.tokenizer is None) and self.llama is None:
             raise APIError(400, "/v1/completions needs the transformers or llama.cpp backend.")
         request = PolicyRequest(messages=[], sampling=sampling)
-        job = _Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future(), prompt_ids=prompt_ids)
+        job = _Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future(), prompt_ids=prompt_ids,
+                   prompt_logprobs=prompt_logprobs)
         return await self._submit(job)
 
     async def _submit(self, job: _Job) -> Generation:
         if self._queue is None:
             raise APIError(503, "The server is not started.")
-        if job.top_logprobs and self.hf_model is None:
-            raise APIError(400, "top_logprobs needs the transformers backend; this backend returns only the chosen token's log-prob.")
+        # llama.cpp keeps top-k alternatives on raw completions only (its chat path has no way to ask for them)
+        if job.top_logprobs and self.hf_model is None and not (self.llama is not None and job.prompt_ids is not None):
+            raise APIError(400, "top_logprobs on chat needs the transformers backend; this backend returns only the "
+                           "chosen token's log-prob there (/v1/completions gives top logprobs on llama.cpp too).")
         await self._queue.put(job)
         try:
             return await asyncio.shield(job.future)
@@ -198,22 +217,35 @@ class ServedModel:
             _succeed(job, result)
 
     def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
-        self._activate(adapter)
-        if raw:
-            from llmgym.wrappers.server_complete import complete_ids, complete_ids_llama
+        from llmgym.wrappers.server_complete import score_generation
 
-            prompts = [(job.prompt_ids, job.request.sampling) for job in jobs]
-            if self.hf_model is not None:
-                results = complete_ids(self.hf_model, self.tokenizer, prompts)
-            else:
-                results = complete_ids_llama(self.policy, prompts)
-        else:
-            results = self.policy.generate([job.request for job in jobs])
+        self._activate(adapter)
+        results = self._complete_blocking(jobs) if raw else self.policy.generate([job.request for job in jobs])
         if len(results) != len(jobs):
             raise RuntimeError(f"the policy returned {len(results)} generations for {len(jobs)} requests")
-        for job, result in zip(jobs, results):
-            if job.top_logprobs:
-                result.metadata["top_logprobs"] = self._top_logprobs(result, job.top_logprobs, job.request.sampling)
+        if self.hf_model is not None:  # one scoring forward pass gives top-k alternatives and prompt log-probs
+            for job, result in zip(jobs, results):
+                score_generation(self.hf_model, result, job.top_logprobs, job.prompt_logprobs)
+        return results
+
+    def _complete_blocking(self, jobs: list[_Job]) -> list[Generation]:
+        """Raw completions; ``max_tokens=0`` ones only get their prompt back (scored on llama.cpp here,
+        on transformers by the caller's scoring pass)."""
+        from llmgym.wrappers.server_complete import check_prompt_ids, complete_ids, complete_ids_llama, prompt_only
+
+        if self.hf_model is None:
+            return [complete_ids_llama(self.policy, [(job.prompt_ids, job.request.sampling)], job.top_logprobs,
+                                       job.prompt_logprobs)[0] for job in jobs]
+        generating = [job for job in jobs if job.request.sampling.max_tokens > 0]
+        generated = iter(complete_ids(self.hf_model, self.tokenizer,
+                                      [(job.prompt_ids, job.request.sampling) for job in generating]))
+        results = []
+        for job in jobs:
+            if job.request.sampling.max_tokens > 0:
+                results.append(next(generated))
+            else:
+                check_prompt_ids(self.hf_model, job.prompt_ids)
+                results.append(prompt_only(job.prompt_ids))
         return results
 
     # -- LoRA -----------------------------------------------------------------
@@ -300,20 +332,6 @@ class ServedModel:
         if self.llama is not None:
             return list(self.policy.tokenize(text))
         raise APIError(400, "Text prompts need a backend with a tokenizer; send token ids instead.", "prompt")
-
-    def _top_logprobs(self, result: Generation, k: int, sampling: SamplingParams) -> list[dict[int, float]]:
-        # Raw log-probs (temperature 1, no top-p), the scale TransformersPolicy reports the chosen token on.
-        import torch
-
-        if not result.token_ids or result.prompt_token_ids is None:
-            return [{} for _ in result.token_ids or []]
-        prompt, generated = result.prompt_token_ids, result.token_ids
-        device = next(self.hf_model.parameters()).device
-        ids = torch.tensor([prompt + generated], device=device)
-        with torch.no_grad():
-            logits = self.hf_model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) + len(generated) - 1].float()
-        values, indices = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)
-        return [dict(zip(row_i.tolist(), row_v.tolist())) for row_i, row_v in zip(indices, values)]
 
 
 def _transformers_model(policy: Policy) -> Any:

@@ -7,6 +7,14 @@ transformers model (``model.generate``, left-padded batch per sampling
 setting) and reports each generated token's raw log-prob (``log_softmax``
 of the model's logits, temperature 1, no top-p), the same quantity
 :class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` reports.
+
+Prompt log-probs (``echo`` with ``logprobs``) and top-k alternatives come
+from :func:`score_generation` on transformers (one forward pass over prompt +
+generated ids) and from :meth:`LlamaCppPolicy.score` on llama.cpp; a
+completion with ``max_tokens=0`` only scores its prompt (:func:`prompt_only`).
+Scores land in ``Generation.metadata``: ``prompt_logprobs`` (one per prompt
+token, ``None`` first), ``prompt_top_logprobs`` and ``top_logprobs`` (dicts
+token id -> log-prob).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from typing import Any
 
 from llmgym.policy import Generation, SamplingParams
 
-__all__ = ["complete_ids", "complete_ids_llama"]
+__all__ = ["complete_ids", "complete_ids_llama", "score_ids", "score_generation", "prompt_only",
+           "check_prompt_ids"]
 
 
 def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
@@ -24,13 +33,8 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
     Raises:
         ValueError: an empty prompt or a token id outside the vocabulary.
     """
-    vocab = model.get_input_embeddings().num_embeddings
     for ids, _ in prompts:
-        if not ids:
-            raise ValueError("the prompt is empty")
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
+        check_prompt_ids(model, ids)
     results: list[Generation | None] = [None] * len(prompts)
     groups: dict[tuple, list[int]] = {}
     for index, (_, sampling) in enumerate(prompts):
@@ -43,13 +47,103 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
     return [r for r in results if r is not None]
 
 
-def complete_ids_llama(policy: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
+def complete_ids_llama(
+    policy: Any, prompts: list[tuple[list[int], SamplingParams]], top_logprobs: int = 0, prompt_logprobs: bool = False
+) -> list[Generation]:
     """Continue each ``(prompt_ids, sampling)`` with a LlamaCppPolicy's public ``complete``, one after the other.
+
+    ``max_tokens=0`` generates nothing and only scores the prompt (with
+    ``prompt_logprobs``); ``top_logprobs``/``prompt_logprobs`` are passed on to
+    :meth:`LlamaCppPolicy.complete`.
 
     Raises:
         ValueError: an empty prompt, a token id outside the vocabulary, or a prompt that fills ``n_ctx``.
     """
-    return [policy.complete([list(ids)], sampling)[0] for ids, sampling in prompts]
+    results = []
+    for ids, sampling in prompts:
+        if sampling.max_tokens == 0:
+            if prompt_logprobs:
+                results.append(prompt_only(list(ids), *policy.score(list(ids), top_logprobs)))
+            else:
+                policy.prompter.check_ids(list(ids), "a prompt")
+                results.append(prompt_only(list(ids)))
+        else:
+            results.append(policy.complete([list(ids)], sampling, top_logprobs=top_logprobs,
+                                           prompt_logprobs=prompt_logprobs)[0])
+    return results
+
+
+def prompt_only(
+    prompt_ids: list[int],
+    prompt_logprobs: list[float | None] | None = None,
+    prompt_top_logprobs: list[dict[int, float] | None] | None = None,
+) -> Generation:
+    """The result of a completion that generates nothing (``max_tokens=0`` with ``echo``): the prompt and its scores."""
+    metadata: dict[str, Any] = {}
+    if prompt_logprobs is not None:
+        metadata.update(prompt_logprobs=prompt_logprobs, prompt_top_logprobs=prompt_top_logprobs)
+    return Generation(message={"role": "assistant", "content": ""}, prompt_token_ids=list(prompt_ids),
+                      token_ids=[], logprobs=[], finish_reason="length", metadata=metadata)
+
+
+def score_ids(
+    model: Any, ids: list[int], top_logprobs: int = 0
+) -> tuple[list[float | None], list[dict[int, float] | None]]:
+    """Log-prob of every token given the ones before it, with one forward pass of a transformers model.
+
+    Position 0 gets ``None``; position ``i`` gets ``log_softmax(logits[i-1])[ids[i]]``
+    (temperature 1, the scale of generated tokens' log-probs) and, with
+    ``top_logprobs=k``, the ``k`` most likely tokens there (``{}`` for ``k=0``).
+    A chosen token that is the most likely one gets bitwise the value of the first alternative.
+
+    Raises:
+        ValueError: an empty sequence or a token id outside the vocabulary.
+    """
+    import torch
+
+    check_prompt_ids(model, ids)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, :-1].float()
+        norm = torch.logsumexp(logits, dim=-1)
+        chosen = (logits.gather(1, torch.tensor(ids[1:], device=device)[:, None])[:, 0] - norm).tolist()
+        tops: list[dict[int, float] | None] = [{} for _ in chosen]
+        if top_logprobs:
+            values, indices = logits.topk(min(top_logprobs, logits.shape[-1]), dim=-1)
+            values = values - norm[:, None]
+            tops = [dict(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
+    return [None, *chosen], [None, *tops]
+
+
+def score_generation(model: Any, generation: Generation, top_logprobs: int, prompt_logprobs: bool) -> None:
+    """Add scores from one forward pass over prompt + generated ids to ``generation.metadata``.
+
+    ``prompt_logprobs``: ``metadata["prompt_logprobs"]`` and ``["prompt_top_logprobs"]``;
+    ``top_logprobs=k``: ``metadata["top_logprobs"]``, the ``k`` alternatives of each generated token.
+    """
+    prompt, generated = list(generation.prompt_token_ids or []), list(generation.token_ids or [])
+    if not prompt or not (prompt_logprobs or (top_logprobs and generated)):
+        return
+    logprobs, tops = score_ids(model, prompt + generated, top_logprobs)
+    if prompt_logprobs:
+        generation.metadata["prompt_logprobs"] = logprobs[: len(prompt)]
+        generation.metadata["prompt_top_logprobs"] = tops[: len(prompt)]
+    if top_logprobs:
+        generation.metadata["top_logprobs"] = tops[len(prompt) :]
+
+
+def check_prompt_ids(model: Any, ids: list[int]) -> None:
+    """Refuse prompt ids a transformers model cannot take.
+
+    Raises:
+        ValueError: an empty prompt or a token id outside the vocabulary.
+    """
+    vocab = model.get_input_embeddings().num_embeddings
+    if not ids:
+        raise ValueError("the prompt is empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
 
 
 def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:

@@ -128,13 +128,29 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    """``POST /v1/completions``: ``prompt`` is text or token ids (one prompt)."""
+    """``POST /v1/completions``: ``prompt`` is text or token ids, or a list of either (one choice set per prompt).
 
-    prompt: str | list[int] = Field(min_length=1)
+    ``max_tokens`` may be 0 with ``echo`` (as in OpenAI's legacy API and vLLM):
+    the prompt comes back, scored with ``logprobs``, and nothing is generated.
+    """
+
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=0)
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool = False
 
     _completion_defaults = field_validator("echo", mode="before")(_null_is_default)
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each text or token ids.
+
+        Example:
+            >>> CompletionRequest(prompt=[[1, 2], [3]]).prompts(), CompletionRequest(prompt="hi").prompts()
+            ([[1, 2], [3]], ['hi'])
+        """
+        if isinstance(self.prompt, str) or all(isinstance(item, int) for item in self.prompt):
+            return [self.prompt]
+        return list(self.prompt)
 
 
 class LoadLoRARequest(_Request):
@@ -256,25 +272,49 @@ def chat_logprobs(
 
 def completion_logprobs(
     token_ids: list[int],
-    logprobs: list[float],
-    top: list[dict[int, float]] | None,
+    logprobs: list[float | None],
+    top: list[dict[int, float] | None] | None,
     token_text: Any,
     as_ids: bool,
 ) -> dict[str, Any]:
-    """The legacy ``logprobs`` block of a completion choice."""
+    """The legacy ``logprobs`` block of a completion choice, as OpenAI and vLLM build it.
+
+    ``top_logprobs[i]`` holds the chosen token first, then its alternatives
+    ``top[i]`` (so up to ``logprobs + 1`` entries; only the chosen token when
+    ``top`` is ``None``). A position without a log-prob (the first token of an
+    echoed prompt) has ``None`` in ``token_logprobs`` and ``top_logprobs``.
+    ``text_offset`` counts characters from the first token's start.
+
+    Example:
+        >>> block = completion_logprobs([5, 7], [None, -0.5], [None, {8: -0.1, 7: -0.5}], lambda t: f"<{t}>", False)
+        >>> block["token_logprobs"], block["top_logprobs"], block["text_offset"]
+        ([None, -0.5], [None, {'<7>': -0.5, '<8>': -0.1}], [0, 3])
+    """
 
     def name(token_id: int) -> str:
         return f"token_id:{token_id}" if as_ids else token_text(token_id)
+
+    def clamp(logprob: float) -> float:
+        return max(float(logprob), -9999.0)  # -inf is not JSON
 
     tokens = [name(t) for t in token_ids]
     offsets, position = [], 0
     for token_id in token_ids:
         offsets.append(position)
         position += len(token_text(token_id))
+    tops: list[dict[str, float] | None] = []
+    for index, (token_id, logprob) in enumerate(zip(token_ids, logprobs)):
+        if logprob is None:
+            tops.append(None)
+            continue
+        entry = {name(token_id): clamp(logprob)}
+        for alternative, value in ((top[index] or {}) if top else {}).items():
+            entry.setdefault(name(alternative), clamp(value))
+        tops.append(entry)
     return {
         "tokens": tokens,
-        "token_logprobs": [max(float(lp), -9999.0) for lp in logprobs],
-        "top_logprobs": [{name(t): lp for t, lp in alt.items()} for alt in top] if top else None,
+        "token_logprobs": [None if lp is None else clamp(lp) for lp in logprobs],
+        "top_logprobs": tops,
         "text_offset": offsets,
     }
 
