@@ -143,6 +143,9 @@ class PrisonersDilemmaEnv(ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Any]]:
         if not self.agents:
             raise RuntimeError("the game is over: call reset() before step()")
+        unknown = sorted(set(actions) - set(self.agents))
+        if unknown:  # a typo'd agent name would otherwise be ignored while the real agent waits
+            raise ValueError(f"actions for agents not in the game: {unknown}; the agents are {self.agents}")
         rewards = dict.fromkeys(self.agents, 0.0)
         notes: dict[str, list[str]] = {a: [] for a in self.agents}
         for agent in self.agents:

@@ -123,3 +123,15 @@ def test_textarena_invalid_move_that_eliminates_a_player_is_charged():
     # two players: the losing second invalid move is charged once, as before
     two = _textarena_totals("TicTacToe-v0", 2, lambda agent: "garbage")
     assert two == pytest.approx({"player_0": -1.2, "player_1": 1.0})
+
+
+def test_prisoners_dilemma_refuses_actions_for_unknown_agents_and_has_an_aec_entry():
+    from pettingzoo.test import api_test
+
+    from llmgym.envs.multiagent import prisoners_dilemma_v0
+
+    game = prisoners_dilemma_v0.parallel_env()
+    game.reset(seed=0)
+    with pytest.raises(ValueError, match="player_2"):  # was ignored silently while player_1 had not acted
+        game.step({"player_0": "C", "player_2": "D"})
+    api_test(prisoners_dilemma_v0.env(), num_cycles=10)  # PettingZoo's usual env()/parallel_env() pair
