@@ -224,6 +224,8 @@ async def arollout(
                 if instance is None:
                     try:
                         instance = make_env()
+                        if not built:
+                            _check_text_env(instance)
                         built.append(True)
                     except Exception as err:
                         if not built:  # no env was ever built: bad arguments or a broken factory, not one bad episode
@@ -370,6 +372,19 @@ async def _play(
     if error is not None:
         episode.metadata["error_source"], episode.metadata["error"] = error
     return episode
+
+
+def _check_text_env(env: gym.Env) -> None:
+    """Refuse an env whose actions are not text (CartPole's ``Discrete(2)``): no episode of it could be played.
+
+    Raises:
+        TypeError: ``env.action_space`` is not a :class:`gymnasium.spaces.Text`.
+    """
+    space = getattr(env, "action_space", None)
+    if not isinstance(space, gym.spaces.Text):
+        env.close()
+        raise TypeError(f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
+                        "use an llmgym env or a Gymnasium env with a Text action space")
 
 
 def _unbuilt(source: EnvSource, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int,

@@ -300,3 +300,9 @@ def test_a_failing_env_close_warns_and_keeps_the_episodes():
     with pytest.warns(RuntimeWarning, match="cleanup failed"):
         episodes = rollout(CloseFails, load_scripted("wordle"), seeds=2)
     assert len(episodes) == 2 and all(e.terminated for e in episodes)
+
+
+def test_an_env_whose_actions_are_not_text_is_refused_up_front():
+    # every episode used to fail on its first step (an AssertionError recorded as an env error)
+    with pytest.raises(TypeError, match="CartPole-v1's action space is Discrete"):
+        rollout("CartPole-v1", load_scripted("wordle"), seeds=2)
