@@ -213,6 +213,7 @@ class GRPOConfig:
         unknown_sinks = sorted(set(self.report_to) - set(REPORT_SINKS))
         if isinstance(self.report_to, str) or unknown_sinks:
             raise ValueError(f"report_to must be a list drawn from {REPORT_SINKS}, got {self.report_to!r}")
+        _check_device(self.device)
 
 
 @dataclass
@@ -266,6 +267,33 @@ class SFTConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:  # clipping to 0 zeroes every gradient
             raise ValueError(f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}")
+        _check_device(self.device)
+
+
+def _check_device(name: str) -> None:
+    """Refuse a device torch cannot parse (``gpu``) or that this machine lacks (``cuda`` without a GPU).
+
+    Found here, the mistake is one line, not an ``AssertionError`` from deep in the model load.
+    """
+    if name == "auto":
+        return
+    try:
+        import torch
+    except ImportError:  # the trainer itself will say that torch is missing
+        return
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {name!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r}: no CUDA GPU is available to this torch ({torch.__version__}); "
+                             "use device auto or cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: MPS is not available on this machine; use device auto or cpu")
 
 
 ConfigT = TypeVar("ConfigT", GRPOConfig, SFTConfig)

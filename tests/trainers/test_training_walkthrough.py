@@ -1,0 +1,39 @@
+"""Problems found by walking through docs/training.md as a new user, each pinned by a test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+from llmgym.cli import main  # noqa: E402
+from llmgym.episode import Episode, save_jsonl  # noqa: E402
+from llmgym.trainers.config import GRPOConfig, SFTConfig  # noqa: E402
+
+from tests.trainers.toy_env import ENV_REF  # noqa: E402
+
+
+@pytest.mark.parametrize("cls", [GRPOConfig, SFTConfig])
+def test_a_device_this_machine_lacks_is_a_config_error(monkeypatch, cls):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA GPU is available"):
+        cls(device="cuda")
+    with pytest.raises(ValueError, match="auto, cpu, cuda or cuda:N"):
+        cls(device="gpu")  # torch's own RuntimeError before, a traceback from the CLI
+    cls(device="cpu"), cls(device="auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="1 CUDA device"):
+        cls(device="cuda:3")
+    cls(device="cuda:0"), cls(device="cuda")
+
+
+def test_train_grpo_bad_device_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", "grpo", ENV_REF, "--model", "tiny-random", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA GPU" in err  # was an AssertionError traceback from the model load
