@@ -17,6 +17,7 @@ The trainers are imported inside the command, so ``import llmgym`` stays light.
 from __future__ import annotations
 
 import argparse
+import json
 import tomllib
 import typing
 from typing import Any
@@ -66,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
     grpo.add_argument("--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step")
-    grpo.add_argument("--env-kwargs", metavar="TOML", help='environment arguments as an inline TOML table: "{max_turns = 4}"')
+    grpo.add_argument("--env-kwargs", metavar="JSON", help='environment arguments as a JSON object (\'{"max_turns": 4}\', as llmgym eval) or an inline TOML table ("{max_turns = 4}")')
     grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any GRPOConfig field (TOML value; none for None); repeatable")
     grpo.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -95,6 +96,14 @@ def _toml_value(text: str) -> Any:
         return text  # a bare word: a string
 
 
+def _env_kwargs_value(text: str) -> Any:
+    """``--env-kwargs`` as JSON (what ``llmgym eval`` and ``llmgym play`` take) or as an inline TOML table."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _toml_value(text)
+
+
 #: a GRPOConfig field -> (where the command line gave it, its value)
 _Given = dict[str, tuple[str, Any]]
 
@@ -112,9 +121,10 @@ def _flag_values(args: argparse.Namespace) -> _Given:
     if args.no_progress:
         given["progress"] = ("--no-progress", False)
     if args.env_kwargs:
-        value = _toml_value(args.env_kwargs)
+        value = _env_kwargs_value(args.env_kwargs)
         if not isinstance(value, dict):
-            raise CLIError(f"--env-kwargs must be an inline TOML table like '{{max_turns = 4}}', got {args.env_kwargs!r}")
+            raise CLIError(f"--env-kwargs must be a JSON object like '{{\"max_turns\": 4}}' or an inline TOML table "
+                           f"like '{{max_turns = 4}}', got {args.env_kwargs!r}")
         given["env_kwargs"] = (f"--env-kwargs {args.env_kwargs}", value)
     return given
 
@@ -230,6 +240,9 @@ def run_grpo(args: argparse.Namespace) -> int:
     if history:
         last = history[-1]
         print(f"step {last['step']}: reward {last.get('reward/mean', float('nan')):.3f}; run in {config.out}")
+    elif args.resume:  # resumed at or past the last step: say so instead of finishing silently
+        print(f"nothing to train: the run in {config.out} resumed at step {trainer.step}, and steps is {config.steps}; "
+              "raise --steps to train on")
     return 0
 
 

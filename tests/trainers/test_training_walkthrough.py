@@ -37,3 +37,18 @@ def test_train_grpo_bad_device_is_one_line(monkeypatch, capsys):
     assert main(["train", "grpo", ENV_REF, "--model", "tiny-random", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no CUDA GPU" in err  # was an AssertionError traceback from the model load
+
+
+def test_train_grpo_env_kwargs_as_json_like_eval(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "grpo", ENV_REF, "--model", "tiny-random", "--steps", "1", "--group-size", "2",
+                 "--prompts-per-step", "1", "--max-new-tokens", "2", "--out", str(out), "--no-progress",
+                 "--set", "plot=false", "--env-kwargs", '{"turns": 1}']) == 0
+    assert json.loads((out / "config.json").read_text())["env_kwargs"] == {"turns": 1}
+    # resuming a run already at --steps trains nothing, and says so instead of finishing silently
+    assert main(["train", "grpo", ENV_REF, "--model", "tiny-random", "--steps", "1", "--group-size", "2",
+                 "--prompts-per-step", "1", "--max-new-tokens", "2", "--out", str(out), "--no-progress",
+                 "--set", "plot=false", "--env-kwargs", "{turns = 1}", "--resume"]) == 0
+    assert "nothing to train: the run in" in capsys.readouterr().out
+    assert main(["train", "grpo", ENV_REF, "--env-kwargs", "[1]"]) == 2
+    assert "JSON object" in capsys.readouterr().err
