@@ -170,6 +170,14 @@ class SFTTrainer:
             if not config.episodes:
                 raise ValueError("SFTConfig.episodes is empty: give the episodes JSONL to learn from")
             episodes = load_jsonl(config.episodes)
+        selected = select_episodes(episodes, config.min_reward)  # before the model load: an empty selection fails fast
+        if not selected:
+            if not episodes:
+                raise ValueError("no episodes to learn from: the episodes file is empty")
+            if config.min_reward is None:
+                raise ValueError(f"no episode to learn from: all {len(episodes)} recorded an error (metadata 'error')")
+            raise ValueError(f"no episode without an error has total reward >= {config.min_reward} (of {len(episodes)}); "
+                             "lower --min-reward")
         if model is None:
             model, tokenizer = load_policy_model(config.model, config.seed, str(self.device))
         elif tokenizer is None:
@@ -178,9 +186,6 @@ class SFTTrainer:
         if config.lora:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
-        selected = select_episodes(episodes, config.min_reward)
-        if not selected:
-            raise ValueError(f"no episode has total reward >= {config.min_reward} (of {len(episodes)}); lower --min-reward")
         self.episodes = [tokenize_episode(e, tokenizer, retokenize) for e in selected]
         self.scorer = TokenScorer(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]

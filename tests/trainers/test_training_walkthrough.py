@@ -52,3 +52,20 @@ def test_train_grpo_env_kwargs_as_json_like_eval(tmp_path, capsys):
     assert "nothing to train: the run in" in capsys.readouterr().out
     assert main(["train", "grpo", ENV_REF, "--env-kwargs", "[1]"]) == 2
     assert "JSON object" in capsys.readouterr().err
+
+
+def test_sft_with_no_episode_kept_fails_before_loading_the_model(tmp_path, monkeypatch):
+    import llmgym.trainers.grpo as grpo
+    from llmgym.trainers.sft import SFTTrainer
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(grpo, "load_policy_model", no_load)
+    path = tmp_path / "episodes.jsonl"
+    save_jsonl([Episode("x", turn_rewards=[0.5])], path)
+    with pytest.raises(ValueError, match="lower --min-reward"):
+        SFTTrainer(SFTConfig(episodes=str(path), min_reward=1.0, model="tiny-random"))
+    path.write_text("")
+    with pytest.raises(ValueError, match="file is empty"):
+        SFTTrainer(SFTConfig(episodes=str(path), model="tiny-random"))
