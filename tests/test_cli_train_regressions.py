@@ -75,3 +75,14 @@ def test_grpo_module_main_bad_config_exits_2(tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_info:
             grpo_module.main(["--config", str(path)])
         assert exit_info.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id", ["llmgym/Wordl-v0", "no_such_module:Env-v0"])
+def test_grpo_module_main_unknown_env_exits_2_before_loading_a_model(tmp_path, capsys, monkeypatch, env_id):
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)  # would be built (and load a model) only after the check
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f'env_id = "{env_id}"\nmodel = "tiny-random"\n')
+    with pytest.raises(SystemExit) as exit_info:
+        grpo_module.main(["--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err and ("Wordl" in err or "no_such_module" in err)

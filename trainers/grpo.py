@@ -567,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-    except (OSError, ValueError) as err:  # a usage error: one line, exit 2, no traceback
+        gym.spec(resolve_env_id(config.env_id))  # an unknown env id or module: before any model is loaded
+    except (OSError, ValueError, ImportError, gym.error.Error) as err:  # a usage error: one line, exit 2, no traceback
         parser.error(str(err))
     trainer = GRPOTrainer(config, resume=args.resume)
     try:

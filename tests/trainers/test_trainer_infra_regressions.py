@@ -148,3 +148,16 @@ def test_the_plot_leaves_a_gap_for_null_metrics_instead_of_drawing_zero(tmp_path
     assert kl[0] == 0.01 and math.isnan(kl[1])
     metrics.write_text("")
     assert plot_metrics(metrics, tmp_path / "empty.png").is_file()  # no steps yet: an empty plot, no error
+
+
+def test_trainers_package_exports_the_trainers_like_trl():
+    import llmgym.trainers as trainers
+    from llmgym.trainers import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer, load_config
+    from llmgym.trainers.config import GRPOConfig as config_home
+    from llmgym.trainers.grpo import GRPOTrainer as trainer_home
+
+    assert GRPOTrainer is trainer_home and GRPOConfig is config_home
+    assert {SFTConfig.__name__, SFTTrainer.__name__, load_config.__name__} == {"SFTConfig", "SFTTrainer", "load_config"}
+    assert set(trainers.__all__) <= set(dir(trainers))
+    with pytest.raises(AttributeError, match="Nope"):
+        trainers.Nope  # noqa: B018
