@@ -16,7 +16,7 @@ with a stand-in that tags every word a noun, so its answer list is every
 five-letter word of the stand-in corpus. Results go to
 ``benchmarks/results/env_step.json``.
 
-Run: ``python benchmarks/env_step.py [--episodes 300] [--step-rounds 5]``
+Run: ``python benchmarks/env_step.py [--episodes 300] [--step-rounds 11]``
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=300, help="episodes of six steps per library")
     parser.add_argument("--make-runs", type=int, default=5, help="fresh interpreters for the make time")
-    parser.add_argument("--step-rounds", type=int, default=5,
+    parser.add_argument("--step-rounds", type=int, default=11,
                         help="step measurements per library, interleaved across libraries; the median round is kept")
     args = parser.parse_args()
     peer_python = str(ensure_peers())
