@@ -16,12 +16,13 @@ while saving leaves the previous checkpoint intact and ``--resume`` finds it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -185,7 +186,23 @@ def save_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLike[str
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(folder))
+    with quiet_hf_progress():
+        model.save_pretrained(str(folder))
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     return folder
+
+
+@contextlib.contextmanager
+def quiet_hf_progress() -> Iterator[None]:
+    """No transformers "Writing model shards" bar while saving: the trainer's own progress bar (or
+    ``progress=False``) says what the user sees; the setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()

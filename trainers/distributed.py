@@ -39,7 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from llmgym.trainers.batch import EpisodeBatch
-from llmgym.trainers.checkpoint import _prune_checkpoints, _replace_checkpoint
+from llmgym.trainers.checkpoint import _prune_checkpoints, _replace_checkpoint, quiet_hf_progress
 
 __all__ = [
     "init_distributed", "shard_model", "is_sharded", "local_parameter_count", "full_weights", "pad_micro_batches",
@@ -203,7 +203,8 @@ def save_full_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLik
             state.pop(name, None)  # a tied weight (the output head): gathered as a copy, saved once like transformers does
     if dist.get_rank() == 0:
         folder.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(folder), state_dict=state)
+        with quiet_hf_progress():
+            model.save_pretrained(str(folder), state_dict=state)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(folder))
     dist.barrier()

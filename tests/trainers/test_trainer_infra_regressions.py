@@ -161,3 +161,18 @@ def test_trainers_package_exports_the_trainers_like_trl():
     assert set(trainers.__all__) <= set(dir(trainers))
     with pytest.raises(AttributeError, match="Nope"):
         trainers.Nope  # noqa: B018
+
+
+def test_saving_weights_shows_no_transformers_progress_bar(tmp_path, capfd):
+    # "Writing model shards" bars broke into the trainer's own progress bar and showed with progress=False
+    from transformers.utils import logging as hf_logging
+
+    from llmgym.trainers.checkpoint import save_weights
+    from llmgym.wrappers.models import tiny_random_model
+
+    model, tokenizer = tiny_random_model(seed=0)
+    assert hf_logging.is_progress_bar_enabled()
+    save_weights(model, tokenizer, tmp_path / "final")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored
+    assert (tmp_path / "final" / "model.safetensors").is_file()
