@@ -94,7 +94,7 @@ class WordleEnv(LLMEnv):
     system_prompt = (
         "You are playing Wordle. Find the hidden five-letter English word in at most 6 guesses. "
         "After each guess you get feedback for each letter: G = right letter in the right spot, "
-        "Y = the letter is in the word but elsewhere, x = the letter is not in the word. "
+        "Y = the letter is in the word but elsewhere, x = the letter is not in the word (or not that many times). "
         "Guesses must be real English words. Guess by calling the guess tool, or reply with just the word."
     )
 
@@ -103,6 +103,8 @@ class WordleEnv(LLMEnv):
             raise ValueError(f"max_guesses must be an integer >= 1, got {max_guesses!r}")
         super().__init__(max_turns=max_turns, **kwargs)
         self.max_guesses = max_guesses
+        # the prompt states this env's budget, never the game's six when fewer are allowed
+        self.system_prompt = type(self).system_prompt.replace("at most 6 guesses", f"at most {max_guesses} guesses")
         self.answers, self.valid_words = load_words()
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
@@ -120,6 +122,11 @@ class WordleEnv(LLMEnv):
         self.guesses = []
         self._greens, self._letters = set(), set()
         self._new_facts = {}
+        if self.max_turns < self.max_guesses:  # the turn budget binds: say so, or the first reply would be planned for six
+            return (
+                f"Guess the five-letter word. You have {self.max_guesses} guesses but only {self.max_turns} "
+                f"{_plural(self.max_turns, 'reply', 'replies')}: one reply may hold several guess tool calls."
+            )
         return f"Guess the five-letter word. You have {self.max_guesses} guesses."
 
     @tool
@@ -150,11 +157,17 @@ class WordleEnv(LLMEnv):
         if new_facts:
             self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
         left = self.max_guesses - len(self.guesses)
+        replies = self.max_turns - turn  # replies after this one
         if feedback == "G" * WORD_LENGTH:
-            return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} guesses!"
+            return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} {_plural(len(self.guesses), 'guess', 'guesses')}!"
         if left == 0:
             return f"{word.upper()} {' '.join(feedback)}\nOut of guesses. The word was {self.answer.upper()}."
-        return f"{word.upper()} {' '.join(feedback)}\n{left} guesses left."
+        if replies == 0:
+            return f"{word.upper()} {' '.join(feedback)}\nOut of turns. The word was {self.answer.upper()}."
+        guesses_left = f"{left} {_plural(left, 'guess', 'guesses')} left"
+        if replies < left:  # the turn budget binds: never promise guesses there are no replies for
+            return f"{word.upper()} {' '.join(feedback)}\n{guesses_left} in {replies} {_plural(replies, 'reply', 'replies')}."
+        return f"{word.upper()} {' '.join(feedback)}\n{guesses_left}."
 
     def on_text(self, text: str) -> str:
         lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -195,3 +208,7 @@ class WordleEnv(LLMEnv):
         if not self.solved:
             return 0.0
         return (self.max_guesses + 1 - len(self.guesses)) / self.max_guesses
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return one if count == 1 else many
