@@ -8,7 +8,9 @@ prompt is the question and a one-line system prompt. It exists so that a
 temperature 1.0 for single-digit sums) and reinforcement learning has reward
 variance to work with; the reasoning-gym tasks are out of its reach at that size.
 
-The answer read from a reply is its last integer (``7 + 5 = 12`` reads 12).
+The answer read from a reply is its last integer (``7 + 5 = 12`` reads 12),
+the number as a person reads it: ``12.0`` reads 12, ``5,355`` reads 5355,
+``12.5`` is no integer.
 
 Rewards (components in ``info["reward_components"]``):
 
@@ -42,23 +44,27 @@ __all__ = ["MentalMathEnv", "OPERATIONS", "last_integer"]
 #: The operations a question may use, by symbol.
 OPERATIONS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
-_INTEGER = re.compile(r"-?\d+")
+# a number as written: thousands separated by commas, a decimal part (``12.0`` is 12, not 0)
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.(\d+))?")
 _BARE_INTEGER = re.compile(r"^\s*-?\d+\s*\.?\s*$")
 
 
 def last_integer(text: str) -> int | None:
-    """The last integer written in ``text``, or ``None`` when it holds none (or one too long for ``int``).
+    """The last number written in ``text`` if it is an integer, else ``None`` (also for one too long for ``int``).
 
     Example:
-        >>> last_integer("7 + 5 = 12.")
-        12
-        >>> last_integer("It is -3") , last_integer("no digits"), last_integer("0" * 5000 + "7")
-        (-3, None, 7)
+        >>> last_integer("7 + 5 = 12."), last_integer("It is 12.0"), last_integer("5,355")
+        (12, 12, 5355)
+        >>> last_integer("It is -3") , last_integer("no digits"), last_integer("12.5"), last_integer("0" * 5000 + "7")
+        (-3, None, None, 7)
     """
-    found = _INTEGER.findall(text)
-    if not found:
+    found = None
+    for found in _NUMBER.finditer(text):
+        pass
+    if found is None or found.group(1) and found.group(1).strip("0"):  # none, or a fraction such as 12.5
         return None
-    sign, digits = ("-", found[-1][1:]) if found[-1].startswith("-") else ("", found[-1])
+    number = found.group(0).split(".")[0].replace(",", "")
+    sign, digits = ("-", number[1:]) if number.startswith("-") else ("", number)
     try:  # leading zeros dropped: they do not count against int()'s digit limit
         return int(sign + (digits.lstrip("0") or "0"))
     except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits(), 4,300 by default)

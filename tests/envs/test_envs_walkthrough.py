@@ -46,3 +46,22 @@ def test_wordle_defaults_unchanged_and_singular_counts():
     assert env.step("squid")[0].endswith("Solved in 1 guess!")
     env.close()
 
+
+
+@pytest.mark.parametrize(
+    "reply, correct",
+    [("The answer is 9.0", 1.0), ("9.00", 1.0), ("It is 9.", 1.0), ("9.5", 0.0), ("4.5 + 4.5 = 9", 1.0), ("0.9", 0.0)],
+)
+def test_mental_math_reads_a_decimal_as_a_person_would(reply, correct):
+    env = gym.make("llmgym/MentalMath-v0")
+    env.reset(options={"a": 4, "b": 5, "op": "+"})
+    assert env.step(reply)[4]["reward_components"]["correct"] == correct
+    env.close()
+
+
+def test_mental_math_reads_thousands_separators():
+    env = gym.make("llmgym/MentalMath-v0", max_operand=99, operations="*")
+    env.reset(options={"a": 85, "b": 63, "op": "*"})
+    obs, reward, *_ = env.step("85 * 63 = 5,355")
+    assert obs == "Answer recorded: 5355" and reward == pytest.approx(1.0)
+    env.close()
