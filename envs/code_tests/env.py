@@ -36,7 +36,6 @@ such policies score far below the scripted honest solver.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -175,7 +174,7 @@ def _describe(report: GradeReport, function: str) -> str:
     for outcome in report.outcomes:
         call = f"{function}({', '.join(repr(a) for a in outcome.args)})"
         mark = "PASS" if outcome.passed else "FAIL"
-        lines.append(f"{mark} {call}: expected {json.dumps(outcome.expected)}, got {outcome.got}")
+        lines.append(f"{mark} {call}: expected {outcome.expected!r}, got {outcome.got}")
     lines.append(f"{report.passed}/{len(report.outcomes)} examples passed.")
     run = report.run
     if run is not None and run.error and not run.ok and not report.load_error:

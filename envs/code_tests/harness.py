@@ -126,7 +126,7 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
             except json.JSONDecodeError:
                 outcome.got = "unreadable output"
                 continue
-            outcome.got = json.dumps(value)
+            outcome.got = repr(value)  # Python, as the examples in the prompt are written (False, None, 'text')
             outcome.passed = value == outcome.expected and type(value) is type(outcome.expected)
         else:
             outcome.got = f"raised {_loads(parts[3])}"

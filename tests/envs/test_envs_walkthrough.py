@@ -65,3 +65,14 @@ def test_mental_math_reads_thousands_separators():
     obs, reward, *_ = env.step("85 * 63 = 5,355")
     assert obs == "Answer recorded: 5355" and reward == pytest.approx(1.0)
     env.close()
+
+
+def test_code_tests_feedback_writes_values_in_python_as_the_prompt_does():
+    env = gym.make("llmgym/CodeTests-v0")
+    obs, _ = env.reset(seed=3)  # is_balanced: the examples read "== False"
+    assert "== False" in obs
+    code = "def is_balanced(text):\n    return None if '[' in text else text == 'abc)'\n"
+    obs = env.step("<tool_call>" + json.dumps({"name": "run_examples", "arguments": {"code": code}}) + "</tool_call>")[0]
+    env.close()
+    assert "expected False, got None" in obs and "expected False, got True" in obs
+    assert "false" not in obs and "null" not in obs
