@@ -32,3 +32,11 @@ def test_check_refuses_a_negative_seed_as_a_usage_error(capsys):
     # it used to report "FAIL make ... raised ValueError" and exit 1, as if the env were broken
     assert main(["check", "llmgym/Wordle-v0", "--seed", "-1", "--episodes", "1"]) == 2
     assert "--seed must be >= 0" in capsys.readouterr().err
+
+
+def test_list_shows_bracketed_descriptions_as_text(capsys):
+    # rich read "moves in [brackets]" as markup and printed "moves in , TextArena's own rules"
+    from llmgym.cli import main
+
+    assert main(["list"]) == 0
+    assert "[brackets]" in capsys.readouterr().out

@@ -386,11 +386,12 @@ def _summarize(games: list[dict[str, Any]], names: list[str], me: str, orders: l
 
 def _print_matrix(summary: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     run, players = summary["run"], summary["players"]
-    table = Table("W/D/L", *players, "score", "mean reward",
-                  title=f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s",
+    table = Table("W/D/L", *map(escape, players), "score", "mean reward",
+                  title=escape(f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s"),
                   caption="row player's wins/draws/losses against the column player, both seats; "
                   "score and mean reward: against the others; self-play counts first-mover results; * = evaluated")
     for a in players:
@@ -401,7 +402,7 @@ def _print_matrix(summary: dict[str, Any]) -> None:
         total = summary["totals"][a]
         score = "-" if total["score"] is None else f"{total['score']:.3f}"
         reward = "-" if total["mean_reward"] is None else f"{total['mean_reward']:.3f}"
-        table.add_row(a + (" *" if a == summary["policy"] else ""), *row, score, reward)
+        table.add_row(escape(a) + (" *" if a == summary["policy"] else ""), *row, score, reward)
     console = Console()
     if not console.is_terminal:  # a file or a pipe: no need to wrap the names
         console = Console(width=max(80, 30 + max(len(n) for n in players) + sum(max(len(n), 6) + 3 for n in players)))

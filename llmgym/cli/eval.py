@@ -280,11 +280,12 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def _print_table(summary: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     run = summary["run"]
     reward = summary["reward"]
-    table = Table("metric", "value", title=f"{run['env_id']} · {run['policy']}")
+    table = Table("metric", "value", title=escape(f"{run['env_id']} · {run['policy']}"))
     ci = f" ± {_fmt(reward['ci95'])}" if reward["ci95"] is not None else ""
     table.add_row("episodes", f"{summary['episodes']} ({summary['failed']} failed)")
     table.add_row("mean reward (95% CI)", f"{_fmt(reward['mean'])}{ci}")
@@ -293,7 +294,7 @@ def _print_table(summary: dict[str, Any]) -> None:
     table.add_row("generated tokens / episode", _fmt(summary["generated_tokens"], 1))
     table.add_row("tool calls · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}")
     for name, value in summary["components"].items():
-        table.add_row(f"  {name} (mean per episode)", _fmt(value))
+        table.add_row(escape(f"  {name} (mean per episode)"), _fmt(value))
     table.add_row("wall time", f"{run['wall_s']:.1f} s")
     Console().print(table)
 

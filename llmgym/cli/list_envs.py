@@ -14,6 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from llmgym.registry import describe, list_envs
@@ -24,6 +25,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     table = Table("id", "description", title=f"{len(rows)} llmgym environments")
     for env_id, text in rows:
-        table.add_row(env_id, text)
+        table.add_row(escape(env_id), escape(text))  # "moves in [brackets]" is text, not rich markup
     Console().print(table)
     return 0
