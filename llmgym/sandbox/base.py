@@ -106,6 +106,16 @@ class ExecutionResult:
         return "\n".join(parts) if parts else "(no output)"
 
 
+def check_files(files: dict[str, str] | None) -> dict[str, str]:
+    """``files`` as a plain dict; a ``TypeError`` naming the file whose content is not text."""
+    files = dict(files or {})
+    for name, text in files.items():
+        if not isinstance(text, str):
+            hint = " (decode bytes first, e.g. data.decode())" if isinstance(text, (bytes, bytearray)) else ""
+            raise TypeError(f"files[{name!r}] must be text (str), got {type(text).__name__}{hint}")
+    return files
+
+
 def describe_failure(result: ExecutionResult, limits: SandboxLimits) -> str:
     """Fill in :attr:`ExecutionResult.error` from the exit status and streams."""
     if result.timed_out:

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits, describe_failure
+from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits, check_files, describe_failure
 
 __all__ = ["DockerSandbox", "docker_available"]
 
@@ -74,7 +74,17 @@ class DockerSandbox(Sandbox):
         except ImportError as err:
             raise SandboxError("the Docker backend needs the docker package: pip install 'llmgym[docker]'") from err
         if self._client is None:
-            self._client = docker.from_env()
+            try:
+                self._client = docker.from_env()
+            except docker.errors.DockerException as err:
+                host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+                raise SandboxError(f"no Docker engine answers at {host} ({err}); start one, set DOCKER_HOST, "
+                                   "or use make_sandbox('subprocess')") from err
+        try:  # containers.run would pull a missing image; a sandbox never downloads at run time
+            self._client.images.get(self.image)
+        except docker.errors.ImageNotFound as err:
+            raise SandboxError(f"the image {self.image!r} is not present locally and is never pulled at run time: "
+                               f"run `docker pull {self.image}` first") from err
         limits = self.limits
         self._container = self._client.containers.run(
             self.image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=True,
@@ -89,11 +99,14 @@ class DockerSandbox(Sandbox):
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
         limits = limits or self.limits
+        files = check_files(files)
         try:
             container = self._ensure()
+        except SandboxError as err:
+            return ExecutionResult(error=f"sandbox unavailable: {err}")
         except Exception as err:  # noqa: BLE001  engine gone, image missing: an error result, not a crash
             return ExecutionResult(error=f"sandbox unavailable: {type(err).__name__}: {err}")
-        job = base64.b64encode(json.dumps({"code": code, "files": files or {}}).encode()).decode()
+        job = base64.b64encode(json.dumps({"code": code, "files": files}).encode()).decode()
         cpu = max(1, int(limits.cpu_time_s + 0.999))
         script = (
             f"ulimit -t {cpu} -f {limits.file_size_mb * 2048} -v {limits.memory_mb * 1024}; "

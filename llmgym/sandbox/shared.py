@@ -40,6 +40,10 @@ class SharedSandbox(Sandbox):
     def isolation(self) -> dict[str, Any]:
         return self._sandbox.isolation()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a copy (deepcopy, or pickled into another process) is another handle on the pool with these settings
+        return _rejoin, (self._key, self._closed)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -80,6 +84,15 @@ def shared_sandbox(backend: str = "subprocess", limits: SandboxLimits | None = N
             entry = _pools[key] = [make_sandbox(backend, limits, **kwargs), 0, os.getpid()]
         entry[1] += 1
         return SharedSandbox(key, entry[0])
+
+
+def _rejoin(key: tuple, closed: bool) -> SharedSandbox:
+    """A new handle on the pool of ``key`` (how a :class:`SharedSandbox` is copied or unpickled)."""
+    backend, limits, role, options = key
+    handle = shared_sandbox(backend, limits, role, **dict(options))
+    if closed:
+        handle.close()
+    return handle
 
 
 class LazySandbox(Sandbox):

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits, describe_failure
+from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits, check_files, describe_failure
 
 __all__ = ["SubprocessSandbox", "default_hidden_paths"]
 
@@ -237,7 +237,7 @@ class SubprocessSandbox(Sandbox):
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
         limits = limits or self.limits
-        request = {"code": code, "files": dict(files or {}), "limits": _limits_dict(limits)}
+        request = {"code": code, "files": check_files(files), "limits": _limits_dict(limits)}
         with self._slots:
             with self._lock:
                 worker = self._idle.pop() if self._idle else None
@@ -248,7 +248,11 @@ class SubprocessSandbox(Sandbox):
                     worker = self._new_worker()
             except SandboxError as err:
                 return ExecutionResult(error=f"sandbox unavailable: {err}")
-            reply = worker.exchange(request, limits.wall_time_s + _GRACE_S)
+            try:
+                reply = worker.exchange(request, limits.wall_time_s + _GRACE_S)
+            except BaseException:  # Ctrl-C while waiting: the program must not run on unwatched
+                worker.kill()
+                raise
             worker.calls += 1
             healthy = reply is not None and "sandbox_error" not in reply and worker.alive()
             if healthy and self.warm and not self._closed:
