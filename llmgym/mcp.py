@@ -225,6 +225,10 @@ class MCPToolset:
     def __enter__(self) -> MCPToolset:
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(f"an MCPToolset holds a running MCP server ({self._describe()}) and cannot be copied or "
+                        "pickled; start another one (for an MCPEnv, make a new env)")
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
