@@ -98,7 +98,7 @@ def test_same_step_reports_the_final_observation():
     obs, rewards, terminated, _, info = envs.step(["crane", "slate"])
     assert terminated.tolist() == [True, False]
     assert obs[0].startswith("Guess the five-letter word")  # already the next episode
-    assert "Solved in 1 guesses" in info["final_obs"][0]
+    assert "Solved in 1 guess!" in info["final_obs"][0]
     assert rewards[0] > 1.0
     envs.close()
 
