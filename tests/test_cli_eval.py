@@ -140,3 +140,18 @@ def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
     assert summary["run"]["policy"] == "openai:smollm2-135m"  # the model name comes from /v1/models
     episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
     assert all(e.metadata["model"] == "smollm2-135m" for e in episodes)
+
+
+def test_a_scripted_policy_module_in_the_current_folder_is_found(tmp_path, monkeypatch, capsys):
+    # the installed `llmgym` command does not put the current folder on sys.path (python -m does)
+    import sys
+
+    (tmp_path / "my_session4_actor.py").write_text("class Actor:\n    def act(self, observation):\n        return 'crane'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "my_session4_actor", raising=False)
+    from llmgym.cli import main
+
+    assert main(["eval", "llmgym/Wordle-v0", "-n", "1", "--policy", "scripted:my_session4_actor:Actor",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--json"]) == 0
+    assert sys.path[-1] == str(tmp_path)  # appended: never in front of installed packages

@@ -15,6 +15,8 @@ the same chat always gets the same action.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any, Callable, Protocol
 
 from llmgym.messages import Message
@@ -97,6 +99,23 @@ class ScriptedPolicy(Policy):
         return [Generation({"role": "assistant", "content": self.act(r.messages)}) for r in requests]
 
 
+def import_user_module(name: str) -> Any:
+    """``importlib.import_module(name)``, also finding a module in the current folder.
+
+    ``python -m`` puts the current folder on ``sys.path``, an installed ``llmgym`` command
+    does not: ``--policy scripted:my_actor:Actor`` beside ``my_actor.py`` failed with
+    "No module named 'my_actor'". The folder is appended, so it never shadows an installed package.
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        here = os.getcwd()
+        if err.name != name.partition(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(name)
+
+
 def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
     """A :class:`ScriptedPolicy` for a built-in name (``"wordle"``) or ``"module:Class"``.
 
@@ -115,7 +134,7 @@ def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
         )
     module_name, _, attr = target.partition(":")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        factory = getattr(import_user_module(module_name), attr)
     except (ImportError, AttributeError, ValueError, TypeError) as err:  # ValueError, TypeError: empty or relative module
         raise ValueError(f"cannot load scripted policy {spec!r} ({target}): {err}") from None
     if not callable(factory):

@@ -121,11 +121,11 @@ def _scripted(env_id: str, name: str) -> Any:
         known = ", ".join(sorted(players)) or "none"
         raise CLIError(f"unknown scripted player {name!r} for {env_id}; built-in: {known} "
                        "(or an import path like scripted:mypackage.module:MyPlayer)")
-    import importlib
+    from llmgym.wrappers.scripted import import_user_module
 
     module_name, _, attr = name.partition(":")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        factory = getattr(import_user_module(module_name), attr)
     except (ImportError, AttributeError) as err:
         raise CLIError(f"cannot load scripted player {name!r}: {err}") from None
     act = getattr(factory, "act", None)
