@@ -272,9 +272,11 @@ class ServedModel:
             try:
                 await asyncio.to_thread(self._load_blocking, name, path)
             except Exception as err:  # noqa: BLE001  a broken adapter must not take the server down
-                if name not in (getattr(self.hf_model, "peft_config", None) or {}):
-                    # a failed replace has deleted the old weights: requests for the name would silently get the base model
-                    self.adapters.pop(name, None)
+                # A load that fails part-way (shapes of another model) leaves a half-initialised adapter under
+                # the name: drop it, or the name could never be loaded again. A failed replace has deleted the
+                # old weights too: keeping the name would silently serve the base model under it.
+                await asyncio.to_thread(self._discard_blocking, name)
+                self.adapters.pop(name, None)
                 raise APIError(400, f"Could not load the lora adapter `{name}` from `{path}`: {err}", "lora_path") from err
             self.adapters[name] = path
 
@@ -282,6 +284,10 @@ class ServedModel:
         if name in self.adapters:
             self.hf_model.delete_adapter(name)
         self.hf_model.load_adapter(path, adapter_name=name)
+
+    def _discard_blocking(self, name: str) -> None:
+        if name in (getattr(self.hf_model, "peft_config", None) or {}):
+            self.hf_model.delete_adapter(name)
 
     async def unload_adapter(self, name: str) -> None:
         """Remove the adapter ``name``.

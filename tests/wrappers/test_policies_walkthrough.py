@@ -1,0 +1,76 @@
+"""Regressions from a new-user walkthrough of the local policies, ``llmgym serve`` and ``OpenAIPolicy``.
+
+Each test reproduces a problem found by following docs/policies-local.md and
+docs/serve.md literally: LoRA loads that fail part-way, model names that are
+not local, out-of-range seeds, the context-length message of a chat request.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from llmgym.policy import PolicyRequest, SamplingParams
+from llmgym.wrappers.server import create_app, serve_in_thread
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+        yield base_url, policy
+
+
+def _chat(base_url: str, **body) -> httpx.Response:
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+
+
+def _adapter(tmp_path, name: str, hidden_size: int) -> str:
+    """A peft LoRA adapter saved for a tiny random Llama of the given width."""
+    peft = pytest.importorskip("peft")
+    from llmgym.wrappers.models import tiny_random_model
+
+    model, _ = tiny_random_model(hidden_size=hidden_size)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(model, config).save_pretrained(tmp_path / name)
+    return str(tmp_path / name)
+
+
+def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny, tmp_path):
+    # An adapter made for another model fails part-way through loading. It used to leave a
+    # half-initialised adapter under the name: the name could never be loaded again
+    # ("Adapter with name w already exists"), and a failed load_inplace kept the name listed
+    # while its requests silently ran on re-initialised (base-model) weights.
+    base_url, _ = tiny
+    good, wide = _adapter(tmp_path, "good", 64), _adapter(tmp_path, "wide", 128)
+    load = lambda name, path, **kw: httpx.post(  # noqa: E731
+        f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path, **kw}, timeout=60)
+    request = {"max_tokens": 4, "temperature": 0, "logprobs": True}
+
+    def logprobs(model: str) -> list[float]:
+        response = _chat(base_url, model=model, **request)
+        assert response.status_code == 200, response.text
+        return [entry["logprob"] for entry in response.json()["choices"][0]["logprobs"]["content"]]
+
+    base = logprobs("tiny")
+    failed = load("w", wide)
+    assert failed.status_code == 400 and failed.json()["error"]["param"] == "lora_path"
+    assert logprobs("tiny") == pytest.approx(base, abs=1e-5)
+    assert load("w", good).status_code == 200, "the name stays usable after a failed load"
+    adapted = logprobs("w")
+    assert adapted != pytest.approx(base, abs=1e-3)
+
+    replaced = load("w", wide, load_inplace=True)
+    assert replaced.status_code == 400
+    assert _chat(base_url, model="w", **request).status_code == 404, "the old weights are gone: no silent base model"
+    assert [card["id"] for card in httpx.get(f"{base_url}/models").json()["data"]] == ["tiny"]
+    assert logprobs("tiny") == pytest.approx(base, abs=1e-5)
+    assert load("w", good).status_code == 200
+    assert logprobs("w") == pytest.approx(adapted, abs=1e-5)
+    assert httpx.post(f"{base_url}/unload_lora_adapter", json={"lora_name": "w"}).status_code == 200
