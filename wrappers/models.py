@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "MODEL_ALIASES",
     "BACKENDS",
+    "TINY_RANDOM",
     "default_gguf_path",
     "resolve_gguf",
     "cache_dir",
@@ -59,6 +60,8 @@ MODEL_ALIASES = {
 }
 #: Backend names accepted by :func:`load_policy`.
 BACKENDS = ("llama.cpp", "transformers", "vllm")
+#: The model name :func:`load_policy` (and ``llmgym serve``/``eval``/``train``) takes for :func:`tiny_random_model`.
+TINY_RANDOM = "tiny-random"
 
 _INSTALL_HINT = 'pip install "llmgym[local]"'
 _SOURCE_FILE = "llmgym-source.json"
@@ -223,11 +226,22 @@ def _resolve_checkpoint(name_or_path: str | os.PathLike[str] | None) -> str:
             raise ValueError(f"{path} is a directory but not a Hugging Face checkpoint (no config.json)")
         return str(path)
     text = str(name_or_path)
+    not_found = FileNotFoundError(
+        f"model not found: {text} (give a .gguf file, a checkpoint directory, {DEFAULT_MODEL!r}, {TINY_RANDOM!r}, "
+        "or a model id already in the local Hugging Face cache; llmgym never downloads)"
+    )
     if path.exists() or text.startswith((".", "/", "~")) or text.count("/") > 1:
-        raise FileNotFoundError(
-            f"model not found: {text} (give a .gguf file, a checkpoint directory, or {DEFAULT_MODEL!r})"
-        )
-    return text  # a hub id: resolved from the local Hugging Face cache only (no downloads)
+        raise not_found
+    # A hub id: its folder in the local Hugging Face cache. Not the id itself: from_pretrained(local_files_only=True)
+    # still asks the hub for adapter_config.json (transformers 5), which offline retried for ~25 s before failing.
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return text
+    try:
+        return snapshot_download(text, local_files_only=True)
+    except (OSError, ValueError):  # not cached (LocalEntryNotFoundError), or not a valid id
+        raise not_found from None
 
 
 def load_model(
@@ -428,7 +442,9 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
         backend: ``"llama.cpp"`` (GGUF, fast on CPU; the default),
             ``"transformers"`` (HF checkpoints, CPU or CUDA, batched, trainable)
             or ``"vllm"`` (in-process vLLM, GPU).
-        model: model name or path for the backend; ``None`` = SmolLM2-135M-Instruct.
+        model: model name or path for the backend; ``None`` = SmolLM2-135M-Instruct;
+            ``"tiny-random"`` = :func:`tiny_random_model` (transformers) or
+            :func:`tiny_random_gguf` (llama.cpp), seed 0, for trying things in seconds.
         **kwargs: passed to the policy class.
 
     Raises:
@@ -436,13 +452,16 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
         ImportError: the backend's package is not installed.
     """
     key = backend.lower().replace("_", ".").replace("-", ".")
+    tiny = isinstance(model, str) and model.lower() == TINY_RANDOM
     if key in ("llama.cpp", "llamacpp", "llama"):
         from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
 
-        return LlamaCppPolicy(model, **kwargs)
+        return LlamaCppPolicy(tiny_random_gguf() if tiny else model, **kwargs)
     if key in ("transformers", "hf"):
         from llmgym.wrappers.transformers_policy import TransformersPolicy
 
+        if tiny:
+            return TransformersPolicy(*tiny_random_model(device=kwargs.get("device") or "cpu"), **kwargs)
         return TransformersPolicy(model, **kwargs)
     if key == "vllm":
         from llmgym.wrappers.vllm_policy import VLLMPolicy

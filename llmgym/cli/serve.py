@@ -19,7 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="llama.cpp: fast CPU generation of GGUF models (default); transformers: HF checkpoints, "
                         "batched, LoRA adapters; vllm: in-process vLLM (GPU); scripted: a scripted actor (--model wordle or module:Class), no model")
     parser.add_argument("--model", default=None,
-                        help="model name or path (.gguf file, checkpoint directory); default: the bundled SmolLM2-135M-Instruct")
+                        help="model name or path (.gguf file, checkpoint directory, a model id in the local Hugging Face "
+                        "cache), or tiny-random (a tiny random Llama, for trying the server in seconds); default: the "
+                        "bundled SmolLM2-135M-Instruct")
     parser.add_argument("--model-name", default="smollm2-135m", help="the name clients pass as 'model' (default: %(default)s)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")

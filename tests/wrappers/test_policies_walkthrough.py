@@ -74,3 +74,49 @@ def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny, tmp_path):
     assert load("w", good).status_code == 200
     assert logprobs("w") == pytest.approx(adapted, abs=1e-5)
     assert httpx.post(f"{base_url}/unload_lora_adapter", json={"lora_name": "w"}).status_code == 200
+
+
+def test_a_model_id_not_in_the_local_cache_fails_at_once_without_asking_the_hub():
+    # from_pretrained(local_files_only=True) still sent HEAD requests for adapter_config.json
+    # (transformers 5): offline, `llmgym serve --backend transformers --model tiny-randm` retried
+    # for ~26 s, then said "Check your internet connection".
+    pytest.importorskip("transformers")
+    from llmgym.wrappers.models import load_policy
+
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError, match="never downloads") as caught:
+        load_policy("transformers", "no-such-org/no-such-model-xyz")
+    assert time.monotonic() - started < 5
+    assert "local Hugging Face cache" in str(caught.value)
+
+
+def test_a_model_id_in_the_local_hugging_face_cache_loads_from_its_snapshot(tmp_path, monkeypatch):
+    hub = pytest.importorskip("huggingface_hub")
+    from llmgym.wrappers.models import load_model, tiny_random_model
+
+    model, tokenizer = tiny_random_model()
+    snapshot = tmp_path / "models--acme--tiny" / "snapshots" / ("0" * 40)
+    model.save_pretrained(snapshot)
+    tokenizer.save_pretrained(snapshot)
+    (tmp_path / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny" / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    loaded, _ = load_model("acme/tiny", device="cpu")
+    assert loaded.config.hidden_size == model.config.hidden_size
+
+
+@pytest.mark.parametrize("backend", ["transformers", "llama.cpp"])
+def test_load_policy_takes_tiny_random_as_the_trainers_do(backend):
+    # `llmgym train grpo --model tiny-random` works; `llmgym serve --backend transformers --model
+    # tiny-random` (the server such a run pushes its LoRA adapters to) looked the name up on the hub.
+    pytest.importorskip("transformers" if backend == "transformers" else "llama_cpp")
+    from llmgym.wrappers.models import load_policy
+
+    policy = load_policy(backend, "tiny-random")
+    try:
+        request = PolicyRequest(messages=[{"role": "user", "content": "hi"}],
+                                sampling=SamplingParams(max_tokens=3, seed=0))
+        generation = policy.generate([request])[0]
+        assert len(generation.token_ids) == 3 and policy.name.startswith("tiny-random-llama")
+    finally:
+        policy.close()
