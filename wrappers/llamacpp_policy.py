@@ -280,6 +280,8 @@ class LlamaCppPolicy(Policy):
             seed = sampling.seed
             if seed is None and self._seeds is not None:
                 seed = int(self._seeds.integers(2**63))
+            if seed is not None and seed < 0:  # numpy refuses negative seeds; torch (and vLLM) take them
+                seed %= 2**64
             rng = np.random.default_rng(seed)
             started = time.perf_counter()
             if prompt_logprobs:

@@ -120,15 +120,20 @@ class ServedModel:
             return name
         raise APIError(404, f"The model `{name}` does not exist.", param="model")
 
-    def check_max_tokens(self, max_tokens: int, prompt_tokens: int = 0) -> None:
+    def check_max_tokens(self, max_tokens: int, prompt_tokens: int | None = None) -> None:
         """Refuse a request that cannot fit the model's context, as vLLM does.
+
+        ``prompt_tokens`` is ``None`` where the prompt is not rendered yet (chat): then
+        only ``max_tokens`` itself is checked, and the message claims no prompt length.
 
         Raises:
             APIError: 400 naming ``max_tokens``.
         """
-        if self.max_model_len is not None and prompt_tokens + max_tokens > self.max_model_len:
-            raise APIError(400, f"This model's maximum context length is {self.max_model_len} tokens; the request "
-                           f"asks for {max_tokens} new tokens after a {prompt_tokens}-token prompt.", "max_tokens")
+        if self.max_model_len is None or (prompt_tokens or 0) + max_tokens <= self.max_model_len:
+            return
+        after = "" if prompt_tokens is None else f" after a {prompt_tokens}-token prompt"
+        raise APIError(400, f"This model's maximum context length is {self.max_model_len} tokens; the request "
+                       f"asks for {max_tokens} new tokens{after}.", "max_tokens")
 
     async def generate(self, request: PolicyRequest, adapter: str | None = None, top_logprobs: int = 0) -> Generation:
         """Queue one chat request and wait for its generation."""

@@ -120,3 +120,33 @@ def test_load_policy_takes_tiny_random_as_the_trainers_do(backend):
         assert len(generation.token_ids) == 3 and policy.name.startswith("tiny-random-llama")
     finally:
         policy.close()
+
+
+def test_chat_max_tokens_beyond_the_context_does_not_claim_a_zero_token_prompt(tiny):
+    base_url, policy = tiny
+    response = _chat(base_url, max_tokens=policy.model.config.max_position_embeddings + 1)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "max_tokens"
+    assert "maximum context length" in error["message"] and "0-token prompt" not in error["message"]
+
+
+def test_seeds_take_vllms_int64_range_on_every_backend(tiny):
+    # seed=-1 reached numpy on llama.cpp ("ValueError: expected non-negative integer"), and a seed
+    # past 2**64 reached torch ("Overflow when unpacking long long"): 400s naming no field.
+    from llmgym.wrappers.models import load_policy
+
+    base_url, _ = tiny
+    for seed in (-1, -(2**63), 2**63 - 1):
+        assert _chat(base_url, max_tokens=2, seed=seed).status_code == 200, seed
+    for seed in (2**63, 2**64, -(2**63) - 1):
+        response = _chat(base_url, max_tokens=2, seed=seed)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "seed", response.text
+    pytest.importorskip("llama_cpp")
+    policy = load_policy("llama.cpp", "tiny-random")
+    try:
+        request = lambda seed: PolicyRequest(messages=[{"role": "user", "content": "hi"}],  # noqa: E731
+                                             sampling=SamplingParams(max_tokens=4, temperature=1.0, seed=seed))
+        first, again = policy.generate([request(-1), request(-1)])
+        assert first.token_ids == again.token_ids
+    finally:
+        policy.close()
