@@ -142,6 +142,14 @@ def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
     assert all(e.metadata["model"] == "smollm2-135m" for e in episodes)
 
 
+def test_a_model_the_server_does_not_serve_is_refused_before_playing(tmp_path, capsys, scripted_server):
+    # every request would be a 404; eval used to play every episode, then report that all had failed
+    code = main(["eval", WORDLE, "-n", "2", "--base-url", scripted_server, "--model", "gpt-4",
+                 "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 2 and "does not serve model 'gpt-4'; it serves: smollm2-135m" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
+
 def test_a_scripted_policy_module_in_the_current_folder_is_found(tmp_path, monkeypatch, capsys):
     # the installed `llmgym` command does not put the current folder on sys.path (python -m does)
     import sys

@@ -209,6 +209,10 @@ def _build_policy(args: argparse.Namespace) -> Any:
             model = args.model or (models[0][0] if models[0] else None)
             if model is None:
                 raise CLIError(f"{args.base_url[0]} lists no models; pass --model")
+            for url, served in zip(args.base_url, models):
+                if served and model not in served:  # every request would be a 404 (vLLM: "model does not exist")
+                    shown = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
+                    raise CLIError(f"{url} does not serve model {model!r}; it serves: {shown}")
             # eval needs no token ids: asking for them only costs bandwidth
             return OpenAIPolicy(model, base_url=args.base_url, api_key=args.api_key, return_tokens=False,
                                 max_concurrency=args.concurrency)
