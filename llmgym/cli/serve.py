@@ -26,6 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     parser.add_argument("--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="context window in tokens, as vLLM's flag (llama.cpp: n_ctx, default 4096; vllm: max_model_len); "
+                        "the transformers backend uses the model's own")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run)
 
@@ -46,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--port must be between 1 and 65535, got {args.port}")
     if args.max_batch_size < 1:
         raise CLIError(f"--max-batch-size must be at least 1, got {args.max_batch_size}")
+    if args.max_model_len is not None:
+        if args.max_model_len < 1:
+            raise CLIError(f"--max-model-len must be at least 1, got {args.max_model_len}")
+        if args.backend not in ("llama.cpp", "vllm"):
+            raise CLIError(f"--max-model-len applies to the llama.cpp and vllm backends; {args.backend} uses "
+                           + ("the model's own context (config.max_position_embeddings)" if args.backend == "transformers"
+                              else "no model"))
     _check_port(args.host, args.port)  # before loading a model, not after
     try:
         from llmgym.wrappers.server import create_app, serve
@@ -59,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             from llmgym.wrappers.models import load_policy
 
-            policy = load_policy(args.backend, args.model)
+            context = {} if args.max_model_len is None else (
+                {"n_ctx": args.max_model_len} if args.backend == "llama.cpp" else {"max_model_len": args.max_model_len})
+            policy = load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
     try:

@@ -1,0 +1,38 @@
+"""Regression tests for problems found late in session 4's walkthroughs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from llmgym.cli import main
+
+
+def test_serve_max_model_len_sets_the_llama_cpp_context(monkeypatch, capsys):
+    # a chat longer than 4,096 tokens could not be served at all: n_ctx had no flag
+    import llmgym.wrappers.server as server
+
+    seen = {}
+
+    def fake_create_app(policy, **kwargs):
+        seen["n_ctx"] = policy.n_ctx
+        return object()
+
+    monkeypatch.setattr(server, "create_app", fake_create_app)
+    monkeypatch.setattr(server, "serve", lambda app, **kwargs: None)
+    with socket.socket() as sock:  # a free port for the bind check
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["serve", "--model", "tiny-random", "--max-model-len", "1024", "--port", str(port)]) == 0
+    assert seen == {"n_ctx": 1024}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--max-model-len", "0"], "--max-model-len must be at least 1"),
+    (["--backend", "transformers", "--max-model-len", "512"], "the model's own context"),
+    (["--backend", "scripted", "--max-model-len", "512"], "no model"),
+])
+def test_serve_max_model_len_refusals(argv, message, capsys):
+    assert main(["serve", *argv]) == 2
+    assert message in capsys.readouterr().err
