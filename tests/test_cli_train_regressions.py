@@ -71,10 +71,13 @@ def test_serve_port_in_use_is_a_clean_error(monkeypatch, capsys):
 def test_grpo_module_main_bad_config_exits_2(tmp_path, capsys):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('steps = "five"\n')
-    for path in (cfg, tmp_path / "missing.toml"):
+    for path, reason in ((cfg, "steps: Input should be a valid integer"), (tmp_path / "missing.toml", "No such file")):
         with pytest.raises(SystemExit) as exit_info:
             grpo_module.main(["--config", str(path)])
-        assert exit_info.value.code == 2 and "Traceback" not in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "Traceback" not in err
+        assert f"error: {path}" in err or f"'{path}'" in err  # the message names the config file
+        assert reason in err
 
 
 @pytest.mark.parametrize("env_id", ["llmgym/Wordl-v0", "no_such_module:Env-v0"])
