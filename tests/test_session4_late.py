@@ -36,3 +36,18 @@ def test_serve_max_model_len_sets_the_llama_cpp_context(monkeypatch, capsys):
 def test_serve_max_model_len_refusals(argv, message, capsys):
     assert main(["serve", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env_id", "least"), [
+    ("llmgym/TicTacToe-v0", 5), ("llmgym/ConnectFour-v0", 21), ("llmgym/Negotiation-v0", 4),
+    ("llmgym/PrisonersDilemma-v0", 10),
+])
+def test_games_against_a_bot_refuse_a_turn_budget_that_cannot_finish_a_game(env_id, least):
+    # Negotiation with max_turns=2 told the agent "the game lasts 8 turns" and ended every game unfinished (-1)
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match=f"max_turns must be >= {least}"):
+        gym.make(env_id, max_turns=least - 1)
+    env = gym.make(env_id, max_turns=least)
+    env.reset(seed=0)
+    env.close()

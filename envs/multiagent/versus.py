@@ -61,7 +61,13 @@ class VersusEnv(LLMEnv):
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
     """
 
+    #: the most moves a whole game can ask of the agent: a smaller turn budget could never finish it
+    agent_moves: int = 1
+
     def __init__(self, max_turns: int = 30, **kwargs: Any):
+        if isinstance(max_turns, int) and max_turns < self.agent_moves:
+            raise ValueError(f"max_turns must be >= {self.agent_moves}: a game of {type(self).__name__} can take "
+                             f"{self.agent_moves} moves from you (illegal attempts count as turns too), got {max_turns}")
         kwargs.setdefault("max_tool_calls", 1)
         self.game = self.make_game()
         self.opponent: Any = None
@@ -155,6 +161,8 @@ class TicTacToeVsBot(VersusEnv):
 
     description = "Tic-tac-toe as X against a perfect minimax opponent (win +1, draw 0, loss -1)."
 
+    agent_moves = 5  # X makes at most 5 of the 9 moves
+
     def __init__(self, max_turns: int = 20, **kwargs: Any):
         super().__init__(max_turns=max_turns, **kwargs)
 
@@ -185,6 +193,8 @@ class ConnectFourVsBot(VersusEnv):
 
     description = "Connect Four as X against a depth-6 negamax opponent (win +1, draw 0, loss -1)."
 
+    agent_moves = 21  # X makes at most 21 of the 42 moves
+
     def __init__(self, depth: int = 6, max_turns: int = 40, **kwargs: Any):
         self.depth = depth
         super().__init__(max_turns=max_turns, **kwargs)
@@ -209,6 +219,8 @@ class NegotiationVsBot(VersusEnv):
     """Split items with private values against a scripted haggler; deal or no deal."""
 
     description = "Negotiate a split of items with private values against a scripted haggler (reward: your share's value / 10)."
+
+    agent_moves = 4  # the agent's 4 of the game's 8 turns
 
     def __init__(self, max_turns: int = 16, **kwargs: Any):
         super().__init__(max_turns=max_turns, **kwargs)
@@ -240,6 +252,8 @@ class PrisonersDilemmaVsBot(VersusEnv):
     """Ten rounds of the prisoner's dilemma with messages against tit-for-tat."""
 
     description = "Iterated prisoner's dilemma with messages, 10 rounds against tit-for-tat (reward: payoffs)."
+
+    agent_moves = 10  # one move a round, 10 rounds
 
     def __init__(self, max_turns: int = 40, **kwargs: Any):
         super().__init__(max_turns=max_turns, **kwargs)
