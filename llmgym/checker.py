@@ -599,7 +599,11 @@ def _plain_copy(value: Any, depth: int) -> Any:
 def _first_difference(a: Any, b: Any, path: str = "") -> str:
     """Where two nested values differ ('' when they are equal)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return "" if np.array_equal(a, b) else f"{path or 'value'}: arrays differ"
+        try:
+            same = np.array_equal(a, b, equal_nan=True)  # NaN where both runs hold NaN is the same state
+        except TypeError:  # equal_nan on a non-numeric dtype
+            same = np.array_equal(a, b)
+        return "" if same else f"{path or 'value'}: arrays differ"
     if type(a) is not type(b):
         return f"{path or 'value'}: {type(a).__name__} vs {type(b).__name__}"
     if isinstance(a, dict):

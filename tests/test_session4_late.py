@@ -51,3 +51,13 @@ def test_games_against_a_bot_refuse_a_turn_budget_that_cannot_finish_a_game(env_
     env = gym.make(env_id, max_turns=least)
     env.reset(seed=0)
     env.close()
+
+
+def test_checker_state_comparison_treats_nan_arrays_as_equal():
+    import numpy as np
+
+    from llmgym.checker import _first_difference
+
+    assert _first_difference({"a": np.array([1.0, np.nan])}, {"a": np.array([1.0, np.nan])}) == ""
+    assert _first_difference(np.array(["x"]), np.array(["x"])) == ""
+    assert "arrays differ" in _first_difference(np.array([1.0]), np.array([2.0]))
