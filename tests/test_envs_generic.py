@@ -35,7 +35,7 @@ def test_check_env(env_id):
 def test_step_before_reset_is_refused(env_id):
     # llmgym's own ids come without Gymnasium's OrderEnforcing wrapper: the env itself must refuse
     env = gym.make(env_id)
-    with pytest.raises((RuntimeError, gym.error.ResetNeeded)):
+    with pytest.raises((RuntimeError, gym.error.ResetNeeded), match="reset"):
         env.step("hello")
     env.reset(seed=0)
     env.close()

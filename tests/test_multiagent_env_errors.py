@@ -213,8 +213,9 @@ class Interrupt(BaseException):
 
 @pytest.mark.parametrize("error", [Interrupt(), TokenMismatchError("turn 1: prefix broken")])
 def test_an_interrupt_or_token_mismatch_from_the_env_still_stops_the_match(error):
-    with pytest.raises(type(error)):
+    with pytest.raises(type(error)) as raised:
         play_match(lambda: StepFailsOnSeed(bad_seed=0, error=error), MINIMAX, seeds=[0, 1])
+    assert raised.value is error  # the env's own error, not another of the same type
 
 
 def test_llmgym_eval_counts_a_failed_game_and_keeps_the_others(tmp_path, capsys, monkeypatch):

@@ -68,5 +68,5 @@ def test_dict_without_native_calls_reads_the_text_protocol():
 
 
 def test_non_action_types_are_programming_errors():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="an action must be str or an OpenAI assistant message dict, got int"):
         parse_action(42)  # type: ignore[arg-type]

@@ -275,7 +275,7 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         rollout(WORDLE, policy, seeds=2, group_size=0)
     with pytest.raises(ValueError, match="jsonl_path"):
         rollout(WORDLE, policy, seeds=2, resume=True)
-    with pytest.raises(gym.error.Error):
+    with pytest.raises(gym.error.Error, match="Wordel"):
         rollout("llmgym/Wordel-v0", policy, seeds=2)
     path = tmp_path / "run.jsonl"
     rollout(EchoEnv, ScriptedPolicy(Echo), seeds=1, jsonl_path=path)

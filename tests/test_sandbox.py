@@ -194,18 +194,18 @@ def test_cold_mode_and_closed_sandbox():
     box = SubprocessSandbox(LIMITS, warm=False)
     assert box.run("print('cold')").stdout == "cold\n"
     box.close()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="this sandbox is closed"):
         box.run("print(1)")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="code must be str, got bytes"):
         SubprocessSandbox().run(b"print(1)")
 
 
 def test_bad_limits_and_backend_names():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="memory_mb must be > 0, got 0"):
         SandboxLimits(memory_mb=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="backend must be 'subprocess', 'docker' or 'auto', got 'vm'"):
         make_sandbox("vm")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pool_size must be >= 1, got 0"):
         SubprocessSandbox(pool_size=0)
 
 
@@ -271,7 +271,7 @@ def test_shared_sandboxes_are_reference_counted():
     assert b.run("print(2)").stdout == "2\n" and not pool._closed
     b.close()
     assert pool._closed
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="this sandbox handle is closed"):
         b.run("print(3)")
     other.close()
     fresh = shared_sandbox(limits=LIMITS, role="test")

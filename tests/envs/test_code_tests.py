@@ -164,5 +164,5 @@ def test_bad_submissions_are_errors_the_agent_can_act_on():
     obs, reward, terminated, _, info = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
     assert info["reward_components"]["format_error"] == 1.0 and reward == pytest.approx(-0.1)
     env.close()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="source must be 'generated', 'handwritten' or 'mixed', got 'web'"):
         gym.make("llmgym/CodeTests-v0", source="web")

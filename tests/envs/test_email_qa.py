@@ -111,5 +111,5 @@ def test_search_filters_and_errors():
     obs, reward, terminated, truncated, info = env.step(call("read_email", email_id="seven"))
     assert info["reward_components"]["format_error"] == 1.0
     env.close()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unanswerable_rate must be in \[0, 1\], got 2.0"):
         gym.make("llmgym/EmailQA-v0", unanswerable_rate=2.0)

@@ -156,10 +156,10 @@ def test_check_env_every_difficulty():
         env = gym.make("llmgym/MathTools-v0", difficulty=difficulty)
         check_env(env.unwrapped, skip_render_check=True)
         env.close()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"difficulty must be one of \(1, 2, 3\), got 7"):
         gym.make("llmgym/MathTools-v0", difficulty=7)
     env = gym.make("llmgym/MathTools-v0", difficulty=1)
     env.reset(seed=0, options={"difficulty": 3})
     assert env.unwrapped.problem.difficulty == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"options\['difficulty'\] must be one of \(1, 2, 3\), got 0"):
         env.reset(seed=0, options={"difficulty": 0})

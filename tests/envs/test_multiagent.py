@@ -152,11 +152,11 @@ def test_illegal_moves_cost_and_retry_then_forfeit():
     assert game.winner == "player_0" and game.forfeited == "player_1"
     assert game._cumulative_rewards["player_1"] == pytest.approx(-1.1)
     assert game.outcome() == {"player_0": "win", "player_1": "loss"}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="when an agent is dead, the only valid action is None"):
         game.step("a1")  # a dead agent's only valid action is None
-    with pytest.raises(TypeError):
-        fresh = tictactoe.env()
-        fresh.reset()
+    fresh = tictactoe.env()
+    fresh.reset()
+    with pytest.raises(TypeError, match="its action must be str or an assistant message dict, got int"):
         fresh.step(4)  # a programming error, not an agent's mistake
 
 

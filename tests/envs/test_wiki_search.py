@@ -119,5 +119,5 @@ def test_search_and_read_errors_are_observations():
     person = next(iter(env.unwrapped.world.people))
     obs, *_ = env.step(call("search", query=person, k=3))
     assert obs.splitlines()[0].startswith(f"[{person}#")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown question kinds \['trivia'\]; choose from"):
         gym.make("llmgym/WikiSearch-v0", kinds=["trivia"])

@@ -56,11 +56,11 @@ def test_a_failed_in_place_lora_reload_no_longer_lists_the_deleted_adapter(tmp_p
         await backend.start()
         try:
             await backend.load_adapter("a", str(tmp_path / "good"))
-            with pytest.raises(APIError):
+            with pytest.raises(APIError, match="Could not load the lora adapter `a`"):
                 await backend.load_adapter("a", str(tmp_path / "bad"), replace=True)
             # the old weights are gone: "a" must be unknown, not silently served by the base model
             assert "a" not in backend.adapters
-            with pytest.raises(APIError) as err:
+            with pytest.raises(APIError, match="The model `a` does not exist") as err:
                 await backend.generate(request, backend.resolve_model("a"))
             assert err.value.status == 404
         finally:

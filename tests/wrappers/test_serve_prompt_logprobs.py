@@ -138,7 +138,7 @@ def test_llama_cpp_policy_scores_and_generates_consistently():
         assert again.token_ids == plain.token_ids and again.metadata["cached_prompt_tokens"] == len(prompt) - 1
         with pytest.raises(ValueError, match="n_ctx"):
             policy.score([1] * 513)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="token_ids must be a non-empty list of ints"):
             policy.score([])
     finally:
         policy.close()
