@@ -81,6 +81,7 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.tokens_used = 0
         self.seed_used: int | None = None
         self._over = True
+        self._reset_once = False  # step() before any reset() says so
 
     def add_tools(self, tools: Mapping[str, Any] | Iterable[Any]) -> None:
         """Offer the agent more tools, e.g. an MCP server's (``env.add_tools(toolset.tools())``).
@@ -142,13 +143,15 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.turn_contexts, self.turn_rewards, self.turn_components = [], [], []
         self.tokens_used = 0
         self._over = False
+        self._reset_once = True
         prompt = self.setup(options)
         self.messages = [system(self.system_prompt), user(prompt)]
         return self._clip(prompt), self._info({})
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._over:
-            raise RuntimeError("the episode is over: call reset() before step()")
+            raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
+                               else "no episode has started: call reset() before step()")
         turn = len(self.turn_contexts) + 1
         # anything but str or dict: parse_action raises TypeError
         content = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None

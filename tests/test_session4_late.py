@@ -61,3 +61,20 @@ def test_checker_state_comparison_treats_nan_arrays_as_equal():
     assert _first_difference({"a": np.array([1.0, np.nan])}, {"a": np.array([1.0, np.nan])}) == ""
     assert _first_difference(np.array(["x"]), np.array(["x"])) == ""
     assert "arrays differ" in _first_difference(np.array([1.0]), np.array([2.0]))
+
+
+def test_step_before_any_reset_says_no_episode_started():
+    import gymnasium as gym
+
+    env = gym.make("llmgym/Wordle-v0")
+    with pytest.raises(RuntimeError, match="no episode has started: call reset"):
+        env.step("crane")
+    env.reset(seed=0)
+    env.close()
+
+
+def test_calculator_errors_always_say_why():
+    from llmgym.envs.math_tools.calculator import CalculatorError, evaluate
+
+    with pytest.raises(CalculatorError, match="cannot evaluate: PrecisionExhausted"):  # was "cannot evaluate: "
+        evaluate("ceil(pi**1000)")

@@ -135,7 +135,7 @@ def _checked(value: sympy.Expr) -> sympy.Expr:
         try:
             magnitude = abs(sympy.N(value, 15))
         except (TypeError, ValueError, ArithmeticError) as err:
-            raise CalculatorError(f"cannot evaluate: {err}") from None
+            raise CalculatorError(f"cannot evaluate: {str(err) or type(err).__name__}") from None
         if magnitude.is_number and magnitude > 10**MAX_DIGITS:
             raise CalculatorError("number too large")
     return value
