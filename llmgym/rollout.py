@@ -377,11 +377,13 @@ async def _play(
 def _check_text_env(env: gym.Env) -> None:
     """Refuse an env whose actions are not text (CartPole's ``Discrete(2)``): no episode of it could be played.
 
+    An env that declares no action space at all is let through: it may well take text, as it did before this check.
+
     Raises:
-        TypeError: ``env.action_space`` is not a :class:`gymnasium.spaces.Text`.
+        TypeError: ``env.action_space`` is set and is not a :class:`gymnasium.spaces.Text`.
     """
     space = getattr(env, "action_space", None)
-    if not isinstance(space, gym.spaces.Text):
+    if space is not None and not isinstance(space, gym.spaces.Text):
         env.close()
         raise TypeError(f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
                         "use an llmgym env or a Gymnasium env with a Text action space")

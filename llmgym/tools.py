@@ -11,11 +11,13 @@ as a :class:`ToolResult` with ``ok=False`` and a message the agent can act on.
 
 from __future__ import annotations
 
+import enum
 import functools
 import importlib
 import inspect
 import json
 import pickle
+import re
 from dataclasses import dataclass
 import types
 import typing
@@ -122,7 +124,7 @@ class Tool:
         try:
             return self._validate(arguments)
         except pydantic.ValidationError as err:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()[:5])
+            problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in err.errors()[:5])
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
@@ -213,8 +215,13 @@ def _json_scalars(hint: Any) -> Any:
     if hint is int or hint is float:
         return Annotated[(hint, *metadata, _NUMBER)]
     origin, args = get_origin(hint), get_args(hint)
+    choices: Any = None
     if origin is typing.Literal:  # Literal[1, 2] takes True as 1 (True == 1)
-        numbers = any(type(a) in (int, float) for a in args) and not any(type(a) is bool for a in args)
+        choices = args
+    elif isinstance(hint, type) and issubclass(hint, enum.Enum):  # so does an enum of numbers (IntEnum too)
+        choices = [member.value for member in hint]
+    if choices is not None:
+        numbers = any(type(c) in (int, float) for c in choices) and not any(type(c) is bool for c in choices)
         return Annotated[(hint, *metadata, _NUMBER)] if numbers else _annotate(hint, metadata)
     if not args:
         return _annotate(hint, metadata)
@@ -224,6 +231,17 @@ def _json_scalars(hint: Any) -> Any:
     elif new != args and origin in (list, set, frozenset, tuple, dict):
         hint = origin[new]
     return _annotate(hint, metadata)  # other generics (Sequence[int], ...) keep pydantic's own rules
+
+
+_NUMBER_LABEL = re.compile(r"function-before\[_refuse_bool\(\), (.*)\]")
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """An error's location as the agent reads it: ``x.int``, not ``x.function-before[_refuse_bool(), int]``.
+
+    pydantic names a union member by its validator, and the boolean check is one wrapped around it.
+    """
+    return ".".join(_NUMBER_LABEL.sub(r"\1", str(part)) for part in loc) or "arguments"
 
 
 def _annotate(hint: Any, metadata: tuple[Any, ...]) -> Any:
