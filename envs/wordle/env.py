@@ -104,7 +104,7 @@ class WordleEnv(LLMEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         self.max_guesses = max_guesses
         # the prompt states this env's budget, never the game's six when fewer are allowed
-        self.system_prompt = type(self).system_prompt.replace("at most 6 guesses", f"at most {max_guesses} guesses")
+        self.system_prompt = type(self).system_prompt.replace("at most 6 guesses", f"at most {max_guesses} {_plural(max_guesses, 'guess', 'guesses')}")
         self.answers, self.valid_words = load_words()
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
@@ -127,7 +127,7 @@ class WordleEnv(LLMEnv):
                 f"Guess the five-letter word. You have {self.max_guesses} guesses but only {self.max_turns} "
                 f"{_plural(self.max_turns, 'reply', 'replies')}: one reply may hold several guess tool calls."
             )
-        return f"Guess the five-letter word. You have {self.max_guesses} guesses."
+        return f"Guess the five-letter word. You have {self.max_guesses} {_plural(self.max_guesses, 'guess', 'guesses')}."
 
     @tool
     def guess(self, word: str) -> str:
@@ -162,12 +162,19 @@ class WordleEnv(LLMEnv):
             return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} {_plural(len(self.guesses), 'guess', 'guesses')}!"
         if left == 0:
             return f"{word.upper()} {' '.join(feedback)}\nOut of guesses. The word was {self.answer.upper()}."
-        if replies == 0:
-            return f"{word.upper()} {' '.join(feedback)}\nOut of turns. The word was {self.answer.upper()}."
+        if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
+            return f"{word.upper()} {' '.join(feedback)}"  # guess in this same reply may still solve it)
         guesses_left = f"{left} {_plural(left, 'guess', 'guesses')} left"
         if replies < left:  # the turn budget binds: never promise guesses there are no replies for
             return f"{word.upper()} {' '.join(feedback)}\n{guesses_left} in {replies} {_plural(replies, 'reply', 'replies')}."
         return f"{word.upper()} {' '.join(feedback)}\n{guesses_left}."
+
+    def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        if truncated:  # said once, after every guess of the last reply: never before one of them solves it
+            budget = "turns" if len(self.turn_contexts) >= self.max_turns else "tokens"
+            observation += f"\nOut of {budget}. The word was {self.answer.upper()}."
+        return observation, reward, terminated, truncated, info
 
     def on_text(self, text: str) -> str:
         lines = [line for line in text.strip().splitlines() if line.strip()]

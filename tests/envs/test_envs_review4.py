@@ -1,0 +1,37 @@
+"""Session-4 review regressions for the bundled envs (Wordle budgets, Negotiation prose, ...)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmgym.envs.wordle.env import WordleEnv
+
+
+def _guess(word: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "guess", "arguments": {"word": word}}) + "</tool_call>"
+
+
+def test_wordle_last_reply_never_reveals_the_word_before_a_later_guess_in_it_solves():
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, terminated, truncated, _ = env.step(_guess("crane") + _guess("slate") + _guess("audio"))
+    assert terminated and not truncated
+    assert "Out of turns" not in obs and "The word was" not in obs, obs
+    assert obs.splitlines()[-1] == "Solved in 3 guesses!"
+
+
+def test_wordle_out_of_turns_is_said_once_after_the_last_replys_guesses():
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, terminated, truncated, _ = env.step(_guess("crane") + _guess("slate"))
+    assert truncated and not terminated
+    assert obs.count("The word was AUDIO") == 1 and obs.splitlines()[-1] == "Out of turns. The word was AUDIO."
+
+
+def test_wordle_one_guess_budget_is_singular():
+    env = WordleEnv(max_guesses=1)
+    obs, _ = env.reset(seed=0)
+    assert obs == "Guess the five-letter word. You have 1 guess."
+    assert "at most 1 guess." in env.system_prompt
