@@ -614,7 +614,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
         if len(a) != len(b):
             return f"{path or 'value'}: {len(a)} vs {len(b)} entries"
         return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}[{i}]"))), "")
-    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+    if isinstance(a, (float, complex, np.generic)) and a != a and b != b:  # NaN (np.float32 too), NaT: same state
         return ""
     return "" if a == b else f"{path or 'value'}: {_clip(repr(a), 60)} vs {_clip(repr(b), 60)}"
 

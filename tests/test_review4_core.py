@@ -92,3 +92,16 @@ def test_an_env_declaring_no_action_space_is_still_played():
     episodes = rollout(_NoDeclaredSpace, _Say(), seeds=2)
     assert [e.turn_rewards for e in episodes] == [[1.0, 1.0], [1.0, 1.0]]
     assert all("error" not in e.metadata for e in episodes)
+
+
+def test_checker_state_comparison_treats_nan_numpy_scalars_as_equal():
+    # float NaN and NaN arrays were the same state, but np.float32(nan) read as "nan vs nan": a false nondeterminism
+    import numpy as np
+
+    from llmgym.checker import _first_difference
+
+    for nan in (float("nan"), np.float32("nan"), np.float64("nan"), complex("nan"), np.datetime64("NaT")):
+        assert _first_difference({"score": [nan]}, {"score": [nan]}) == "", nan
+    assert "vs" in _first_difference(np.float32(1.0), np.float32("nan"))
+    assert "vs" in _first_difference(np.float32("nan"), np.float32(1.0))
+    assert _first_difference(np.float32(2.0), np.float32(2.0)) == ""
