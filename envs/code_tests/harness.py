@@ -123,7 +123,7 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
         if parts[2] == "ok":
             try:
                 value = loads_json(parts[3])  # json.loads's result; an over-long integer is a JSONDecodeError too
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # nested deeper than the host reads: this test fails, not the run
                 outcome.got = "unreadable output"
                 continue
             outcome.got = repr(value)  # Python, as the examples in the prompt are written (False, None, 'text')
@@ -136,6 +136,6 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
 def _loads(text: str) -> str:
     try:
         value = loads_json(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return text[:200]
     return value if isinstance(value, str) else str(value)

@@ -35,3 +35,17 @@ def test_wordle_one_guess_budget_is_singular():
     obs, _ = env.reset(seed=0)
     assert obs == "Guess the five-letter word. You have 1 guess."
     assert "at most 1 guess." in env.system_prompt
+
+
+def test_code_tests_a_value_nested_too_deep_to_read_fails_that_test_only():
+    from llmgym.envs.code_tests.harness import grade
+    from llmgym.sandbox import SubprocessSandbox
+
+    code = (
+        "import sys\nsys.setrecursionlimit(100000)\n"
+        "def f(x):\n    if x == 0:\n        return 7\n    v = []\n    for _ in range(5000):\n        v = [v]\n    return v\n"
+    )
+    with SubprocessSandbox() as box:
+        report = grade(box, code, "f", [([1], [1]), ([0], 7)], per_test_s=5)
+    assert report.outcomes[0].got == "unreadable output" and not report.outcomes[0].passed
+    assert report.outcomes[1].passed
