@@ -25,6 +25,7 @@ retries). A policy that breaks the token-prefix contract raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import dataclasses
 import math
@@ -384,7 +385,8 @@ def _check_text_env(env: gym.Env) -> None:
     """
     space = getattr(env, "action_space", None)
     if space is not None and not isinstance(space, gym.spaces.Text):
-        env.close()
+        with contextlib.suppress(Exception):  # the refusal is the error worth showing, not a failing close
+            env.close()
         raise TypeError(f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
                         "use an llmgym env or a Gymnasium env with a Text action space")
 
