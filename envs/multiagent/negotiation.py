@@ -52,6 +52,10 @@ _DEAL = re.compile(
     r"^(?:(?:ok|okay|yes|sure|fine|great|alright|perfect|then)\W+)*"
     r"(?:(?:it'?s|that'?s|it is|that is|we have|we've got|you have|you've got|you got)\s+a\s+)?"
     r"deal\b(?!\s+(?:or|if|with|for|would|is|on)\b)", re.IGNORECASE)
+# "Fine by me, deal." / "Sounds good - deal!": a closing "deal" after a comma or dash (a clause without counts)
+_DEAL_LAST = re.compile(
+    r"[,:\u2013\u2014-]\s*(?:(?:it'?s|that'?s|it is|that is|we have|we've got|you have|you've got|you got)\s+a\s+)?"
+    r"deal\W*$", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|don'?t|do not|can'?t|cannot|won'?t|will not|couldn'?t|wouldn'?t|shouldn'?t|no longer)"
                       r"(?:\s+\w+){0,2}\s*$", re.IGNORECASE)
 _NOT_MINE = re.compile(r"(?:\b(?:if|unless|whether|when|once)\b.*"
@@ -264,6 +268,11 @@ def _accepts(clause: str) -> bool:
         return False
     if _DEAL.match(words.lstrip("\"'*-([ ")):
         return True
+    last = _DEAL_LAST.search(words)
+    if last and not _mentions(words):  # "2 books for me, deal." is an offer, read as a proposal
+        before = words[:last.start()]
+        if not _NEGATED.search(before) and not _NOT_MINE.search(before + " "):
+            return True
     for found in _ACCEPT_WORD.finditer(words):
         before = words[:found.start()]
         if not _NEGATED.search(before) and not _NOT_MINE.search(before):

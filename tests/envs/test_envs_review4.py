@@ -49,3 +49,26 @@ def test_code_tests_a_value_nested_too_deep_to_read_fails_that_test_only():
         report = grade(box, code, "f", [([1], [1]), ([0], 7)], per_test_s=5)
     assert report.outcomes[0].got == "unreadable output" and not report.outcomes[0].passed
     assert report.outcomes[1].passed
+
+
+def _negotiation_table():
+    from llmgym.envs.multiagent import negotiation
+
+    game = negotiation.env()
+    game.reset(seed=0)
+    game.step('<tool_call>{"name": "propose", "arguments": {"books": 3, "hats": 1, "balls": 2}}</tool_call>')
+    return game
+
+
+@pytest.mark.parametrize("text", ["Fine by me, deal.", "No worries, deal!", "Sounds good - deal", "That works, it's a deal."])
+def test_negotiation_a_closing_deal_after_a_comma_accepts(text):
+    game = _negotiation_table()
+    game.step(text)
+    assert game.deal == {"player_0": (3, 1, 2), "player_1": (1, 2, 1)}, text
+
+
+@pytest.mark.parametrize("text, takes", [("2 books for me, deal.", (2, 0, 0)), ("If you give me 3 books, deal.", (3, 0, 0))])
+def test_negotiation_a_closing_deal_after_counts_or_a_condition_is_an_offer(text, takes):
+    game = _negotiation_table()
+    game.step(text)
+    assert game.deal is None and game.proposal == ("player_1", takes), text
