@@ -281,6 +281,9 @@ def load_model(
         raise OSError(
             f"cannot load model {name_or_path!r} from local files (llmgym never downloads): {err}"
         ) from None
+    if checkpoint != str(name_or_path) and Path(checkpoint).parent.name == "snapshots":
+        # loaded from its cache snapshot: keep the id as from_pretrained(id) would (the policy's name, records)
+        model.config.name_or_path = tokenizer.name_or_path = str(name_or_path)
     model.to(device).eval()
     return model, tokenizer
 
