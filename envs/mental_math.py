@@ -10,7 +10,7 @@ variance to work with; the reasoning-gym tasks are out of its reach at that size
 
 The answer read from a reply is its last integer (``7 + 5 = 12`` reads 12),
 the number as a person reads it: ``12.0`` reads 12, ``5,355`` reads 5355,
-``12.5`` is no integer.
+``12.5`` is no integer, ``\u22123`` (the typeset minus sign) is -3.
 
 Rewards (components in ``info["reward_components"]``):
 
@@ -45,8 +45,8 @@ __all__ = ["MentalMathEnv", "OPERATIONS", "last_integer"]
 OPERATIONS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 # a number as written: thousands separated by commas, a decimal part (``12.0`` is 12, not 0)
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.(\d+))?")
-_BARE_INTEGER = re.compile(r"^\s*-?\d+\s*\.?\s*$")
+_NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.(\d+))?")
+_BARE_INTEGER = re.compile(r"^\s*[-\u2212]?\d+\s*\.?\s*$")  # U+2212 is the minus sign of typeset math
 
 
 def last_integer(text: str) -> int | None:
@@ -64,7 +64,7 @@ def last_integer(text: str) -> int | None:
     if found is None or found.group(1) and found.group(1).strip("0"):  # none, or a fraction such as 12.5
         return None
     number = found.group(0).split(".")[0].replace(",", "")
-    sign, digits = ("-", number[1:]) if number.startswith("-") else ("", number)
+    sign, digits = ("-", number[1:]) if number[0] in "-\u2212" else ("", number)
     try:  # leading zeros dropped: they do not count against int()'s digit limit
         return int(sign + (digits.lstrip("0") or "0"))
     except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits(), 4,300 by default)

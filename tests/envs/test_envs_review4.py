@@ -72,3 +72,15 @@ def test_negotiation_a_closing_deal_after_counts_or_a_condition_is_an_offer(text
     game = _negotiation_table()
     game.step(text)
     assert game.deal is None and game.proposal == ("player_1", takes), text
+
+
+def test_mental_math_reads_the_typeset_minus_sign():
+    from llmgym.envs.mental_math import MentalMathEnv, last_integer
+
+    assert last_integer("5 \u2212 8 = \u22123") == -3 and last_integer("7 \u2212 5") == 5
+    env = MentalMathEnv(operations="-")
+    env.reset(seed=0, options={"a": 5, "b": 8, "op": "-"})
+    _, reward, terminated, _, info = env.step("\u22123")
+    assert terminated and info["reward_components"] == {"correct": 1.0, "concise": 1.0}
+    env.reset(seed=0, options={"a": 1, "b": 2, "op": "+"})
+    assert env.step("\u22123")[1] == pytest.approx(0.2)  # -3 is wrong for 1 + 2 = 3, never read as 3
