@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -205,14 +206,21 @@ def _build_policy(args: argparse.Namespace) -> Any:
         if args.base_url:
             from llmgym.wrappers.openai_policy import OpenAIPolicy
 
-            models = [_check_server(url, args.api_key) for url in args.base_url]
+            cards = [_list_models(url, args.api_key) for url in args.base_url]
+            models = [[card["id"] for card in listed] for listed in cards]
             model = args.model or (models[0][0] if models[0] else None)
             if model is None:
                 raise CLIError(f"{args.base_url[0]} lists no models; pass --model")
-            for url, served in zip(args.base_url, models):
-                if served and model not in served:  # every request would be a 404 (vLLM: "model does not exist")
+            for url, served, listed in zip(args.base_url, models, cards):
+                if served and model not in served:
                     shown = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
-                    raise CLIError(f"{url} does not serve model {model!r}; it serves: {shown}")
+                    if all(card.get("owned_by") in STRICT_MODEL_OWNERS for card in listed):
+                        # every request would be a 404 (vLLM: "model does not exist")
+                        raise CLIError(f"{url} does not serve model {model!r}; it serves: {shown}")
+                    # others take names they do not list (Ollama: llama3.2 for llama3.2:latest; llama.cpp's
+                    # server: any name): let the run report what the server says
+                    print(f"llmgym: {url} does not list model {model!r} (it lists: {shown}); trying it anyway",
+                          file=sys.stderr)
             # eval needs no token ids: asking for them only costs bandwidth
             return OpenAIPolicy(model, base_url=args.base_url, api_key=args.api_key, return_tokens=False,
                                 max_concurrency=args.concurrency)
@@ -253,8 +261,18 @@ def _missing_extra(err: ImportError) -> str:
     return f"{module} is not installed: pip install \"llmgym[{extra}]\""
 
 
+#: ``owned_by`` of the model cards of servers that refuse (404) any model name they do not list.
+STRICT_MODEL_OWNERS = frozenset({"llmgym", "vllm"})
+
+
 def _check_server(url: str, api_key: str | None) -> list[str]:
     """The model ids a server lists at ``URL/models``; a clear CLIError when it cannot be reached."""
+    return [card["id"] for card in _list_models(url, api_key)]
+
+
+def _list_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
+    """The model cards (each with a string ``id``) a server lists at ``URL/models``; a clear CLIError when it
+    cannot be reached."""
     import os
 
     key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
@@ -275,7 +293,7 @@ def _check_server(url: str, api_key: str | None) -> list[str]:
             "and does the URL end in /v1?"
         ) from None
     data = body.get("data") if isinstance(body, dict) else None
-    return [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return [m for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

@@ -22,3 +22,76 @@ def test_a_cached_model_id_keeps_its_id_as_the_policy_name(tmp_path, monkeypatch
     policy = TransformersPolicy("acme/TinyChat-1M", device="cpu")
     assert policy.name == "TinyChat-1M"
     assert policy.model.config.name_or_path == "acme/TinyChat-1M"
+
+
+class _ModelsOnly:
+    """A stub OpenAI-compatible server: ``/v1/models`` lists ``cards``; chat requests get a 500."""
+
+    def __init__(self, cards):
+        import http.server
+        import json
+        import threading
+
+        body = json.dumps({"object": "list", "data": cards}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):  # noqa: N802
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("owner", ["vllm", "llmgym"])
+def test_eval_refuses_a_model_that_a_strict_server_does_not_list(owner, capsys):
+    pytest.importorskip("openai")
+    import argparse
+
+    from llmgym.cli import CLIError
+    from llmgym.cli.eval import _build_policy
+
+    stub = _ModelsOnly([{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": owner}])
+    try:
+        args = argparse.Namespace(policy=None, base_url=[stub.url], model="gpt-4", api_key=None, concurrency=1)
+        with pytest.raises(CLIError, match="does not serve model 'gpt-4'; it serves: Qwen/Qwen3-8B"):
+            _build_policy(args)
+    finally:
+        stub.close()
+
+
+def test_eval_tries_a_model_that_ollama_or_llama_server_does_not_list(capsys):
+    # Ollama lists "llama3.2:latest" and serves "llama3.2"; llama.cpp's llama-server lists its file and
+    # serves any name. Refusing every unlisted --model (meant for vLLM's 404s) refused those runs.
+    pytest.importorskip("openai")
+    import argparse
+
+    from llmgym.cli.eval import _build_policy
+
+    for cards in ([{"id": "llama3.2:latest", "object": "model", "owned_by": "library"}],
+                  [{"id": "models/qwen.gguf", "object": "model", "owned_by": "llamacpp"}]):
+        stub = _ModelsOnly(cards)
+        try:
+            args = argparse.Namespace(policy=None, base_url=[stub.url], model="llama3.2", api_key=None, concurrency=1)
+            policy = _build_policy(args)
+            assert policy.model == "llama3.2"
+            assert f"does not list model 'llama3.2' (it lists: {cards[0]['id']}); trying it anyway" in (
+                capsys.readouterr().err)
+        finally:
+            stub.close()
