@@ -146,7 +146,9 @@ def create_app(
             raise APIError(400, f"The {backend.policy.name} policy does not return token ids or log-probs; "
                            "ask without logprobs and return_token_ids.", "logprobs")
         policy_request, parse_tools = _policy_request(body)
-        backend.check_max_tokens(policy_request.sampling.max_tokens)
+        if (body.max_completion_tokens or body.max_tokens) is not None:
+            # unset: DEFAULT_MAX_TOKENS, which generation stops short of where the context ends (as vLLM's default)
+            backend.check_max_tokens(policy_request.sampling.max_tokens)
         top = (body.top_logprobs or 0) if body.logprobs else 0
         generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.generate(
             _with_seed(policy_request, seed), adapter, top))
@@ -166,13 +168,12 @@ def create_app(
                            "nothing is generated).", "max_tokens")
         prompts = [backend.encode(prompt) if isinstance(prompt, str) else list(prompt) for prompt in body.prompts()]
         sampling = _sampling(body, body.max_tokens)
-        for prompt_ids in prompts:
-            backend.check_max_tokens(sampling.max_tokens, len(prompt_ids))
+        samplings = [_fitted(backend, sampling, len(prompt_ids), body.max_tokens is None) for prompt_ids in prompts]
         score_prompt = body.echo and body.logprobs is not None
         generations = await _run_all(request, [
-            backend.complete(prompt_ids, _seeded(sampling, None if body.seed is None else body.seed + i), adapter,
+            backend.complete(prompt_ids, _seeded(fitted, None if body.seed is None else body.seed + i), adapter,
                              body.logprobs or 0, score_prompt)
-            for prompt_ids in prompts for i in range(body.n)])
+            for prompt_ids, fitted in zip(prompts, samplings) for i in range(body.n)])
         response_id = f"cmpl-{uuid.uuid4().hex}"
         name = body.model or backend.model_name
         prompt_tokens = sum(len(prompt_ids) for prompt_ids in prompts)
@@ -253,6 +254,22 @@ def _sampling(body: Any, max_tokens: int | None) -> SamplingParams:
         seed=body.seed,
         stop=body.stop_list(),
     )
+
+
+def _fitted(backend: ServedModel, sampling: SamplingParams, prompt_tokens: int, default: bool) -> SamplingParams:
+    """``sampling`` for one completion prompt: a ``max_tokens`` the client left unset stops where the context
+    ends (as vLLM's default), one it set must fit the context.
+
+    Raises:
+        APIError: 400 naming ``max_tokens``: the set one does not fit, or the prompt fills the context.
+    """
+    if default and backend.max_model_len is not None:
+        room = max(1, min(sampling.max_tokens, backend.max_model_len - prompt_tokens))
+        if room != sampling.max_tokens:
+            sampling = SamplingParams(sampling.temperature, sampling.top_p, room, sampling.seed,
+                                      sampling.thinking_budget, list(sampling.stop))
+    backend.check_max_tokens(sampling.max_tokens, prompt_tokens)
+    return sampling
 
 
 def _seeded(sampling: SamplingParams, seed: int | None) -> SamplingParams:

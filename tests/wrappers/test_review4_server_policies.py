@@ -95,3 +95,36 @@ def test_eval_tries_a_model_that_ollama_or_llama_server_does_not_list(capsys):
                 capsys.readouterr().err)
         finally:
             stub.close()
+
+
+def test_requests_without_max_tokens_fit_a_small_context():
+    # `llmgym serve --max-model-len 256`: a request without max_tokens got the 512-token default checked
+    # against the context and a 400 ("asks for 512 new tokens"), chat and completions alike; vLLM's default
+    # is what the context has room for. A max_tokens the client sets is still checked.
+    pytest.importorskip("fastapi")
+    pytest.importorskip("llama_cpp")
+    import httpx
+
+    from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
+    from llmgym.wrappers.models import tiny_random_gguf
+    from llmgym.wrappers.server import create_app, serve_in_thread
+
+    policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=64)
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            chat = httpx.post(f"{base_url}/chat/completions", timeout=120, json={
+                "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "seed": 0, "temperature": 0})
+            assert chat.status_code == 200, chat.text
+            usage = chat.json()["usage"]
+            assert usage["total_tokens"] <= 64
+            completion = httpx.post(f"{base_url}/completions", timeout=120, json={
+                "model": "tiny", "prompt": ["hi there", "a longer prompt than the other"], "seed": 0})
+            assert completion.status_code == 200, completion.text
+            assert completion.json()["usage"]["completion_tokens"] <= 2 * 64
+            too_many = httpx.post(f"{base_url}/completions", timeout=120, json={
+                "model": "tiny", "prompt": "hi there", "max_tokens": 63})
+            assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "max_tokens"
+            full = httpx.post(f"{base_url}/completions", timeout=120, json={"model": "tiny", "prompt": [42] * 64})
+            assert full.status_code == 400 and full.json()["error"]["param"] == "max_tokens"
+    finally:
+        policy.close()
