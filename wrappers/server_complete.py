@@ -30,6 +30,10 @@ __all__ = ["complete_ids", "complete_ids_llama", "score_ids", "score_generation"
 def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
     """Continue each ``(prompt_ids, sampling)``; prompts with equal sampling run as one batch.
 
+    A seeded sampled prompt runs alone: ``model.generate`` draws a batch's tokens from one
+    generator, so in a batch its tokens would depend on the other prompts (vLLM's seeds do not).
+    Greedy prompts ignore the seed and batch.
+
     Raises:
         ValueError: an empty prompt or a token id outside the vocabulary.
     """
@@ -38,7 +42,8 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
     results: list[Generation | None] = [None] * len(prompts)
     groups: dict[tuple, list[int]] = {}
     for index, (_, sampling) in enumerate(prompts):
-        key = (sampling.temperature, sampling.top_p, sampling.max_tokens, sampling.seed, tuple(sampling.stop))
+        alone = index if sampling.seed is not None and sampling.temperature > 0 else None
+        key = (sampling.temperature, sampling.top_p, sampling.max_tokens, alone, tuple(sampling.stop))
         groups.setdefault(key, []).append(index)
     for indices in groups.values():
         batch = _complete_batch(model, tokenizer, [prompts[i][0] for i in indices], prompts[indices[0]][1])

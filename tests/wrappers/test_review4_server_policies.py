@@ -128,3 +128,29 @@ def test_requests_without_max_tokens_fit_a_small_context():
             assert full.status_code == 400 and full.json()["error"]["param"] == "max_tokens"
     finally:
         policy.close()
+
+
+def test_a_seeded_completion_is_the_same_alone_or_in_a_list_of_prompts():
+    # transformers /v1/completions ran prompts of equal sampling (same seed) as one model.generate batch,
+    # whose rows share one generator: "hello" with seed 1 gave other tokens beside "bye there" than alone.
+    pytest.importorskip("fastapi")
+    pytest.importorskip("transformers")
+    import httpx
+
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.server import create_app, serve_in_thread
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+        def texts(prompt, **body):
+            response = httpx.post(f"{base_url}/completions", timeout=120,
+                                  json={"model": "tiny", "prompt": prompt, "max_tokens": 6, **body})
+            assert response.status_code == 200, response.text
+            return [choice["text"] for choice in response.json()["choices"]]
+
+        alone = texts("hello", seed=1)
+        assert texts(["hello", "bye there", "a third prompt"], seed=1)[0] == alone[0]
+        assert texts(["bye", "hello"], seed=1, n=2)[2] == alone[0]
+        greedy = texts("hello", temperature=0)
+        assert texts(["hello", "bye there"], temperature=0, seed=5)[0] == greedy[0]
