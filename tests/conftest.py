@@ -63,3 +63,51 @@ def start_scripted_serve():
     for process in processes:
         process.terminate()
         process.wait(timeout=20)
+
+
+class StubTrainer:
+    """Stands in for GRPOTrainer in CLI tests: records the config, trains nothing."""
+
+    config = None
+
+    def __init__(self, config, resume=False):
+        StubTrainer.config = config
+
+    def train(self):
+        return []
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def stub_trainer(monkeypatch):
+    """``llmgym.trainers.grpo.GRPOTrainer`` replaced by :class:`StubTrainer`; returns the stub class."""
+    pytest.importorskip("transformers")
+    import llmgym.trainers.grpo as grpo_module
+
+    StubTrainer.config = None
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", StubTrainer)
+    return StubTrainer
+
+
+@pytest.fixture
+def fake_hf_cache(tmp_path, monkeypatch):
+    """A local Hugging Face cache in ``tmp_path``: ``fake_hf_cache("acme/tiny")`` saves the tiny random
+    model there as that id's snapshot (no network) and returns ``(model, tokenizer)``."""
+    hub = pytest.importorskip("huggingface_hub")
+    from llmgym.wrappers.models import tiny_random_model
+
+    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path))
+
+    def cache(model_id: str):
+        model, tokenizer = tiny_random_model()
+        folder = tmp_path / ("models--" + model_id.replace("/", "--"))
+        snapshot = folder / "snapshots" / ("0" * 40)
+        model.save_pretrained(snapshot)
+        tokenizer.save_pretrained(snapshot)
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text("0" * 40)
+        return model, tokenizer
+
+    return cache

@@ -17,31 +17,6 @@ from llmgym.scaffold import scaffold
 ENV = "llmgym/MathTools-v0"  # not GRPOConfig's default env_id, so a dropped value shows
 
 
-class _Stub:
-    """Stands in for GRPOTrainer: records the config, trains nothing."""
-
-    config = None
-
-    def __init__(self, config, resume=False):
-        _Stub.config = config
-
-    def train(self):
-        return []
-
-    def close(self):
-        pass
-
-
-@pytest.fixture
-def stub_trainer(monkeypatch):
-    pytest.importorskip("transformers")
-    import llmgym.trainers.grpo as grpo_module
-
-    _Stub.config = None
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)
-    return _Stub
-
-
 def _config(tmp_path, text: str) -> str:
     path = tmp_path / "cfg.toml"
     path.write_text(text)

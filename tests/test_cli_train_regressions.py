@@ -10,42 +10,25 @@ import llmgym.trainers.grpo as grpo_module  # noqa: E402
 from llmgym.cli import main  # noqa: E402
 
 
-class _Stub:
-    """Stands in for GRPOTrainer: records the config, trains nothing."""
-
-    config = None
-
-    def __init__(self, config, resume=False):
-        _Stub.config = config
-
-    def train(self):
-        return []
-
-    def close(self):
-        pass
-
-
 @pytest.mark.parametrize("sets, field", [(["steps=five"], "steps"), (["micro_batch_size=2.5"], "micro_batch_size"),
                                          (["is_cap=[1,"], "is_cap")])
-def test_set_values_are_type_checked_without_config(sets, field, monkeypatch, capsys):
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)
+def test_set_values_are_type_checked_without_config(sets, field, stub_trainer, capsys):
     argv = ["train", "grpo", "llmgym/Wordle-v0"] + [x for s in sets for x in ("--set", s)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert field in err and "not supported between" not in err
 
 
-def test_set_none_and_conversions(monkeypatch, tmp_path):
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)
+def test_set_none_and_conversions(stub_trainer, tmp_path):
     assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "is_cap=none", "--set", "max_grad_norm=NULL",
                  "--set", 'steps="3"', "--set", "scale_rewards=none", "--set", "curriculum_kwarg=null"]) == 0
-    config = _Stub.config
+    config = stub_trainer.config
     assert config.is_cap is None and config.max_grad_norm is None and config.steps == 3
     assert config.scale_rewards == "none" and config.curriculum_kwarg is None  # a str field keeps the word
     cfg = tmp_path / "cfg.toml"
     cfg.write_text("is_cap = 3.0\nsteps = 7\n")
     assert main(["train", "grpo", "--config", str(cfg), "--set", "is_cap=none", "--steps", "2"]) == 0
-    assert _Stub.config.is_cap is None and _Stub.config.steps == 2
+    assert stub_trainer.config.is_cap is None and stub_trainer.config.steps == 2
 
 
 def test_set_empty_key(capsys):
@@ -81,8 +64,8 @@ def test_grpo_module_main_bad_config_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("env_id", ["llmgym/Wordl-v0", "no_such_module:Env-v0"])
-def test_grpo_module_main_unknown_env_exits_2_before_loading_a_model(tmp_path, capsys, monkeypatch, env_id):
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", _Stub)  # would be built (and load a model) only after the check
+def test_grpo_module_main_unknown_env_exits_2_before_loading_a_model(tmp_path, capsys, stub_trainer, env_id):
+    # stub_trainer: the trainer would be built (and load a model) only after the check
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(f'env_id = "{env_id}"\nmodel = "tiny-random"\n')
     with pytest.raises(SystemExit) as exit_info:

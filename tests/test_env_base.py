@@ -156,9 +156,8 @@ def test_reward_names_must_be_unique():
         Rubric([Reward(format_error), Reward(format_error)])
 
 
-@pytest.mark.parametrize("value, weight", [(float("nan"), 1.0), (float("inf"), 0.0), (float("-inf"), -0.5)])
-def test_non_finite_rewards_are_rejected(value, weight):
-    # weight 0 too: a metric-only component that is not finite is still a broken reward function
+def _stepped_with_second_reward(value, weight=1.0):
+    """An EchoEnv whose rubric holds a fine reward and one returning ``value``, after reset, ready to step."""
     rubric = Rubric([Reward(lambda ctx: 1.0, name="fine"), Reward(lambda ctx: value, weight=weight, name="bad")])
 
     class Bad(EchoEnv):
@@ -167,23 +166,21 @@ def test_non_finite_rewards_are_rejected(value, weight):
 
     env = Bad()
     env.reset()
+    return env
+
+
+@pytest.mark.parametrize("value, weight", [(float("nan"), 1.0), (float("inf"), 0.0), (float("-inf"), -0.5)])
+def test_non_finite_rewards_are_rejected(value, weight):
+    # weight 0 too: a metric-only component that is not finite is still a broken reward function
     with pytest.raises(ValueError, match="reward 'bad' returned .*finite"):
-        env.step("hi")
+        _stepped_with_second_reward(value, weight).step("hi")
 
 
 @pytest.mark.parametrize("value", [None, "high", [1.0]])
 def test_a_reward_that_is_not_a_number_is_named(value):
     # float(None) raised a TypeError that did not say which reward function was broken
-    rubric = Rubric([Reward(lambda ctx: 1.0, name="fine"), Reward(lambda ctx: value, name="broken")])
-
-    class Bad(EchoEnv):
-        def build_rubric(self):
-            return rubric
-
-    env = Bad()
-    env.reset()
-    with pytest.raises(TypeError, match="reward 'broken' returned .*a reward must be a number"):
-        env.step("hi")
+    with pytest.raises(TypeError, match="reward 'bad' returned .*a reward must be a number"):
+        _stepped_with_second_reward(value).step("hi")
 
 
 def test_a_subclass_overriding_a_tool_method_replaces_the_tool():

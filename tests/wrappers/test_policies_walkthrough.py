@@ -90,17 +90,10 @@ def test_a_model_id_not_in_the_local_cache_fails_at_once_without_asking_the_hub(
     assert "local Hugging Face cache" in str(caught.value)
 
 
-def test_a_model_id_in_the_local_hugging_face_cache_loads_from_its_snapshot(tmp_path, monkeypatch):
-    hub = pytest.importorskip("huggingface_hub")
-    from llmgym.wrappers.models import load_model, tiny_random_model
+def test_a_model_id_in_the_local_hugging_face_cache_loads_from_its_snapshot(fake_hf_cache):
+    from llmgym.wrappers.models import load_model
 
-    model, tokenizer = tiny_random_model()
-    snapshot = tmp_path / "models--acme--tiny" / "snapshots" / ("0" * 40)
-    model.save_pretrained(snapshot)
-    tokenizer.save_pretrained(snapshot)
-    (tmp_path / "models--acme--tiny" / "refs").mkdir()
-    (tmp_path / "models--acme--tiny" / "refs" / "main").write_text("0" * 40)
-    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    model, _ = fake_hf_cache("acme/tiny")
     loaded, _ = load_model("acme/tiny", device="cpu")
     assert loaded.config.hidden_size == model.config.hidden_size
 
