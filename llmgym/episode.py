@@ -7,8 +7,8 @@ provided them, the token ids it generated with a mask (1 = policy token,
 0 = prompt/env/tool token) and their log-probs. Timing lives here, never in
 ``info``, so environments stay deterministic.
 
-Files are strict JSON (no ``NaN``/``Infinity``), so a float JSON cannot hold
-never loses an episode: a non-finite log-prob is written as
+Files are strict JSON (no ``NaN``/``Infinity``), and a float strict JSON cannot
+hold never loses an episode: a non-finite log-prob is written as
 :data:`LOGPROB_FLOOR`, any other non-finite float as ``null``.
 """
 

@@ -212,9 +212,10 @@ async def arollout(
     writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
     reporter = _Progress(progress, total, initial=len(done))
 
-    built: list[bool] = []  # whether any worker has built an env yet
+    env_built = False  # whether any worker has built an env yet
 
     async def worker() -> None:
+        nonlocal env_built
         instance: gym.Env | None = None  # built for the first job; a factory that fails fails that job only
         try:
             while True:
@@ -225,11 +226,11 @@ async def arollout(
                 if instance is None:
                     try:
                         instance = make_env()
-                        if not built:
+                        if not env_built:
                             _check_text_env(instance)
-                        built.append(True)
+                        env_built = True
                     except Exception as err:
-                        if not built:  # no env was ever built: bad arguments or a broken factory, not one bad episode
+                        if not env_built:  # no env was ever built: bad arguments or a broken factory, not one bad episode
                             raise
                         episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
                 if instance is not None:

@@ -18,9 +18,9 @@ import inspect
 import json
 import pickle
 import re
-from dataclasses import dataclass
 import types
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hints
 
 import docstring_parser

@@ -273,8 +273,7 @@ class LlamaCppPolicy(Policy):
         return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
 
     def _generate_prompt(self, ready: Prompt, top_logprobs: int = 0, prompt_logprobs: bool = False) -> Generation:
-        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
-        self._check_context(ready)
+        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking  # checked by the callers
         scored: dict[str, Any] = {}
         with self._lock:
             seed = sampling.seed

@@ -29,6 +29,7 @@ done, one chunk per token.
 
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at runtime.
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -266,8 +267,7 @@ def _fitted(backend: ServedModel, sampling: SamplingParams, prompt_tokens: int, 
     if default and backend.max_model_len is not None:
         room = max(1, min(sampling.max_tokens, backend.max_model_len - prompt_tokens))
         if room != sampling.max_tokens:
-            sampling = SamplingParams(sampling.temperature, sampling.top_p, room, sampling.seed,
-                                      sampling.thinking_budget, list(sampling.stop))
+            sampling = dataclasses.replace(sampling, max_tokens=room, stop=list(sampling.stop))
     backend.check_max_tokens(sampling.max_tokens, prompt_tokens)
     return sampling
 
@@ -275,8 +275,7 @@ def _fitted(backend: ServedModel, sampling: SamplingParams, prompt_tokens: int, 
 def _seeded(sampling: SamplingParams, seed: int | None) -> SamplingParams:
     if seed == sampling.seed:
         return sampling
-    return SamplingParams(sampling.temperature, sampling.top_p, sampling.max_tokens, seed,
-                          sampling.thinking_budget, list(sampling.stop))
+    return dataclasses.replace(sampling, seed=seed, stop=list(sampling.stop))
 
 
 def _with_seed(request: PolicyRequest, seed: int | None) -> PolicyRequest:

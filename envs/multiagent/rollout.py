@@ -40,7 +40,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from llmgym.episode import Episode
 from llmgym.messages import Message, assistant, system, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.rollout import run_sync
+from llmgym.rollout import _describe, run_sync
 from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
 
 __all__ = ["play_match", "aplay_match", "win_matrix", "WinMatrix", "player_name"]
@@ -64,11 +64,6 @@ class _GameFailure(Exception):
     def __init__(self, source: str, description: str):
         super().__init__(description)
         self.source, self.description = source, description
-
-
-def _describe(err: Exception) -> str:
-    """An exception as ``metadata["error"]`` records it: ``"Type: message"``, as single-agent rollouts do."""
-    return f"{type(err).__name__}: {err}"
 
 
 @contextmanager
