@@ -43,6 +43,7 @@ from llmgym.tools import ToolError, tool
 __all__ = ["WordleEnv", "score_guess", "load_words"]
 
 WORD_LENGTH = 5
+_SOLVED = "G" * WORD_LENGTH  # the feedback of the right word
 _PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
 
 
@@ -67,16 +68,17 @@ def score_guess(guess: str, answer: str) -> str:
     """
     if guess == answer:
         return "G" * len(answer)
-    marks = ["G" if g == a else "x" for g, a in zip(guess, answer)]
-    unmatched = None  # answer letters not green, built only when a guess letter could be yellow
-    for i, g in enumerate(guess):
-        if marks[i] == "x" and g in answer:
-            if unmatched is None:
-                unmatched = [a for a, mark in zip(answer, marks) if mark == "x"]
-            if g in unmatched:
-                unmatched.remove(g)
-                marks[i] = "Y"
-    return "".join(marks)
+    spare = [a for g, a in zip(guess, answer) if g != a]  # answer letters not matched by a green
+    marks = ""
+    for g, a in zip(guess, answer):
+        if g == a:
+            marks += "G"
+        elif g in spare:  # left to right: a repeated letter is yellow only while unmatched copies remain
+            spare.remove(g)
+            marks += "Y"
+        else:
+            marks += "x"
+    return marks
 
 
 class WordleEnv(LLMEnv):
@@ -158,7 +160,7 @@ class WordleEnv(LLMEnv):
             self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
         left = self.max_guesses - len(self.guesses)
         replies = self.max_turns - turn  # replies after this one
-        if feedback == "G" * WORD_LENGTH:
+        if feedback == _SOLVED:
             return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} {_plural(len(self.guesses), 'guess', 'guesses')}!"
         if left == 0:
             return f"{word.upper()} {' '.join(feedback)}\nOut of guesses. The word was {self.answer.upper()}."
@@ -193,7 +195,7 @@ class WordleEnv(LLMEnv):
     @property
     def solved(self) -> bool:
         """True once the word has been guessed."""
-        return bool(self.guesses) and self.guesses[-1][1] == "G" * WORD_LENGTH
+        return bool(self.guesses) and self.guesses[-1][1] == _SOLVED
 
     def build_rubric(self) -> Rubric:
         return Rubric([

@@ -7,6 +7,8 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import llmgym  # noqa: F401
 from llmgym.envs.wordle import WordleSolver, load_words, score_guess
@@ -18,6 +20,25 @@ from llmgym.envs.wordle import WordleSolver, load_words, score_guess
 )
 def test_feedback_handles_repeated_letters(guess, answer, expected):
     assert score_guess(guess, answer) == expected
+
+
+def _reference_feedback(guess: str, answer: str) -> str:
+    """Wordle's rule written the textbook way: greens, then yellows from a count of the unmatched letters."""
+    from collections import Counter
+
+    marks = ["G" if g == a else "x" for g, a in zip(guess, answer)]
+    left = Counter(a for a, m in zip(answer, marks) if m == "x")
+    for i, g in enumerate(guess):
+        if marks[i] == "x" and left[g] > 0:
+            left[g] -= 1
+            marks[i] = "Y"
+    return "".join(marks)
+
+
+@given(st.text("abcde", min_size=5, max_size=5), st.text("abcde", min_size=5, max_size=5))
+def test_feedback_matches_the_textbook_rule(guess, answer):
+    # a five-letter alphabet forces repeated letters, where scoring goes wrong
+    assert score_guess(guess, answer) == _reference_feedback(guess, answer)
 
 
 def test_word_lists_are_real_and_disjoint_from_nonsense():
