@@ -185,14 +185,17 @@ class LlamaCppPolicy(Policy):
 
     # -- generation ------------------------------------------------------------------
 
-    def generate(self, requests: list[PolicyRequest]) -> list[Generation]:
+    def generate(self, requests: list[PolicyRequest], *, top_logprobs: int = 0) -> list[Generation]:
         """Generate one assistant turn per request, one after the other.
+
+        ``top_logprobs=k`` also keeps, per generated token, the ``k`` most likely
+        tokens' log-probs (``metadata["top_logprobs"]``), from the logits it was sampled from.
 
         Raises:
             TypeError / ValueError: a malformed request, or a prompt longer than ``n_ctx``.
         """
         ready = [self._prepare(request) for request in requests]  # every request is checked before any is generated
-        return [self._generate_prompt(prompt) for prompt in ready]
+        return [self._generate_prompt(prompt, top_logprobs) for prompt in ready]
 
     async def agenerate(self, request: PolicyRequest) -> Generation:
         """Generate one turn; concurrent calls wait their turn without holding a worker thread."""

@@ -17,7 +17,8 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
   batch with the adapters disabled.
 - **Tokens.** Token text for logprobs, prompt tokenization for
   ``/v1/completions``, and top-k alternatives (one scoring forward pass over
-  prompt + generated ids) for ``top_logprobs`` on transformers models.
+  prompt + generated ids) for ``top_logprobs`` on transformers models; on
+  llama.cpp they come from the logits each token was sampled from.
 - **Prompt log-probs.** A completion asked for them (``echo`` with
   ``logprobs``) scores its prompt: one forward pass over prompt + generated
   ids on transformers, one evaluation keeping every position's logits on
@@ -163,10 +164,10 @@ class ServedModel:
     async def _submit(self, job: _Job) -> Generation:
         if self._queue is None:
             raise APIError(503, "The server is not started.")
-        # llama.cpp keeps top-k alternatives on raw completions only (its chat path has no way to ask for them)
-        if job.top_logprobs and self.hf_model is None and not (self.llama is not None and job.prompt_ids is not None):
-            raise APIError(400, "top_logprobs on chat needs the transformers backend; this backend returns only the "
-                           "chosen token's log-prob there (/v1/completions gives top logprobs on llama.cpp too).")
+        # transformers scores alternatives in one forward pass, llama.cpp keeps them from the logits it sampled from
+        if job.top_logprobs and self.hf_model is None and self.llama is None:
+            raise APIError(400, "top_logprobs needs the transformers or llama.cpp backend; this one returns only "
+                           "the chosen token's log-prob.")
         await self._queue.put(job)
         try:
             return await asyncio.shield(job.future)
@@ -225,7 +226,12 @@ class ServedModel:
         from llmgym.wrappers.server_complete import score_generation
 
         self._activate(adapter)
-        results = self._complete_blocking(jobs) if raw else self.policy.generate([job.request for job in jobs])
+        if raw:
+            results = self._complete_blocking(jobs)
+        elif self.llama is not None and any(job.top_logprobs for job in jobs):  # asked for per request: one at a time
+            results = [self.policy.generate([job.request], top_logprobs=job.top_logprobs)[0] for job in jobs]
+        else:
+            results = self.policy.generate([job.request for job in jobs])
         if len(results) != len(jobs):
             raise RuntimeError(f"the policy returned {len(results)} generations for {len(jobs)} requests")
         if self.hf_model is not None:  # one scoring forward pass gives top-k alternatives and prompt log-probs

@@ -30,3 +30,32 @@ def test_token_id_prompt_gives_ids_and_logprobs():
     assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
     assert again.json()["choices"][0]["token_ids"] == choice["token_ids"]  # greedy: the same continuation
     assert bad.status_code == 400 and "error" in bad.json()
+
+
+def test_chat_top_logprobs_come_from_the_logits_each_token_was_sampled_from():
+    policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=256)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
+            "logprobs": True, "top_logprobs": 3, "seed": 1}
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            greedy = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+            sampled = httpx.post(f"{base_url}/chat/completions", json={**body, "temperature": 1.0}, timeout=60)
+            plain = httpx.post(f"{base_url}/chat/completions", json={**body, "temperature": 1.0, "top_logprobs": 0},
+                               timeout=60)
+    finally:
+        policy.close()
+    assert greedy.status_code == 200, greedy.text
+    content = greedy.json()["choices"][0]["logprobs"]["content"]
+    assert content
+    for item in content:
+        tops = item["top_logprobs"]
+        assert len(tops) == 3
+        assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
+        assert tops[0]["token"] == item["token"] and tops[0]["logprob"] == item["logprob"]  # greedy: the best one
+    # asking for alternatives does not change what is sampled: the same seed gives the same tokens and log-probs
+    assert sampled.status_code == 200 and plain.status_code == 200
+    with_tops = sampled.json()["choices"][0]["logprobs"]["content"]
+    without = plain.json()["choices"][0]["logprobs"]["content"]
+    assert [(t["token"], t["logprob"]) for t in with_tops] == [(t["token"], t["logprob"]) for t in without]
+    assert all(t["top_logprobs"] == [] for t in without)
+    assert all(t["logprob"] <= t["top_logprobs"][0]["logprob"] for t in with_tops)
