@@ -37,6 +37,7 @@ from importlib.resources import files
 from typing import Any
 
 from llmgym.env import LLMEnv
+from llmgym.messages import user
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.tools import ToolError, tool
 
@@ -175,7 +176,15 @@ class WordleEnv(LLMEnv):
         observation, reward, terminated, truncated, info = super().step(action)
         if truncated:  # said once, after every guess of the last reply: never before one of them solves it
             budget = "turns" if len(self.turn_contexts) >= self.max_turns else "tokens"
-            observation += f"\nOut of {budget}. The word was {self.answer.upper()}."
+            note = f"Out of {budget}. The word was {self.answer.upper()}."
+            observation += "\n" + note
+            # the transcript says it too: on the turn's own user message (feedback that was no tool result), else as one
+            last = self.messages[-1]
+            if last["role"] == "user":
+                self.messages[-1] = user(f"{last['content']}\n{note}")
+            else:
+                self.messages.append(user(note))
+            info["messages"] = list(self.messages)
         return observation, reward, terminated, truncated, info
 
     def on_text(self, text: str) -> str:

@@ -165,3 +165,26 @@ def test_information_counts_only_new_facts_across_invalid_turns(wordle):
     assert wordle.step("zzzzz")[4]["reward_components"]["information"] == 0.0
     assert wordle.step("crate")[4]["reward_components"]["information"] == 0.0
     assert wordle.step("crane")[4]["reward_components"]["information"] == pytest.approx(2 / 10)
+
+
+def _call(word: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "guess", "arguments": {"word": word}}) + "</tool_call>"
+
+
+def test_out_of_turns_is_in_the_transcript_as_in_the_observation():
+    from llmgym.envs.wordle.env import WordleEnv
+
+    # the last reply's guesses were tool calls: the note follows their tool messages as a user message
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, _, truncated, info = env.step(_call("crane"))
+    assert truncated and obs.endswith("Out of turns. The word was AUDIO.")
+    assert [m["role"] for m in info["messages"][-2:]] == ["tool", "user"]
+    assert info["messages"][-1]["content"] == "Out of turns. The word was AUDIO."
+    assert env.episode().messages == info["messages"]
+    # the last reply had no guess: the turn's own user message (its feedback) ends with the note, said once
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, _, truncated, info = env.step("I am not sure yet.")
+    assert truncated and info["messages"][-1] == {"role": "user", "content": obs}
+    assert obs.count("The word was AUDIO") == 1 and [m["role"] for m in info["messages"]].count("user") == 2
