@@ -74,7 +74,7 @@ class Generation:
         prompt_token_ids: the full prompt the model saw, as token ids (when known).
         token_ids: the generated token ids (when known).
         logprobs: the log-prob of each generated token under the sampling policy.
-        finish_reason: ``"stop"``, ``"length"`` or ``"tool_calls"``.
+        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``, or ``"abort"`` (the policy's ``abort`` event ended it).
         thinking_tokens: how many generated tokens were reasoning (``<think>``).
         metadata: backend details (model name, latency...).
     """

@@ -108,6 +108,12 @@ class LlamaCppPolicy(Policy):
             default: when the template mentions ``tools``.
         logprobs: compute log-probs of generated tokens (about 0.5 ms a token).
         verbose: let llama.cpp print its logs.
+
+    Attributes:
+        abort: a ``threading.Event``; set from another thread, it ends the
+            generation in progress before its next token (finish reason
+            ``"abort"``); it stays set until cleared. ``llmgym serve`` sets it when
+            every client of a batch has gone, and clears it before the next batch.
     """
 
     returns_tokens = True
@@ -170,6 +176,7 @@ class LlamaCppPolicy(Policy):
         self.forced_close = self.tokenize(FORCED_CLOSE)
         self._seeds = np.random.default_rng(seed) if seed is not None else None
         self._lock = threading.Lock()
+        self.abort = threading.Event()
         self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def _piece(self, token: int) -> str:
@@ -390,6 +397,8 @@ class LlamaCppPolicy(Policy):
             forced.extend(self.forced_close)
         get_logits = self._llama_cpp.llama_get_logits_ith
         while True:
+            if self.abort.is_set():
+                return tokens, logprobs, forced_positions, tracker, "abort", tops
             logits = np.ctypeslib.as_array(get_logits(self.llm.ctx, -1), shape=(self.n_vocab,))
             if forced:
                 forced_positions.append(len(tokens))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,11 @@ class ServedModel:
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task | None = None
         self._model_lock: asyncio.Lock | None = None
+        # the jobs now generating in a thread, and the event that ends their generation early (the policy's own,
+        # which its decode loop reads); set when every client of the running batch has gone (a force-quit, a cancel)
+        self._running: list[_Job] = []
+        policy_abort = getattr(policy, "abort", None)
+        self._abort = policy_abort if isinstance(policy_abort, threading.Event) else threading.Event()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -172,8 +178,12 @@ class ServedModel:
         try:
             return await asyncio.shield(job.future)
         except asyncio.CancelledError:
-            # The client went away: the worker skips the job if it has not started.
+            # The client went away: the worker skips the job if it has not started, and a batch that is
+            # generating stops at its next token once none of its clients is left (else a force-quit
+            # would wait for the whole generation before the process could exit).
             job.future.cancel()
+            if any(running is job for running in self._running) and all(j.future.done() for j in self._running):
+                self._abort.set()
             raise
 
     async def _run_worker(self) -> None:
@@ -206,14 +216,14 @@ class ServedModel:
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(live))
         try:
-            results = await asyncio.to_thread(self._generate_blocking, adapter, raw, live)
+            results = await self._in_thread(adapter, raw, live)
         except Exception as err:  # noqa: BLE001  a model failure must not stop the worker
             if len(live) == 1:
                 _fail(live[0], _as_api_error(err))
                 return
             for job in live:  # isolate the request that broke the batch
                 try:
-                    (result,) = await asyncio.to_thread(self._generate_blocking, adapter, raw, [job])
+                    (result,) = await self._in_thread(adapter, raw, [job])
                 except Exception as err:  # noqa: BLE001  any model failure becomes a 500 for this request only
                     _fail(job, _as_api_error(err))
                 else:
@@ -221,6 +231,15 @@ class ServedModel:
             return
         for job, result in zip(live, results):
             _succeed(job, result)
+
+    async def _in_thread(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
+        """Generate ``jobs`` in a worker thread; they can be aborted (see ``_submit``) while it runs."""
+        self._abort.clear()
+        self._running = jobs
+        try:
+            return await asyncio.to_thread(self._generate_blocking, adapter, raw, jobs)
+        finally:
+            self._running = []
 
     def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
         from llmgym.wrappers.server_complete import score_generation
@@ -249,7 +268,7 @@ class ServedModel:
                                        job.prompt_logprobs)[0] for job in jobs]
         generating = [job for job in jobs if job.request.sampling.max_tokens > 0]
         generated = iter(complete_ids(self.hf_model, self.tokenizer,
-                                      [(job.prompt_ids, job.request.sampling) for job in generating]))
+                                      [(job.prompt_ids, job.request.sampling) for job in generating], self._abort))
         results = []
         for job in jobs:
             if job.request.sampling.max_tokens > 0:

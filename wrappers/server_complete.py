@@ -19,6 +19,7 @@ token id -> log-prob).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from llmgym.policy import Generation, SamplingParams
@@ -27,8 +28,12 @@ __all__ = ["complete_ids", "complete_ids_llama", "score_ids", "score_generation"
            "check_prompt_ids"]
 
 
-def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], SamplingParams]]) -> list[Generation]:
+def complete_ids(
+    model: Any, tokenizer: Any, prompts: list[tuple[list[int], SamplingParams]], abort: threading.Event | None = None
+) -> list[Generation]:
     """Continue each ``(prompt_ids, sampling)``; prompts with equal sampling run as one batch.
+
+    ``abort``, once set, ends the batch in progress before its next token (finish reason ``"abort"``).
 
     A seeded sampled prompt runs alone: ``model.generate`` draws a batch's tokens from one
     generator, so in a batch its tokens would depend on the other prompts (vLLM's seeds do not).
@@ -46,7 +51,7 @@ def complete_ids(model: Any, tokenizer: Any, prompts: list[tuple[list[int], Samp
         key = (sampling.temperature, sampling.top_p, sampling.max_tokens, alone, tuple(sampling.stop))
         groups.setdefault(key, []).append(index)
     for indices in groups.values():
-        batch = _complete_batch(model, tokenizer, [prompts[i][0] for i in indices], prompts[indices[0]][1])
+        batch = _complete_batch(model, tokenizer, [prompts[i][0] for i in indices], prompts[indices[0]][1], abort)
         for index, generation in zip(indices, batch):
             results[index] = generation
     return [r for r in results if r is not None]
@@ -151,8 +156,11 @@ def check_prompt_ids(model: Any, ids: list[int]) -> None:
         raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
 
 
-def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+def _complete_batch(
+    model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams, abort: threading.Event | None = None
+) -> list[Generation]:
     import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(ids) for ids in prompts)
@@ -172,6 +180,12 @@ def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampli
     stops = [stop for stop in sampling.stop if stop]  # an empty stop string would match everywhere
     if stops:
         options.update(stop_strings=stops, tokenizer=tokenizer)
+    if abort is not None:
+        class Aborted(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        options["stopping_criteria"] = StoppingCriteriaList([Aborted()])
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
@@ -191,6 +205,8 @@ def _complete_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampli
             if stops and any(s in tokenizer.decode(tokens) for s in stops):
                 finish = "stop"
                 break
+        if finish == "length" and abort is not None and abort.is_set() and len(tokens) < sampling.max_tokens:
+            finish = "abort"
         logprobs = [float(scores[row, step, token]) for step, token in enumerate(tokens)]
         text = tokenizer.decode(tokens, skip_special_tokens=True)
         for stop in stops:

@@ -107,6 +107,12 @@ class TransformersPolicy(Policy):
             thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
             CPU model the same thread also trains, as in the GRPO trainer.
 
+    Attributes:
+        abort: a ``threading.Event``; set from another thread, it ends the
+            batch in progress before its next token (finish reason ``"abort"``);
+            it stays set until cleared. ``llmgym serve`` sets it when every client
+            of a batch has gone, and clears it before the next batch.
+
     Example:
         >>> from llmgym.wrappers.models import tiny_random_model
         >>> policy = TransformersPolicy(*tiny_random_model())
@@ -160,6 +166,7 @@ class TransformersPolicy(Policy):
         if rollout_precision == "int8" and self.device.type != "cpu":
             raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
+        self.abort = threading.Event()
         self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
             self._generate_prompts, batch_size, batch_wait_ms, prepare=self._prepare, inline=generate_inline
         )
@@ -283,6 +290,10 @@ class TransformersPolicy(Policy):
             for index, token, logprob in zip(active, tokens, chosen):
                 rows[index].append(token, logprob, self.eos_ids)
             keep = [slot for slot, index in enumerate(active) if rows[index].finish_reason is None]
+            if keep and self.abort.is_set():
+                for slot in keep:
+                    rows[active[slot]].finish_reason = "abort"
+                keep = []
             if not keep:
                 return rows
             if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
