@@ -39,6 +39,7 @@ import logging
 import random
 import re
 import sqlite3
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ __all__ = [
     "GROUP_JUDGE_SYSTEM_PROMPT",
     "Verdict",
     "VerdictCache",
+    "JudgeConfigError",
     "LLMJudge",
     "GroupJudge",
     "JudgeRubric",
@@ -308,6 +310,19 @@ class VerdictCache:
                 self._db = None
 
 
+class JudgeConfigError(RuntimeError):
+    """The judge's endpoint refused its configuration (unknown model, bad key): raised, never a fallback score."""
+
+
+def _api_message(err: Any) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+    return str(err)
+
+
 class _JudgeBackend:
     """Asks the judge model: a Policy, or an OpenAI-compatible endpoint through the ``openai`` client."""
 
@@ -337,6 +352,19 @@ class _JudgeBackend:
             kwargs["stop"] = list(self.sampling.stop)
         response = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
         return response.choices[0].message.content or ""
+
+    def refused(self, err: Exception) -> JudgeConfigError | None:
+        """A clear error when ``err`` is the endpoint refusing the configuration (unknown model, bad key), else ``None``.
+
+        No retry would succeed: such a judge would give every episode the fallback score.
+        """
+        openai = sys.modules.get("openai")
+        if openai is None or not isinstance(err, (openai.NotFoundError, openai.AuthenticationError,
+                                                   openai.PermissionDeniedError)):
+            return None
+        where = f"the judge endpoint {self.base_url}" if self.base_url else f"the judge policy {self.name}"
+        return JudgeConfigError(f"{where} refused the request ({err.status_code}: {_api_message(err)}); "
+                                "check the model name against its /v1/models and the api key")
 
     def close(self) -> None:
         if self.client is not None:
@@ -391,6 +419,9 @@ class _JudgeBase:
         try:
             reply = self.backend.ask(prompt)
         except Exception as err:  # a judge that is down must not crash the episode: fall back, count, log
+            refused = self.backend.refused(err)
+            if refused is not None:
+                raise refused from None
             self._count("backend_errors")
             logger.warning("judge %s failed: %s: %s; using fallback score %g",
                            self.backend.name, type(err).__name__, err, self.fallback_score)

@@ -323,3 +323,19 @@ def test_judge_sends_its_stop_strings_to_the_endpoint():
     assert judge.grade([{"role": "user", "content": "hi"}]).score == 6.0
     assert sent["stop"] == ["END"]
     judge.close()
+
+
+def test_a_model_the_endpoint_does_not_serve_is_a_clear_error_not_a_fallback(judge_server):
+    from llmgym.judge import JudgeConfigError
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+    base_url, _ = judge_server
+    judge = LLMJudge("right answer", base_url=base_url, model="no-such-judge", reference="Paris")
+    with pytest.raises(JudgeConfigError, match=r"refused the request \(404: The model `no-such-judge` does not exist"):
+        judge.grade(chat("Paris"))
+    assert judge.stats["backend_errors"] == 0
+    judge.close()
+    # the same through an OpenAIPolicy as the judge's backend
+    policy = OpenAIPolicy("no-such-judge", base_url=base_url, return_tokens=False)
+    with pytest.raises(JudgeConfigError, match="404"):
+        group_judge("right answer", policy=policy).score_group(group(["Paris", "Lyon"]), reference="Paris")
