@@ -238,6 +238,9 @@ class ServedModel:
         self._running = jobs
         try:
             return await asyncio.to_thread(self._generate_blocking, adapter, raw, jobs)
+        except asyncio.CancelledError:  # the worker itself is stopping (shutdown): nobody will take these results
+            self._abort.set()
+            raise
         finally:
             self._running = []
 

@@ -114,3 +114,22 @@ def test_llama_cpp_policy_abort_ends_the_generation():
         assert policy.generate([REQUEST])[0].finish_reason in ("length", "stop")
     finally:
         policy.close()
+
+
+def test_stopping_the_server_mid_generation_aborts_it():
+    policy = SlowPolicy()
+    backend = ServedModel(policy, "slow", batch_wait_s=0)
+
+    async def main():
+        await backend.start()
+        waiting = asyncio.create_task(backend.generate(REQUEST))
+        assert await asyncio.to_thread(policy.entered.wait, 10)
+        await backend.stop()  # as asyncio.run's teardown cancels the worker, whichever task it cancels first
+        for _ in range(500):
+            if policy.finish_reasons:
+                break
+            await asyncio.sleep(0.01)
+        assert policy.finish_reasons == ["abort"]
+        waiting.cancel()
+
+    asyncio.run(main())
