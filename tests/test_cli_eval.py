@@ -140,6 +140,8 @@ def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
     assert summary["run"]["policy"] == "openai:smollm2-135m"  # the model name comes from /v1/models
     episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
     assert all(e.metadata["model"] == "smollm2-135m" for e in episodes)
+    # the scripted server counts no tokens: unknown, not "0 generated tokens"
+    assert summary["generated_tokens"] is None and all(e.metadata["generated_tokens"] is None for e in episodes)
 
 
 def test_a_model_the_server_does_not_serve_is_refused_before_playing(tmp_path, capsys, scripted_server):

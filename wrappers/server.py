@@ -423,9 +423,16 @@ def _chat_response(backend: ServedModel, body: ChatCompletionRequest, generation
     return response
 
 
-def _usage(generations: list[Generation]) -> dict[str, int]:
-    prompt = len(generations[0].prompt_token_ids or [])
-    return usage(prompt, sum(len(g.token_ids or []) for g in generations))
+def _usage(generations: list[Generation]) -> dict[str, int] | None:
+    """The request's token counts; ``None`` (JSON null, as OpenAI's schema allows) when the policy has no tokens.
+
+    A policy without a tokenizer (``--backend scripted``) reports no token ids:
+    a count of 0 would read as "generated nothing", so the counts are left unknown.
+    """
+    prompt = generations[0].prompt_token_ids
+    if prompt is None or any(g.token_ids is None for g in generations):
+        return None
+    return usage(len(prompt), sum(len(g.token_ids or []) for g in generations))
 
 
 async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
@@ -521,7 +528,9 @@ def _completion_response(backend: ServedModel, body: CompletionRequest, generati
             "choices": choices, "usage": _completion_usage(generations, prompt_tokens)}
 
 
-def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict[str, int]:
+def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict[str, int] | None:
+    if any(g.token_ids is None for g in generations):  # a policy without tokens: unknown, as in _usage
+        return None
     return usage(prompt_tokens, sum(len(g.token_ids or []) for g in generations))
 
 

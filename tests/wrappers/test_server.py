@@ -296,6 +296,14 @@ def test_streamed_tool_calls(scripted):
     assert deltas[-1]["finish_reason"] == "tool_calls" and events[-1] == "[DONE]"
 
 
+def test_a_policy_without_tokens_reports_no_usage_rather_than_zero_tokens(scripted):
+    # a scripted policy has no tokenizer: "usage": {"completion_tokens": 0} would say it generated nothing
+    assert chat(scripted, messages=START).json()["usage"] is None
+    events = sse_events(scripted, "/chat/completions",
+                        {"messages": START, "stream": True, "stream_options": {"include_usage": True}})
+    assert events[-2]["choices"] == [] and events[-2]["usage"] is None
+
+
 def test_logprobs_from_a_policy_without_tokens_is_a_clear_400(scripted):
     response = chat(scripted, messages=START, logprobs=True)
     assert response.status_code == 400 and "log-probs" in response.json()["error"]["message"]
