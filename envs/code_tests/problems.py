@@ -12,6 +12,7 @@ lives in :mod:`.handwritten`.
 from __future__ import annotations
 
 import json
+import math
 import string
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -49,13 +50,23 @@ class CodeProblem:
 
 @dataclass(frozen=True)
 class Family:
-    """A generated problem family: a parameter, a spec, a reference and an input generator."""
+    """A generated problem family: a parameter, a spec, a reference and an input generator.
+
+    ``rivals(param)`` lists the parameter values a careless reader could take
+    instead (another shift, base or divisor; a rotation by 0): the visible
+    examples are chosen so that, together, they tell the real one apart from
+    each rival (see :func:`informative_examples`). ``misreadings`` are whole
+    functions (called like the reference, with ``param``) for misreadings that
+    are not another parameter, such as not merging a run in run-length coding.
+    """
 
     function: str
     spec: str
     param: Callable[[np.random.Generator], Any]
     reference: Callable[..., Any]
     make_input: Callable[[np.random.Generator, Any], list[Any]]
+    rivals: Callable[[Any], list[Any]]
+    misreadings: tuple[Callable[..., Any], ...] = ()
 
 
 def _word(rng: np.random.Generator, alphabet: str = string.ascii_lowercase, low: int = 0, high: int = 12) -> str:
@@ -64,6 +75,21 @@ def _word(rng: np.random.Generator, alphabet: str = string.ascii_lowercase, low:
 
 def _shift(text: str, k: int) -> str:
     return "".join(chr((ord(c) - 97 + k) % 26 + 97) if "a" <= c <= "z" else c for c in text)
+
+
+def _count_multiples(lo: int, hi: int, divisors: tuple[int, int]) -> int:
+    """Integers in [lo, hi] divisible by either divisor, by inclusion-exclusion (floor division counts negatives too)."""
+    if lo > hi:
+        return 0
+    a, b = divisors
+    both = a * b // math.gcd(a, b)
+    return sum(sign * (hi // d - (lo - 1) // d) for sign, d in ((1, a), (1, b), (-1, both)))
+
+
+def _two_divisors(rng: np.random.Generator) -> tuple[int, int]:
+    first = int(rng.integers(2, 10))
+    second = int(rng.integers(2, 14))
+    return first, second + (second >= first)  # 2..14 without the first: never "by 8 or by 8"
 
 
 def _digit_sum(n: int, base: int) -> int:
@@ -104,6 +130,7 @@ FAMILIES: dict[str, Family] = {
         "{param} places forward in the alphabet, wrapping around from z to a. Every other character stays as it is.",
         lambda rng: int(rng.integers(1, 26)), _shift,
         lambda rng, p: [_word(rng, "abcdefghijklmnopqrstuvwxyz  .!AZ", 0, 16)],
+        lambda p: [k for k in range(26) if k != p],
     ),
     "digit_sum": Family(
         "digit_sum",
@@ -111,14 +138,16 @@ FAMILIES: dict[str, Family] = {
         "`n` written in base {param}.",
         lambda rng: int(rng.integers(2, 17)), _digit_sum,
         lambda rng, p: [int(rng.integers(0, 10 ** int(rng.integers(1, 8))))],
+        lambda p: [b for b in range(2, 17) if b != p],
     ),
     "count_multiples": Family(
         "count_multiples",
         "Write a Python function `count_multiples(lo, hi)` that returns how many integers x with lo <= x <= hi "
         "are divisible by {param[0]} or by {param[1]} (or both). If lo > hi the answer is 0.",
-        lambda rng: (int(rng.integers(2, 10)), int(rng.integers(2, 15))),
-        lambda lo, hi, p: sum(1 for x in range(lo, hi + 1) if x % p[0] == 0 or x % p[1] == 0),
+        _two_divisors,
+        _count_multiples,
         lambda rng, p: sorted(int(v) for v in rng.integers(-50, 400, 2)) if rng.random() < 0.9 else [10, 3],
+        lambda p: [(a, b) for a in range(2, 10) for b in range(2, 15) if {a, b} != set(p)],
     ),
     "kth_largest": Family(
         "kth_largest",
@@ -126,6 +155,8 @@ FAMILIES: dict[str, Family] = {
         "list of integers `values` (the largest is the 1st), or None when there are fewer than {param} distinct values.",
         lambda rng: int(rng.integers(1, 4)), _kth_largest,
         lambda rng, p: [[int(v) for v in rng.integers(-20, 20, int(rng.integers(0, 9)))]],
+        lambda p: [k for k in range(1, 4) if k != p],
+        (lambda values, k: sorted(values, reverse=True)[k - 1] if len(values) >= k else None,),  # duplicates kept
     ),
     "rotate": Family(
         "rotate",
@@ -133,6 +164,7 @@ FAMILIES: dict[str, Family] = {
         "right (the last element moves to the front, {param} times). An empty list stays empty.",
         lambda rng: int(rng.integers(1, 7)), _rotate,
         lambda rng, p: [[int(v) for v in rng.integers(0, 100, int(rng.integers(0, 9)))]],
+        lambda p: [k for k in range(7) if k != p],
     ),
     "run_length": Family(
         "run_length",
@@ -140,6 +172,8 @@ FAMILIES: dict[str, Family] = {
         "character, the separator {param!r} and the run's length, e.g. 'aab' -> 'a{param}2b{param}1'.",
         lambda rng: ["", "-", ":", "*"][int(rng.integers(0, 4))], _run_length,
         lambda rng, p: [_word(rng, "aaabbbcxy", 0, 14)],
+        lambda p: [sep for sep in ["", "-", ":", "*"] if sep != p],
+        (lambda text, sep: "".join(f"{c}{sep}1" for c in text),),  # every character its own run: runs not merged
     ),
 }
 
@@ -153,7 +187,7 @@ def _generated(rng: np.random.Generator, n_visible: int, n_hidden: int) -> CodeP
         args = family.make_input(rng, param)
         return args, normalize(family.reference(*args, param))
 
-    visible = [case() for _ in range(n_visible)]
+    visible = informative_examples(family, param, [case() for _ in range(_CANDIDATES)], n_visible)
     seen = {json.dumps(args) for args, _ in visible}
     hidden: list[tuple[list[Any], Any]] = []
     for _ in range(n_hidden * 20):
@@ -165,6 +199,61 @@ def _generated(rng: np.random.Generator, n_visible: int, n_hidden: int) -> CodeP
             hidden.append((args, expected))
     spec = family.spec.format(param=param)
     return CodeProblem(family.function, family.function, _with_examples(spec, family.function, visible), visible, hidden)
+
+
+_CANDIDATES = 120  # inputs drawn per problem to choose the visible examples from
+
+
+def informative_examples(family: Family, param: Any, candidates: list[tuple[list[Any], Any]],
+                         n: int) -> list[tuple[list[Any], Any]]:
+    """``n`` of ``candidates`` that, together, tell ``param`` apart from as many rivals as they can.
+
+    Greedy set cover: each pick is the candidate whose expected output differs
+    from the most rivals' outputs still standing; ties go to the one that
+    differs from the most rivals overall, then to the first drawn. Inputs are
+    never repeated. So ``rotate([4, 7]) == [4, 7]`` (a rotation by 2 that also
+    reads as no rotation) is shown only when nothing better was drawn.
+
+    Example:
+        >>> family = FAMILIES["rotate"]
+        >>> cases = [([[4, 7]], [4, 7]), ([[1, 2, 3]], [2, 3, 1])]
+        >>> informative_examples(family, 2, cases, 1)
+        [([[1, 2, 3]], [2, 3, 1])]
+    """
+    standing = [_with_param(family.reference, rival) for rival in family.rivals(param)]
+    standing += [_with_param(misreading, param) for misreading in family.misreadings]
+    unique = list({json.dumps(args): (args, expected) for args, expected in candidates}.values())
+    beats: dict[int, frozenset[int]] = {}  # computed as the scan reaches a candidate: most are never needed
+
+    def beaten(c: int) -> frozenset[int]:
+        if c not in beats:
+            args, expected = unique[c]
+            beats[c] = frozenset(i for i, rival in enumerate(standing) if _differs(rival(*args), expected))
+        return beats[c]
+
+    left, chosen, everyone = set(range(len(standing))), [], len(standing)
+    pool = list(range(len(unique)))
+    while pool and len(chosen) < n:
+        best = None
+        for c in pool:  # in drawing order: the first that beats every rival cannot be bettered
+            if best is None or (len(beaten(c) & left), len(beaten(c)), -c) > (len(beaten(best) & left), len(beaten(best)), -best):
+                best = c
+            if len(beaten(c)) == everyone:
+                break
+        chosen.append(best)
+        pool.remove(best)
+        left -= beaten(best)
+    return [unique[c] for c in chosen]
+
+
+def _differs(output: Any, expected: Any) -> bool:
+    if type(output) in (int, str, type(None)):  # JSON as it is: no round trip needed (the common case)
+        return output != expected
+    return normalize(output) != expected
+
+
+def _with_param(function: Callable[..., Any], param: Any) -> Callable[..., Any]:
+    return lambda *args: function(*args, param)
 
 
 def _with_examples(spec: str, function: str, visible: list[tuple[list[Any], Any]]) -> str:

@@ -31,6 +31,35 @@ def test_problems_are_seeded_and_hidden_inputs_differ_from_visible(source):
         assert a.hidden and not visible & {json.dumps(args) for args, _ in a.hidden}
 
 
+def test_visible_examples_tell_the_spec_apart_from_its_rivals():
+    # rotate([4, 7]) == [4, 7] for a rotation by 2 also reads as "no rotation": examples must rule such readings out
+    from llmgym.envs.code_tests.problems import FAMILIES
+
+    for seed in range(150):
+        problem = make_problem(np.random.default_rng(seed), "generated")
+        family = FAMILIES[problem.name]
+        param = next(p for p in _params(family) if all(_out(family.reference, args, p) == want
+                                                        for args, want in problem.visible + problem.hidden))
+        rivals = [(family.reference, p) for p in family.rivals(param)] + [(m, param) for m in family.misreadings]
+        for function, value in rivals:
+            told_apart_by_hidden = any(_out(function, args, value) != want for args, want in problem.hidden)
+            told_apart_by_visible = any(_out(function, args, value) != want for args, want in problem.visible)
+            assert told_apart_by_visible or not told_apart_by_hidden, (seed, problem.spec, value)
+        if problem.name == "count_multiples":
+            assert param[0] != param[1], problem.spec  # never "divisible by 8 or by 8"
+
+
+def _params(family):
+    rng = np.random.default_rng(0)
+    return list(dict.fromkeys(family.param(rng) for _ in range(2000)))
+
+
+def _out(function, args, param):
+    from llmgym.envs.code_tests.problems import normalize
+
+    return normalize(function(*args, param))
+
+
 def test_every_problem_is_solvable_by_its_reference_solution():
     with SubprocessSandbox() as box:
         for seed in range(30):
