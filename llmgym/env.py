@@ -162,7 +162,9 @@ class LLMEnv(gym.Env[str, str], ABC):
             if parsed.tool_calls and type(action) is not str and action.get("tool_calls"):
                 # native calls: their arguments are part of the action, for the size limit and the token budget
                 # alike, as they are when written as <tool_call> blocks in the text
-                counted = content = text_protocol_content(parsed.message)
+                blocks = text_protocol_content({"tool_calls": parsed.message["tool_calls"]})  # the calls alone
+                said = parsed.message.get("content") or ""
+                counted = content = f"{said}\n{blocks}" if said else blocks  # even when the text has blocks too
                 size = len(content)
         if size > self.max_action_chars:
             parsed = ParsedAction(

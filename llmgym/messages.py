@@ -110,6 +110,12 @@ class ToolCall:
                 raise ValueError(f"tool call {function['name']!r}: arguments are not valid JSON ({err.msg})") from None
             except RecursionError:
                 raise ValueError(f"tool call {function['name']!r}: arguments are nested too deeply") from None
+        elif isinstance(arguments, dict):  # given as a Python dict: it must be JSON, as the transcript records it
+            try:
+                _encode(arguments)
+            except (TypeError, ValueError, RecursionError) as err:
+                reason = "nested too deeply or circular" if isinstance(err, RecursionError) else str(err)
+                raise ValueError(f"tool call {function['name']!r}: arguments must be JSON ({reason})") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"tool call {function['name']!r}: arguments must be a JSON object")
         return cls(name=function["name"], arguments=arguments, id=str(data.get("id") or ""))

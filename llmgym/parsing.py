@@ -22,6 +22,8 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_THINK_BLOCK = re.compile(r"(<think>.*?</think>)", re.DOTALL)  # split() keeps the blocks
 
 
 @dataclass(slots=True)
@@ -54,8 +56,28 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
+    if _THINK_OPEN in text and _THINK_CLOSE in text:
+        # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
+        # content its tool parsers read): closed <think> blocks stay in the prose, unread
+        parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
+                 for part in _THINK_BLOCK.split(text)]
+    else:
+        parts = [(text, True)]
+    prose_parts, blocks = [], 0
+    for part, read in parts:
+        if read:
+            part, blocks = _scan(part, id_prefix, blocks, calls, errors)
+        prose_parts.append(part)
+    return "".join(prose_parts).strip(), calls, errors
+
+
+def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
+    """Read the ``<tool_call>`` blocks of ``text`` into ``calls`` or ``errors``, numbering them from ``index``.
+
+    Returns the prose around them and the next block number.
+    """
     prose_parts: list[str] = []
-    position = index = 0
+    position = 0
     while (start := text.find(TOOL_CALL_OPEN, position)) >= 0:  # each <tool_call> up to the first </tool_call> after it
         end = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
         if end < 0:
@@ -74,7 +96,7 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         errors.append(f"a {TOOL_CALL_OPEN} block is not closed with {TOOL_CALL_CLOSE}")
     elif TOOL_CALL_CLOSE in prose:
         errors.append(f"a {TOOL_CALL_CLOSE} has no matching {TOOL_CALL_OPEN}")
-    return prose.strip(), calls, errors
+    return prose, index
 
 
 def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:

@@ -44,6 +44,7 @@ from llmgym.wrappers.server_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     LoadLoRARequest,
+    NamedToolChoice,
     UnloadLoRARequest,
     assistant_reply,
     chat_logprobs,
@@ -296,8 +297,10 @@ def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
         messages.append(item)
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
     choice = body.tool_choice
-    if isinstance(choice, dict):
-        wanted = (choice.get("function") or {}).get("name")
+    if choice not in (None, "none", "auto") and not tools:  # as OpenAI and vLLM: nothing to require or name
+        raise APIError(400, "tool_choice 'required' or a named function needs tools.", "tool_choice")
+    if isinstance(choice, NamedToolChoice):
+        wanted = choice.function.name
         tools = [t for t in tools if t["function"]["name"] == wanted]
         if not tools:
             raise APIError(400, f"tool_choice names a function that is not in tools: {wanted!r}.", "tool_choice")

@@ -25,6 +25,7 @@ __all__ = [
     "ChatCompletionRequest",
     "CompletionRequest",
     "LoadLoRARequest",
+    "NamedToolChoice",
     "UnloadLoRARequest",
     "parse_body",
     "flatten_content",
@@ -88,6 +89,17 @@ class ToolIn(_Request):
     function: ToolFunction
 
 
+class _ChosenFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    """``tool_choice`` naming one function: ``{"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"] = "function"
+    function: _ChosenFunction
+
+
 class StreamOptions(_Request):
     include_usage: bool | None = False
 
@@ -120,7 +132,7 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[ToolIn] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 

@@ -177,7 +177,7 @@ class WordleEnv(LLMEnv):
         if truncated:  # said once, after every guess of the last reply: never before one of them solves it
             budget = "turns" if len(self.turn_contexts) >= self.max_turns else "tokens"
             note = f"Out of {budget}. The word was {self.answer.upper()}."
-            observation += "\n" + note
+            observation = _with_last_line(observation, note, self.observation_space.max_length)
             # the transcript says it too: on the turn's own user message (feedback that was no tool result), else as one
             last = self.messages[-1]
             if last["role"] == "user":
@@ -226,6 +226,15 @@ class WordleEnv(LLMEnv):
         if not self.solved:
             return 0.0
         return (self.max_guesses + 1 - len(self.guesses)) / self.max_guesses
+
+
+def _with_last_line(observation: str, line: str, limit: int) -> str:
+    """``observation`` with ``line`` added at the end, cut in front of it to stay within ``limit`` characters."""
+    text = f"{observation}\n{line}"
+    if len(text) <= limit:
+        return text
+    marker = "\n[observation truncated]"
+    return f"{observation[: limit - len(line) - 1 - len(marker)]}{marker}\n{line}"
 
 
 def _plural(count: int, one: str, many: str) -> str:
