@@ -1,6 +1,7 @@
 """A safe calculator: arithmetic expressions evaluated exactly with sympy, never with ``eval``.
 
 Holds :func:`evaluate` (expression text to an exact sympy number),
+:func:`decimal` (its digits, or an error when they cannot be had),
 :func:`format_number` and :func:`parse_answer` (a final answer such as
 ``"$12.50"``, ``"7/3"`` or ``"x = 4"`` to a number). The expression is parsed
 with :mod:`ast` and only a whitelist of nodes is walked: numbers, ``+ - * /
@@ -16,11 +17,13 @@ import re
 
 import sympy
 
-__all__ = ["CalculatorError", "evaluate", "format_number", "parse_answer", "numbers_in"]
+__all__ = ["CalculatorError", "evaluate", "decimal", "format_number", "parse_answer", "numbers_in"]
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 1000
 MAX_DIGITS = 2000
+# working precision of :func:`decimal`: ``(pi * 10**999) % 7`` needs ~1000 digits before its first correct one
+WORKING_DIGITS = MAX_DIGITS + 100
 
 _FUNCTIONS = {
     "sqrt": sympy.sqrt, "abs": sympy.Abs, "floor": sympy.floor, "ceil": sympy.ceiling, "exp": sympy.exp,
@@ -141,17 +144,49 @@ def _checked(value: sympy.Expr) -> sympy.Expr:
     return value
 
 
+def decimal(value: sympy.Expr, digits: int = 15, working_digits: int = WORKING_DIGITS) -> sympy.Expr:
+    """``value`` as a decimal with ``digits`` correct significant digits (complex values stay complex).
+
+    The working precision grows up to ``working_digits`` digits, which bounds the time (about a second at
+    most for a 500-character expression whose terms cancel).
+
+    Raises:
+        CalculatorError: the digits cannot be had at that precision ("precision lost"), e.g. for an
+            expression whose terms cancel to 0 but that sympy does not reduce.
+
+    Example:
+        >>> decimal(evaluate("(pi * 10**999) % 7"))
+        5.93809525720107
+        >>> try:
+        ...     decimal(evaluate("(1 + sqrt(2)) * (sqrt(2) - 1) - 1"))
+        ... except CalculatorError as err:
+        ...     print(err)
+        precision lost: 15 correct digits of -1 + (-1 + sqrt(2))*(1 + sqrt(2)) cannot be computed
+    """
+    try:
+        return sympy.N(value, digits, strict=True, maxn=working_digits)
+    except (TypeError, ValueError, ArithmeticError):  # ArithmeticError: sympy's PrecisionExhausted
+        shown = str(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise CalculatorError(f"precision lost: {digits} correct digits of {shown} cannot be computed") from None
+
+
 def format_number(value: sympy.Expr) -> str:
-    """Exact form plus a decimal when they differ.
+    """Exact form plus a decimal when they differ; a note instead of the decimal when its digits cannot be computed.
 
     Example:
         >>> format_number(sympy.Rational(7, 4)), format_number(sympy.Integer(12)), format_number(sympy.sqrt(2))
         ('7/4 = 1.75', '12', 'sqrt(2) = 1.41421356237310')
+        >>> format_number(evaluate("(1 + sqrt(2)) * (sqrt(2) - 1) - 1"))
+        '-1 + (-1 + sqrt(2))*(1 + sqrt(2)) (no decimal: precision lost; simplify the expression by hand)'
     """
     if value.is_Integer:
         return str(value)
-    decimal = sympy.N(value, 15)
-    text = str(decimal).rstrip("0").rstrip(".") if value.is_Rational and "." in str(decimal) else str(decimal)
+    try:
+        digits = decimal(value)
+    except CalculatorError:
+        return f"{value} (no decimal: precision lost; simplify the expression by hand)"
+    text = str(digits).rstrip("0").rstrip(".") if value.is_Rational and "." in str(digits) else str(digits)
     return f"{value} = {text}"
 
 

@@ -4,15 +4,17 @@ Each episode draws a generated word problem (:mod:`.problems`; ``difficulty``
 1, 2 or 3) whose exact answer and reference steps are known. The agent may
 call ``calculator`` (exact arithmetic, :mod:`.calculator`), ``python`` (a
 program run in :mod:`llmgym.sandbox`; what it prints comes back) and must
-finish with ``answer``. The answer is checked symbolically with sympy: it
-must equal the exact value (``27/2``, ``13.5`` and ``$13.50`` all equal 27/2).
+finish with ``answer`` (or write "Final answer: X" or ``\\boxed{X}``: the last
+one outside ``<think>...</think>`` counts). The answer is checked by
+:func:`answers_match`: it must equal the exact value (``27/2``, ``13.5`` and
+``$13.50`` all equal 27/2).
 
 Rewards (components in ``info["reward_components"]``):
 
 ============== ====== ===== ========================================================
 name           weight when  value
 ============== ====== ===== ========================================================
-correct        1.0    end   1 when the answer equals the true value exactly
+correct        1.0    end   1 when the answer equals the true value (:func:`answers_match`)
 step_credit    0.1    turn  reference-solution quantities this turn's tool calls
                             computed for the first time (see the rule below)
 tool_cost      -0.02  turn  tool calls (calculator or python) made this turn
@@ -49,7 +51,9 @@ from typing import Any
 import sympy
 
 from llmgym.env import LLMEnv
-from llmgym.envs.math_tools.calculator import CalculatorError, evaluate, format_number, numbers_in, parse_answer
+from llmgym.envs.math_tools.calculator import (
+    CalculatorError, decimal, evaluate, format_number, numbers_in, parse_answer,
+)
 from llmgym.envs.math_tools.problems import DIFFICULTIES, Problem, generate_problem
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.sandbox import LazySandbox, SandboxLimits
@@ -58,15 +62,40 @@ from llmgym.tools import ToolError, tool
 __all__ = ["MathToolsEnv", "answers_match"]
 
 _FINAL_ANSWER = re.compile(r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+)", re.IGNORECASE)
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+# irrational forms are compared to 50 digits: past near-integers such as exp(pi*sqrt(163)) (a relative 3e-30 off)
+_MATCH_DIGITS = 50
+_MATCH_TOLERANCE = sympy.Rational(1, 10**40)
 
 
 def answers_match(given: sympy.Expr, truth: sympy.Expr) -> bool:
-    """True when two numbers are equal exactly (sympy decides; no tolerance)."""
-    try:
-        difference = given - truth
-        return bool(difference == 0) if difference.is_Rational else bool(sympy.simplify(difference) == 0)
-    except (TypeError, ValueError):
+    """True when two numbers are equal; always quick.
+
+    Rationals (integers, fractions, decimals: every answer and step of the problems) are compared exactly.
+    Other values (``sqrt(8)``, ``pi``) are compared by their first 50 significant digits, equal when they
+    agree to a relative 1e-40; a value whose 50 digits cannot be computed at 200 digits of working precision
+    (:func:`.calculator.decimal`) is equal to nothing. No ``simplify``: it can run for minutes on a short
+    expression such as ``(sin(2) + cos(3))**100``.
+
+    Example:
+        >>> answers_match(evaluate("6/4"), sympy.Rational(3, 2)), answers_match(evaluate("1.5"), sympy.Rational(3, 2))
+        (True, True)
+        >>> answers_match(evaluate("(1 + sqrt(2)) * (sqrt(2) - 1)"), sympy.Integer(1))
+        True
+        >>> answers_match(evaluate("(sin(2) + cos(3))**100"), sympy.Integer(9))
+        False
+        >>> answers_match(evaluate("exp(pi*sqrt(163))"), sympy.Integer(262537412640768744))  # 7.5e-13 off
+        False
+    """
+    if given == truth:
+        return True
+    if given.is_Rational and truth.is_Rational:
         return False
+    try:
+        a, b = (decimal(value, _MATCH_DIGITS, working_digits=4 * _MATCH_DIGITS) for value in (given, truth))
+    except CalculatorError:
+        return False
+    return bool(abs(a - b) <= _MATCH_TOLERANCE * max(abs(a), abs(b)))
 
 
 class MathToolsEnv(LLMEnv):
@@ -174,9 +203,10 @@ class MathToolsEnv(LLMEnv):
         self.tool_values.append((len(self.turn_contexts) + 1, value))
 
     def on_text(self, text: str) -> str:
-        match = _FINAL_ANSWER.search(text)
-        if match:
-            return self.answer.call({"value": match.group(1)}).content
+        # the last final answer outside reasoning counts, as in math-verify: "maybe 574? no ... final answer: 573"
+        answers = _FINAL_ANSWER.findall(_THINKING.sub("\n", text))
+        if answers:
+            return self.answer.call({"value": answers[-1]}).content
         return super().on_text(text)
 
     def is_done(self) -> bool:

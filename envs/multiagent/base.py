@@ -5,7 +5,10 @@ text (``{"text": str}``) and whose actions are assistant text or an OpenAI
 assistant-message ``dict`` (the TextArena adapter builds on it too);
 :class:`TextGameEnv`, the two-player games on top of it;
 :class:`ScriptedPlayer`, the interface of the built-in opponents;
-:func:`observation_space`, :func:`checked_penalty` and :func:`play_human`.
+:func:`observation_space`, :func:`clip_observation` (every observation fits
+its space), :func:`without_thinking` (a player's ``<think>`` reasoning is
+never read as a move nor shown to the other player), :func:`checked_penalty`
+and :func:`play_human`.
 
 A game subclass supplies the rules (:meth:`TextGameEnv.new_game`,
 :meth:`TextGameEnv.read_call`, :meth:`TextGameEnv.read_text`,
@@ -25,6 +28,7 @@ key is plain Gymnasium, contains exactly what the agent reads, and passes.
 from __future__ import annotations
 
 import math
+import re
 
 from abc import abstractmethod
 from typing import Any, ClassVar, Protocol
@@ -37,10 +41,15 @@ from llmgym.parsing import parse_action
 from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError
 
-__all__ = ["TextAECEnv", "TextGameEnv", "ScriptedPlayer", "observation_space", "checked_penalty", "play_human", "PLAYERS"]
+__all__ = [
+    "TextAECEnv", "TextGameEnv", "ScriptedPlayer", "observation_space", "clip_observation", "without_thinking",
+    "checked_penalty", "play_human", "PLAYERS",
+]
 
 #: Agent names of the two-player games.
 PLAYERS: tuple[str, str] = ("player_0", "player_1")
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def observation_space(max_chars: int) -> spaces.Dict:
@@ -52,6 +61,65 @@ def observation_space(max_chars: int) -> spaces.Dict:
         (True, False)
     """
     return spaces.Dict({"text": Text(max_length=max_chars)})
+
+
+def clip_observation(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, keeping its newest (last) part after a note of what was cut.
+
+    The end is what a player needs: the position and the request to move (or what to write after an
+    illegal action); the note says the observation was cut so that the player does not read a fragment as whole.
+
+    Example:
+        >>> clip_observation("short", 100)
+        'short'
+        >>> clipped = clip_observation("x" * 500 + "Your move.", 60)
+        >>> clipped
+        '[observation truncated: 494 characters cut]\\nxxxxxxYour move.'
+        >>> len(clipped)
+        60
+    """
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    while True:  # the note takes room too: cut until it fits (at most a few rounds, as the count gains digits)
+        note = f"[observation truncated: {cut} characters cut]\n"
+        if len(note) >= limit:  # a tiny space: the newest text alone
+            return text[len(text) - limit:]
+        if len(text) - cut + len(note) <= limit:
+            return note + text[cut:]
+        cut = len(text) - limit + len(note)
+
+
+def without_thinking(action: str | dict[str, Any]) -> str | dict[str, Any]:
+    """An action without its reasoning, which is private: neither read for a move nor relayed to another player.
+
+    Removed from text (an action string, or a message dict's ``content``): every closed
+    ``<think>...</think>`` block, everything before a ``</think>`` whose ``<think>`` was in the prompt
+    (templates such as DeepSeek-R1's open the block there), and an unclosed ``<think>`` to the end (the
+    reasoning was cut off before an answer). A message dict also loses its ``reasoning_content``.
+
+    Example:
+        >>> without_thinking("<think>my values: book=2</think>I propose: 2 books")
+        'I propose: 2 books'
+        >>> without_thinking("book=2, so...</think>I propose: 2 books"), without_thinking("I propose <think>2 books")
+        ('I propose: 2 books', 'I propose ')
+        >>> without_thinking({"role": "assistant", "content": "<think>hm</think>C", "reasoning_content": "hm"})
+        {'role': 'assistant', 'content': 'C'}
+    """
+    if isinstance(action, dict):
+        content = action.get("content")
+        message = {key: value for key, value in action.items() if key != "reasoning_content"}
+        if isinstance(content, str):
+            message["content"] = without_thinking(content)
+        return message
+    if _THINK_OPEN not in action and _THINK_CLOSE not in action:
+        return action
+    text = _THINK_BLOCK.sub("", action)
+    close = text.rfind(_THINK_CLOSE)
+    if close >= 0:
+        text = text[close + len(_THINK_CLOSE):]
+    start = text.find(_THINK_OPEN)
+    return text if start < 0 else text[:start]
 
 
 def checked_penalty(name: str, value: float) -> float:
@@ -113,10 +181,7 @@ class TextAECEnv(AECEnv):
 
     def observe(self, agent: str) -> dict[str, str]:
         text = "\n\n".join(self._inbox.get(agent, []))
-        limit = self.observation_spaces[agent]["text"].max_length
-        if len(text) > limit:
-            text = text[-limit:]  # keep the newest text: the position and the request to move
-        return {"text": text}
+        return {"text": clip_observation(text, self.observation_spaces[agent]["text"].max_length)}
 
     def _open_episode(self, info: dict[str, Any]) -> None:
         """Every agent plays again: zero rewards, no ending, a copy of ``info`` each."""
@@ -287,11 +352,15 @@ class TextGameEnv(TextAECEnv):
     # -- internals -----------------------------------------------------------------
 
     def _read(self, agent: str, action: str | dict[str, Any]) -> tuple[Any, str | None, str]:
-        """``(move, error, prose)`` for an action; ``error`` is ``None`` when the move is legal."""
+        """``(move, error, prose)`` for an action; ``error`` is ``None`` when the move is legal.
+
+        The prose (relayed to the other player when :attr:`relay_prose`) and the move are read
+        from the action :func:`without_thinking`.
+        """
         content = action if isinstance(action, str) else action.get("content")
         if isinstance(content, str) and len(content) > self.max_action_chars:
             return None, f"your message has {len(content)} characters; the limit is {self.max_action_chars}", ""
-        parsed = parse_action(action)
+        parsed = parse_action(without_thinking(action))
         if parsed.errors:
             return None, "; ".join(parsed.errors), parsed.content
         try:

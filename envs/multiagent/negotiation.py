@@ -24,8 +24,11 @@ with no proposal on the table, impossible counts, no move found); a third
 illegal attempt in a row forfeits: -1 for the forfeiter, 0 (no deal) for the
 other. How it could be gamed, and why that does not pay: declaring a deal in
 prose is not a move (an ``accept`` always takes the *other* player's latest
-proposal, never the claim); demanding everything gets no deal (0); spamming
-illegal moves costs 0.1 each and then forfeits at -1.
+proposal, never the claim); demanding everything gets no deal (0), and so
+does an ultimatum on the last turn that leaves :class:`HagglerPlayer` less
+than its ``floor`` (half the pool's worth to it by default); spamming
+illegal moves costs 0.1 each and then forfeits at -1. Reasoning in
+``<think>...</think>`` is neither read for the move nor sent to the other player.
 """
 
 from __future__ import annotations
@@ -338,14 +341,17 @@ def _describe(share: tuple[int, ...]) -> str:
 class HagglerPlayer:
     """A scripted negotiator that knows only its own values.
 
-    It asks for a lot early and concedes one point of value per own turn (never
-    below ``floor``); it accepts an offer worth at least its current demand, and
-    on the game's last turn any offer worth something. Among splits it would
-    settle for, it leaves the other player what that player has asked for most.
+    It asks for a lot early and concedes one point of value per own turn down
+    to ``floor``, its reservation value: it accepts an offer worth at least its
+    current demand and never settles for less than ``floor``, not even on the
+    game's last turn (no deal then pays both 0). So demanding everything and
+    leaving it a crumb on the last turn, an ultimatum, gets no deal, and
+    holding out pays no more than haggling fairly. Among splits it would settle
+    for, it leaves the other player what that player has asked for most.
 
     Args:
         start: the value it demands first (out of 10).
-        floor: the least it settles for before the last turn.
+        floor: the least it ever settles for (out of 10; 5 is half the pool's worth to it).
     """
 
     def __init__(self, start: int = 8, floor: int = 5):
@@ -356,11 +362,9 @@ class HagglerPlayer:
         game = env.unwrapped
         my_turn = game.turn // 2
         demand = max(self.floor, self.start - my_turn)
-        last_turn = game.turn == game.max_turns - 1
         if game.proposal is not None and game.proposal[0] != agent:
             offered = tuple(c - t for c, t in zip(game.counts, game.proposal[1]))
-            worth = game.value(agent, offered)
-            if worth >= demand or (last_turn and worth > 0):
+            if game.value(agent, offered) >= demand:
                 return '<tool_call>{"name": "accept", "arguments": {}}</tool_call>'
         wanted = np.ones(len(ITEMS))  # how much the other player seems to want each item, from its proposals
         for who, event in game.history:

@@ -9,6 +9,11 @@ Each round both players act at once: a move, ``C`` (cooperate) or ``D``
 result. Moves: ``<tool_call>{"name": "play", "arguments": {"move": "C",
 "message": "..."}}</tool_call>``, or plain text whose last line names the
 move (``"C"``, ``"cooperate"``, ``"I defect"``); earlier lines are the message.
+A negated move is not that move: ``"I won't defect, I cooperate"`` plays C,
+and a last line whose only move words are negated (``"I will not defect"``)
+is an illegal action whose observation asks for a line with just C or D.
+``<think>...</think>`` reasoning is neither read for the move nor shown to
+the other player (:func:`~llmgym.envs.multiagent.base.without_thinking`).
 
 Rewards per round: the payoff (both C: 3 each; both D: 1 each; D against C:
 5 for the defector, 0 for the other). An illegal action costs 1 and the
@@ -16,7 +21,9 @@ player must act again while the other player's move stays locked in
 (``info["needs_action"]`` says who must act; the others' actions are
 ignored); a third illegal action in a row forfeits: -5 and the game ends.
 The number of rounds is fixed (and told), or drawn per seed from a range
-(and hidden, so there is no last round to defect in).
+(and hidden, so there is no last round to defect in). Observations longer
+than ``max_observation_chars`` keep their newest part after a note
+(:func:`~llmgym.envs.multiagent.base.clip_observation`).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-from llmgym.envs.multiagent.base import PLAYERS, checked_penalty, observation_space
+from llmgym.envs.multiagent.base import PLAYERS, checked_penalty, clip_observation, observation_space, without_thinking
 from llmgym.parsing import parse_action
 from llmgym.spaces import Text
 from llmgym.tools import ToolError, tool
@@ -38,7 +45,12 @@ __all__ = ["PrisonersDilemmaEnv", "parallel_env", "TitForTat", "AlwaysDefect", "
 #: (my move, their move) -> my payoff.
 PAYOFFS: dict[tuple[str, str], float] = {("C", "C"): 3.0, ("C", "D"): 0.0, ("D", "C"): 5.0, ("D", "D"): 1.0}
 _WORDS = {"c": "C", "cooperate": "C", "cooperation": "C", "d": "D", "defect": "D", "defection": "D"}
-_TOKEN = re.compile(r"[A-Za-z]+")
+_TOKEN = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)*")  # "I'd" is one word, not "I" and a "d" (defect)
+# a negation earlier in the same clause ("I will not defect", "I don't think I'll defect", "never D")
+_NEGATION = re.compile(
+    r"\b(?:not|never|no|nor|neither|cannot|"
+    r"(?:do|does|did|wo|ca|could|would|should|must|might|need|is|are|was|were|have|has|had|ai)n['\u2019]?t)\b", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[,;:.!?()\u2013\u2014]|\s-\s|\bbut\b|\binstead\b", re.IGNORECASE)
 
 
 @tool
@@ -135,9 +147,8 @@ class PrisonersDilemmaEnv(ParallelEnv):
             f"The game lasts {self.num_rounds} rounds." if low == high
             else f"The game lasts between {low} and {high} rounds; you are not told when it ends."
         )
-        observations = {
-            a: {"text": f"{self.system_prompt}\nYou are {a}. {length}\nRound 1: your move."} for a in self.agents
-        }
+        observations = {a: self._observation(a, f"{self.system_prompt}\nYou are {a}. {length}\nRound 1: your move.")
+                        for a in self.agents}
         return observations, self._infos()
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Any]]:
@@ -177,7 +188,7 @@ class PrisonersDilemmaEnv(ParallelEnv):
             for agent in self.locked:
                 waiting_for = ", ".join(a for a in self.agents if a not in self.locked)
                 notes[agent].append(f"Your move for round {len(self.history) + 1} is locked in; waiting for {waiting_for}.")
-        observations = {a: {"text": "\n".join(notes[a])} for a in self.agents}
+        observations = {a: self._observation(a, "\n".join(notes[a])) for a in self.agents}
         infos = self._infos()
         terminations = dict.fromkeys(self.agents, done)
         truncations = dict.fromkeys(self.agents, False)
@@ -228,13 +239,13 @@ class PrisonersDilemmaEnv(ParallelEnv):
         return {a: "win" if v == best else "loss" for a, v in scores.items()}
 
     def _read(self, action: Any) -> tuple[str, str]:
-        """``(move, message)`` of an action; raises :class:`ToolError` when it is illegal."""
+        """``(move, message)`` of an action (its reasoning left out); raises :class:`ToolError` when it is illegal."""
         if not isinstance(action, (str, dict)):
             raise TypeError(f"an action must be str or an assistant message dict, got {type(action).__name__}")
         content = action if isinstance(action, str) else action.get("content")
         if isinstance(content, str) and len(content) > self.max_action_chars:
             raise ToolError(f"your message has {len(content)} characters; the limit is {self.max_action_chars}")
-        parsed = parse_action(action)
+        parsed = parse_action(without_thinking(action))
         if parsed.errors:
             raise ToolError("; ".join(parsed.errors))
         if len(parsed.tool_calls) > 1:
@@ -244,14 +255,14 @@ class PrisonersDilemmaEnv(ParallelEnv):
             if call.name != play.name:
                 raise ToolError(f"unknown tool {call.name[:64]!r}; use play")
             arguments = play.validate(call.arguments)
-            message = " ".join(part for part in (parsed.content, arguments["message"]) if part.strip())
+            parts = (parsed.content, without_thinking(arguments["message"]))
+            message = " ".join(part for part in parts if part.strip())
             return arguments["move"], message.strip()[:500]
         lines = [line for line in parsed.content.splitlines() if line.strip()]
-        found = {_WORDS[w.lower()] for w in _TOKEN.findall(lines[-1][:200]) if w.lower() in _WORDS} if lines else set()
-        if len(found) != 1:
-            problem = "both C and D named" if found else "no move found"
-            raise ToolError(f"{problem}; end with a line that says just C or D")
-        return found.pop(), "\n".join(lines[:-1]).strip()[:500]
+        return _move_in(lines[-1][:200] if lines else ""), "\n".join(lines[:-1]).strip()[:500]
+
+    def _observation(self, agent: str, text: str) -> dict[str, str]:
+        return {"text": clip_observation(text, self.observation_spaces[agent]["text"].max_length)}
 
     def _infos(self) -> dict[str, Any]:
         return {a: {"needs_action": a not in self.locked, "tools": self.tool_schemas} for a in self.agents}
@@ -264,6 +275,38 @@ class PrisonersDilemmaEnv(ParallelEnv):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _move_in(line: str) -> str:
+    """The move a plain-text line names: its one move word that no earlier word of its clause negates.
+
+    Raises:
+        ToolError: both moves named, only negated moves ("I will not defect"), or none.
+
+    Example:
+        >>> _move_in("I defect"), _move_in("I won't defect, I cooperate"), _move_in("D, not C")
+        ('D', 'C', 'D')
+    """
+    named: set[str] = set()
+    negated: list[str] = []
+    for word in _TOKEN.finditer(line):
+        move = _WORDS.get(word[0].lower())
+        if move is None:
+            continue
+        clause = _CLAUSE_END.split(line[:word.start()])[-1]
+        if _NEGATION.search(clause):
+            negated.append(word[0])
+        else:
+            named.add(move)
+    if len(named) == 1:
+        return named.pop()
+    if named:
+        problem = "both C and D named"
+    elif negated:
+        problem = f"{negated[0]!r} is negated, and a negated move is neither C nor D"
+    else:
+        problem = "no move found"
+    raise ToolError(f"{problem}; end with a line that says just C or D")
 
 
 class TitForTat:

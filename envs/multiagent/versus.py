@@ -27,7 +27,14 @@ a row forfeits at -1); malformed tool calls and bad arguments (a ``player``
 argument to move for the opponent) never reach the game and cost 0.1 each
 until the turn budget ends the episode with ``unfinished`` (-1); extra tool
 calls in a turn are refused. ``tests/envs/test_multiagent.py`` checks that such policies end at
--1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play draws (0).
+-1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play draws (0). In
+``llmgym/Negotiation-v0`` the haggler never settles for less than half the pool's
+worth to it, not even on the last turn, so holding out with greedy demands for a
+last-turn ultimatum scores below fair haggling (tested).
+
+A tool call reaches the game as a native tool call with the arguments it was
+made with (:func:`_call`), never re-written as ``<tool_call>`` text, so any
+message text, ``</tool_call>`` included, arrives as it was written.
 """
 
 from __future__ import annotations
@@ -119,8 +126,10 @@ class VersusEnv(LLMEnv):
 
     # -- playing -------------------------------------------------------------------
 
-    def send(self, action: str) -> ToolResult:
-        """Send ``action`` (text or a tool-call block) to the game as ``player_0``; the opponent answers.
+    def send(self, action: str | dict[str, Any]) -> ToolResult:
+        """Send ``action`` to the game as ``player_0``; the opponent answers.
+
+        ``action`` is text, or an assistant message dict such as :func:`_call` makes.
 
         Returns:
             What ``player_0`` reads next; ``ok=False`` when the move was illegal.
@@ -152,8 +161,15 @@ class VersusEnv(LLMEnv):
         return earned
 
 
-def _call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    """A move for the game: an assistant message with one native tool call, its arguments exactly as given.
+
+    Example:
+        >>> _call("play", move="C", message="</tool_call>")["tool_calls"][0]["function"]
+        {'name': 'play', 'arguments': '{"move": "C", "message": "</tool_call>"}'}
+    """
+    call = {"id": f"call_{name}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class TicTacToeVsBot(VersusEnv):
