@@ -71,8 +71,13 @@ class RuleDiscoveryEnv(LLMEnv):
 
     Args:
         difficulty: ``"easy"``, ``"medium"`` or ``"hard"`` (see :data:`LEVELS`).
-        max_turns: turn budget (default: the level's).
+        max_turns: turn budget, at least 1 (default ``None``: the level's).
+        max_tool_calls: tool calls carried out per turn (default 1: one action, then
+            the agent sees where it landed).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    Raises:
+        ValueError: an unknown ``difficulty``, or ``max_turns < 1``.
 
     ``reset(options={"difficulty": "hard"})`` changes the level for one episode.
     """
@@ -84,12 +89,16 @@ class RuleDiscoveryEnv(LLMEnv):
         "stand on and the four next to you) and look (the whole map). '.' is empty floor."
     )
 
-    def __init__(self, difficulty: str = "medium", max_turns: int | None = None, **kwargs: Any):
+    def __init__(
+        self, difficulty: str = "medium", max_turns: int | None = None, max_tool_calls: int = 1, **kwargs: Any
+    ):
         if not isinstance(difficulty, str) or difficulty not in LEVELS:  # a list or dict is unhashable: TypeError
             raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
+        if max_turns is not None and max_turns < 1:  # 0 must not quietly become the level's budget
+            raise ValueError(f"max_turns must be >= 1 (or None for the level's budget), got {max_turns}")
         self.difficulty = difficulty
         self.fixed_max_turns = max_turns
-        super().__init__(max_turns=max_turns or LEVELS[difficulty]["max_turns"], max_tool_calls=1, **kwargs)
+        super().__init__(max_turns=self._turn_budget(difficulty), max_tool_calls=max_tool_calls, **kwargs)
         self.level = LEVELS[difficulty]
         self.grid: list[list[str]] = []
         self.events: dict[int, dict[str, float]] = {}
@@ -102,7 +111,7 @@ class RuleDiscoveryEnv(LLMEnv):
         if not isinstance(difficulty, str) or difficulty not in LEVELS:
             raise ValueError(f"options['difficulty'] must be one of {', '.join(LEVELS)}, got {difficulty!r}")
         self.level = LEVELS[difficulty]
-        self.max_turns = self.fixed_max_turns or self.level["max_turns"]
+        self.max_turns = self._turn_budget(difficulty)
         rng = self.np_random
         roles = ["wall", "coin", "hazard", "block", "key", "switch", "goal", "decoy"]
         glyphs = rng.permutation(list(_SYMBOLS))[: len(roles)]
@@ -124,6 +133,9 @@ class RuleDiscoveryEnv(LLMEnv):
         self.text_actions: set[int] = set()
         hint = f" The goal is {self.symbols['goal']}." if self.level["reveal_goal"] else ""
         return f"Difficulty: {difficulty}.{hint}\n{self._map(full=True)}"
+
+    def _turn_budget(self, difficulty: str) -> int:
+        return self.fixed_max_turns if self.fixed_max_turns is not None else LEVELS[difficulty]["max_turns"]
 
     def _build_world(self) -> bool:
         rng, size, level = self.np_random, self.level["size"], self.level

@@ -1,12 +1,14 @@
 """``llmgym/rg-<task>-v0``: reasoning-gym's procedural tasks as llmgym environments.
 
 Holds :class:`ReasoningGymEnv`, :func:`dataset` (the per-process dataset
-cache), :func:`extract_answer` and :func:`register_all`. Needs the
+cache), :func:`extract_answer`, :func:`register_all` and :data:`FULL_SCORE`
+(the verifier score that counts as correct). Needs the
 ``reasoning-gym`` extra (``pip install reasoning-gym``).
 
 Each episode is one item of a reasoning-gym dataset, picked with the episode's
 seed; the reply is scored by the task's own verifier
-(``dataset.score_answer(answer, entry)``). Single-turn by default: the first
+(``dataset.score_answer(answer, entry)``), and by default only a fully
+correct answer (verifier score 1) is paid. Single-turn by default: the first
 reply is the answer. With ``python_tool=True`` the agent may run Python in
 :mod:`llmgym.sandbox` for several turns before answering.
 
@@ -21,20 +23,37 @@ Rewards (components in ``info["reward_components"]``):
 ============== ====== ===== ========================================================
 name           weight when  value
 ============== ====== ===== ========================================================
-correct        1.0    end   the verifier's score of the answer, in [0, 1] (0 when
-                            there is no answer or the verifier raises)
+correct        1.0    end   1 when the verifier scores the answer as fully correct
+                            (score 1), else 0; with ``partial_credit=True`` the
+                            verifier's score itself
+verifier_score 0      end   the verifier's score of the answer, in [0, 1] (0 when
+                            there is no answer or the verifier raises): logged,
+                            not paid
 format         0.1    end   1 when the answer came from the ``answer`` tool or
                             ``<answer>`` tags
 tool_cost      -0.02  turn  python calls this turn (``python_tool=True`` only)
 ============== ====== ===== ========================================================
 
-How it could be gamed, and why that does not pay: a junk answer in tags earns
-``format`` (0.1) and nothing from the verifier, far below a correct answer
-(1.1); the question holds no answer to copy, and the python sandbox sees
-neither the dataset nor llmgym's sources. Some reasoning-gym verifiers give a
-small partial score (0.01) to any non-empty answer; that is the verifier's
-own rule and is kept as is. ``tests/envs/test_reasoning_gym_adapter.py``
-checks that such policies score below an honest one.
+Why all or nothing by default: many verifiers give partial credit that a
+constant policy collects without solving anything. Paid as is, the
+``knights_knaves`` verifier's 0.3 + 0.7 x (share of people right) made
+"everyone is the second role" average 0.70 over 200 seeds against 1.1 for
+correct answers, and copying ``word_sorting``'s words back unsorted 0.37;
+``gsm_symbolic`` and ``power_function`` give 0.01 to any wrong number, and
+reasoning-gym's default verifier pays len(gold) / len(answer) to an answer
+that merely contains the gold one. Under GRPO that slope is learnt instead of
+the task. ``partial_credit=True`` pays the raw score, for those who want
+reasoning-gym's shaping.
+
+How it could be gamed, and why that does not pay: with the default, a junk
+or constant answer in tags earns ``format`` (0.1) plus 1 only when the guess
+happens to be fully right: "everyone is the second role" now averages 0.39 on
+knights_knaves (the items where everyone is a knave), the input order 0.14 on
+word_sorting. The question holds no answer to copy, and the python sandbox
+sees neither the dataset nor llmgym's sources.
+``tests/envs/test_reasoning_gym_adapter.py`` and
+``tests/envs/test_envs_session6.py`` check that such policies score far
+below an honest one.
 
 Registration: importing reasoning_gym builds every task module (3.5 s here),
 so ``import llmgym`` registers only :data:`~llmgym.envs.adapters.RG_DEFAULT_TASKS` by name, without
@@ -55,10 +74,14 @@ from llmgym.rubric import Reward, Rubric, TurnContext
 from llmgym.sandbox import LazySandbox, SandboxLimits
 from llmgym.tools import ToolError, tool
 
-__all__ = ["ReasoningGymEnv", "RG_DEFAULT_TASKS", "dataset", "extract_answer", "register_all"]
+__all__ = ["ReasoningGymEnv", "RG_DEFAULT_TASKS", "FULL_SCORE", "dataset", "extract_answer", "register_all"]
 
 #: Items per dataset: reasoning-gym datasets are virtual (item ``i`` is made from ``seed + i`` on demand).
 DATASET_SIZE = 100_000
+
+#: The verifier score from which an answer is fully correct (verifiers return exactly 1.0 for it; the
+#: margin keeps a full score summed in floats, such as 0.3 + 0.7 * n / n, from being read as partial).
+FULL_SCORE = 1.0 - 1e-9
 
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 _datasets: dict[tuple[str, str], Any] = {}
@@ -130,10 +153,15 @@ class ReasoningGymEnv(LLMEnv):
         task: the reasoning-gym task name (``"chain_sum"``).
         config: the task's config (plain data; ``seed`` picks the dataset, default 0).
         python_tool: offer the ``python`` tool and several turns (default: single turn).
-        max_turns: turn budget (default 1, or 8 with ``python_tool``).
+        partial_credit: pay the verifier's score as ``correct`` (reasoning-gym's partial
+            credit); by default only a fully correct answer is paid.
+        max_turns: turn budget, at least 1 (default ``None``: 1, or 8 with ``python_tool``).
         sandbox_backend: ``"subprocess"``, ``"docker"`` or ``"auto"`` for the python tool.
         python_timeout_s: wall-clock limit of one python call.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    Raises:
+        ValueError: ``max_turns < 1``, an unknown task or an invalid config.
 
     ``reset(seed=s)`` picks item ``s``-seeded from the dataset;
     ``reset(options={"index": i})`` picks item ``i``. The dataset is shared by
@@ -148,6 +176,7 @@ class ReasoningGymEnv(LLMEnv):
         task: str,
         config: dict[str, Any] | None = None,
         python_tool: bool = False,
+        partial_credit: bool = False,
         max_turns: int | None = None,
         sandbox_backend: str = "subprocess",
         python_timeout_s: float = 5.0,
@@ -155,11 +184,16 @@ class ReasoningGymEnv(LLMEnv):
     ):
         if config is not None and not isinstance(config, dict):
             raise TypeError(f"config must be a dict of the task's config fields, got {type(config).__name__}")
+        if max_turns is not None and max_turns < 1:  # 0 is not "the default": say so before building the dataset
+            raise ValueError(f"max_turns must be >= 1 (or None for the default), got {max_turns}")
         self.task = task
         self.config = dict(config or {})
         self.dataset = dataset(task, self.config)
         self.python_tool = bool(python_tool)
-        super().__init__(max_turns=max_turns or (8 if self.python_tool else 1), **kwargs)
+        self.partial_credit = bool(partial_credit)
+        if max_turns is None:
+            max_turns = 8 if self.python_tool else 1
+        super().__init__(max_turns=max_turns, **kwargs)
         if not self.python_tool:
             del self.tools["python"]
             self.tool_schemas = [t.schema for t in self.tools.values()]
@@ -235,6 +269,11 @@ class ReasoningGymEnv(LLMEnv):
                     self._score = 0.0
         return self._score
 
+    @property
+    def solved(self) -> bool:
+        """True when the verifier scores the given answer as fully correct (see :data:`FULL_SCORE`)."""
+        return self.score >= FULL_SCORE
+
     def close(self) -> None:
         self._sandbox.close()
         super().close()
@@ -243,10 +282,16 @@ class ReasoningGymEnv(LLMEnv):
 
     def build_rubric(self) -> Rubric:
         return Rubric([
-            Reward(lambda ctx: self.score if self.answered else 0.0, weight=1.0, when="end", name="correct"),
+            Reward(self._correct, weight=1.0, when="end", name="correct"),
+            Reward(lambda ctx: self.score if self.answered else 0.0, weight=0.0, when="end", name="verifier_score"),
             Reward(lambda ctx: 1.0 if self.answered and self.tagged and self.given_answer else 0.0, weight=0.1, when="end", name="format"),
             Reward(self._python_calls, weight=-0.02, name="tool_cost"),
         ])
+
+    def _correct(self, ctx: TurnContext) -> float:
+        if not self.answered:
+            return 0.0
+        return self.score if self.partial_credit else float(self.solved)
 
     def _python_calls(self, ctx: TurnContext) -> float:
         return float(sum(1 for name, _ in ctx.tool_results if name == "python")) if self.python_tool else 0.0

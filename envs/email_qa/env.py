@@ -26,8 +26,10 @@ format_error   -0.1   turn  1 when the turn's action was malformed
 
 An answer is right when, ignoring case and punctuation, it contains the
 gold value (a code, an amount, a room, a file name), no other fact of the
-inbox, and is at most 12 words long. "I don't know" is recognised from a
-few phrasings, or an empty ``text``.
+inbox, and is at most 12 words long. Amounts are compared as numbers
+(``Decimal``): "$300" and "$1,204.5" are right for "$300.00" and "$1204.50",
+"$1204.05" is not. "I don't know" is recognised from a few phrasings, or an
+empty ``text``.
 
 How it could be gamed, and why that does not pay: guessing costs -1 when
 wrong, so it scores below always abstaining, which itself earns only on the
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from llmgym.env import LLMEnv
@@ -54,6 +57,7 @@ __all__ = ["EmailQAEnv", "is_abstention", "answer_is_right"]
 
 _IDK = re.compile(r"^\s*(i\s*do(?:n'?t| not)\s*know|unknown|not found|no answer|cannot find|can'?t find|n/?a)\b", re.IGNORECASE)
 _TOKEN = re.compile(r"[a-z0-9]+")
+_AMOUNT = re.compile(r"\$?\s*(\d[\d,]*(?:\.\d+)?)")  # "$1,204.50", "300", "$ 12.5"
 
 
 def is_abstention(text: str) -> bool:
@@ -64,9 +68,16 @@ def is_abstention(text: str) -> bool:
 def answer_is_right(text: str, gold: str, max_words: int = 12) -> bool:
     """True when ``text`` contains ``gold`` (case and punctuation ignored) and is short.
 
+    A ``gold`` that is an amount or a number (``"$1204.50"``) is compared as a
+    number: some number in ``text`` must equal it (``"$1204.5"`` does).
+
     Example:
         >>> answer_is_right("The code is QWE123.", "QWE123"), answer_is_right("$1,204.50", "$1204.50")
         (True, True)
+        >>> answer_is_right("$300", "$300.00"), answer_is_right("It is $1204.5", "$1204.50")
+        (True, True)
+        >>> answer_is_right("$1204.05", "$1204.50"), answer_is_right("$1204", "$1204.50")
+        (False, False)
         >>> answer_is_right("QWE123 or ABC456 or XYZ789", "QWE123"), answer_is_right(" ".join(["QWE123"] * 13), "QWE123")
         (False, False)
     """
@@ -74,6 +85,10 @@ def answer_is_right(text: str, gold: str, max_words: int = 12) -> bool:
     target = _TOKEN.findall(gold.lower().replace(",", ""))
     if not target or len(words) > max_words or " or " in f" {text.lower()} ":
         return False
+    amount = _AMOUNT.fullmatch(gold.strip())
+    if amount:  # "$300" is "$300.00": word matching would call it a hallucination
+        value = Decimal(amount.group(1).replace(",", ""))
+        return any(Decimal(n.replace(",", "")) == value for n in _AMOUNT.findall(text))
     return any(words[i:i + len(target)] == target for i in range(len(words) - len(target) + 1))
 
 

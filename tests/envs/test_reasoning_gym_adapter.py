@@ -73,7 +73,8 @@ def test_answer_extraction_order_and_format_reward():
     truth = env.unwrapped.entry["answer"]
     # a plain last line is read as the answer, without format credit
     _, reward, terminated, _, info = env.step(f"The sum is:\n{truth}")
-    assert terminated and info["reward_components"] == {"correct": 1.0, "format": 0.0, "tool_cost": 0.0}
+    assert terminated and info["reward_components"] == {"correct": 1.0, "verifier_score": 1.0, "format": 0.0,
+                                                         "tool_cost": 0.0}
     # the last <answer> tag wins over earlier ones and over the last line
     env.reset(seed=0)
     _, reward, _, _, info = env.step(f"<answer>0</answer> no, <answer>{truth}</answer>\nbye")
