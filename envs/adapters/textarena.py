@@ -45,6 +45,7 @@ from typing import Any
 
 from llmgym.env import LLMEnv
 from llmgym.envs.adapters import TA_DEFAULT_GAMES
+from llmgym.envs.multiagent.base import without_thinking
 from llmgym.rubric import Reward, Rubric, TurnContext
 
 __all__ = ["TextArenaEnv", "make_game", "render_messages", "NLTK_DATA", "UNSUPPORTED", "TA_DEFAULT_GAMES"]
@@ -271,6 +272,7 @@ class TextArenaEnv(LLMEnv):
 
     def on_text(self, text: str) -> str:
         turn = len(self.turn_contexts) + 1
+        text = without_thinking(text)  # a move drafted while reasoning is not the move
         if not text.strip():
             self.invalid_turns.add(turn)
             return "No move found: reply with your move in square brackets, e.g. [5]."

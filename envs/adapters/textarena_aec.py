@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from gymnasium.utils import seeding
 
 from llmgym.envs.adapters.textarena import _as_reward, _format_action, _is_invalid_notice, _PrivateRandom, make_game, render_messages
-from llmgym.envs.multiagent.base import TextAECEnv, checked_penalty
+from llmgym.envs.multiagent.base import TextAECEnv, checked_penalty, without_thinking
 
 __all__ = ["TextArenaAECEnv", "aec_env"]
 
@@ -87,6 +87,7 @@ class TextArenaAECEnv(TextAECEnv):
         agent = self._begin_step(action)
         if agent is None:
             return
+        action = without_thinking(action)  # reasoning is private: not sent to the game, so never shown to the others
         content = action if isinstance(action, str) else action.get("content")
         text = content[: self.max_action_chars] if isinstance(content, str) else ""
         player = self.possible_agents.index(agent)

@@ -242,3 +242,17 @@ def test_every_nltk_free_single_player_game_runs(game):
 @pytest.mark.parametrize("game", MULTI)
 def test_every_nltk_free_two_player_game_passes_api_test(game):
     api_test(aec_env(game), num_cycles=20)
+
+
+def test_a_move_written_inside_think_is_not_played_and_not_shown_to_the_opponent():
+    # single-agent: reasoning alone is no move (its bracketed guess would have been played before)
+    env = gym.make(GUESS)
+    env.reset(seed=0)
+    observation, *_ = env.step("<think>only thinking: [3]</think>")
+    assert "No move found" in observation
+    # two players: player_0's reasoning never reaches player_1; its move does
+    aec = aec_env("TicTacToe-v0")
+    aec.reset(seed=0)
+    aec.step("<think>my secret plan: [0] then [8]</think> [4]")
+    seen = aec.observe("player_1")["text"]
+    assert "secret plan" not in seen and "[Player 0] [4]" in seen
