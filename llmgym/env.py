@@ -20,7 +20,9 @@ import gymnasium as gym
 
 from llmgym.episode import Episode
 from llmgym.messages import Message, system, tool_result, user
-from llmgym.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content
+from llmgym.parsing import (
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content, without_thinking,
+)
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
 from llmgym.spaces import Text
 from llmgym.tools import BoundTool, Tool, ToolResult
@@ -202,7 +204,7 @@ class LLMEnv(gym.Env[str, str], ABC):
                 feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
             replies.append(feedback)
         elif not calls:
-            reply = self.on_text(parsed.content)
+            reply = self.on_text(without_thinking(parsed.content))  # reasoning is no answer
             if reply:
                 replies.append(reply)
         observation = self._clip(replies[0] if len(replies) == 1 else "\n".join(replies))

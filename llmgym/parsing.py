@@ -16,7 +16,7 @@ from typing import Any
 
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
-__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -56,19 +56,38 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
-    if _THINK_OPEN in text and _THINK_CLOSE in text:
+    parts = [(text, True)]
+    if _THINK_OPEN in text:
         # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
-        # content its tool parsers read): closed <think> blocks stay in the prose, unread
+        # content its tool parsers read): <think> blocks, and an unclosed one to the end, stay in the prose, unread
         parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
                  for part in _THINK_BLOCK.split(text)]
-    else:
-        parts = [(text, True)]
+        last, read = parts[-1]
+        if read and _THINK_OPEN in last:  # only the last part can hold a <think> that is never closed
+            cut = last.index(_THINK_OPEN)
+            parts[-1:] = [(last[:cut], True), (last[cut:], False)]
     prose_parts, blocks = [], 0
     for part, read in parts:
         if read:
             part, blocks = _scan(part, id_prefix, blocks, calls, errors)
         prose_parts.append(part)
     return "".join(prose_parts).strip(), calls, errors
+
+
+def without_thinking(text: str) -> str:
+    """``text`` without its reasoning: closed ``<think>...</think>`` blocks and an unclosed ``<think>`` to the end.
+
+    What an environment's ``on_text`` reads: an answer written while reasoning is not the answer.
+
+    Example:
+        >>> without_thinking("<think>maybe 41</think>The answer is 42. <think>or 43")
+        'The answer is 42. '
+    """
+    if _THINK_OPEN not in text:
+        return text
+    text = _THINK_BLOCK.sub("", text)
+    start = text.find(_THINK_OPEN)
+    return text if start < 0 else text[:start]
 
 
 def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:

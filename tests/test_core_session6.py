@@ -117,3 +117,18 @@ def test_required_or_named_tool_choice_without_tools_is_a_400(scripted):
         "messages": [{"role": "user", "content": "Guess."}], "tools": TOOLS,
         "tool_choice": {"type": "function", "function": {"name": "guess"}}})
     assert named.status_code == 200 and named.json()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_an_unclosed_think_is_reasoning_to_the_end():
+    _, calls, errors = parse_text_tool_calls(f"{call('a')} <think>and then {call('b')}")
+    assert [c.name for c in calls] == ["a"] and errors == []
+
+
+def test_on_text_reads_the_answer_outside_the_reasoning():
+    env = gym.make("llmgym/MentalMath-v0").unwrapped
+    observation, _ = env.reset(seed=0)  # "What is 8 + 6?"
+    _, reward, terminated, _, info = env.step("<think>maybe 15? no: 8 + 6 = 14</think>14")
+    assert terminated and info["reward_components"]["correct"] == 1.0
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("<think>8 + 6 = 14</think>")  # reasoning alone is no answer
+    assert info["reward_components"]["correct"] == 0.0

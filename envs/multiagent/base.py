@@ -38,6 +38,7 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
 from llmgym.parsing import parse_action
+from llmgym.parsing import without_thinking as parsing_without_thinking
 from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError
 
@@ -48,8 +49,7 @@ __all__ = [
 
 #: Agent names of the two-player games.
 PLAYERS: tuple[str, str] = ("player_0", "player_1")
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_THINK_CLOSE = "</think>"
 
 
 def observation_space(max_chars: int) -> spaces.Dict:
@@ -112,14 +112,9 @@ def without_thinking(action: str | dict[str, Any]) -> str | dict[str, Any]:
         if isinstance(content, str):
             message["content"] = without_thinking(content)
         return message
-    if _THINK_OPEN not in action and _THINK_CLOSE not in action:
-        return action
-    text = _THINK_BLOCK.sub("", action)
-    close = text.rfind(_THINK_CLOSE)
-    if close >= 0:
-        text = text[close + len(_THINK_CLOSE):]
-    start = text.find(_THINK_OPEN)
-    return text if start < 0 else text[:start]
+    text = parsing_without_thinking(action)  # closed blocks, and an unclosed <think> to the end
+    close = text.rfind(_THINK_CLOSE)  # a </think> left has its <think> in the prompt: what came before is reasoning
+    return text if close < 0 else text[close + len(_THINK_CLOSE):]
 
 
 def checked_penalty(name: str, value: float) -> float:
