@@ -12,6 +12,7 @@ observations, chat history, turn and token budgets, per-turn rewards.
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
@@ -59,8 +60,14 @@ class LLMEnv(gym.Env[str, str], ABC):
     ):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        for name, value, least in (("max_turns", max_turns, 1), ("max_tokens", max_tokens, 1),
+                                   ("max_action_chars", max_action_chars, 1), ("max_tool_calls", max_tool_calls, 1)):
+            if value is None and name == "max_tokens":
+                continue
+            if type(value) is not int and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+            if value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.max_action_chars = max_action_chars

@@ -231,22 +231,48 @@ def save_jsonl(episodes: list[Episode], path: str | os.PathLike[str]) -> None:
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
     """Episodes from a JSONL file, skipping a last line cut short by a crash.
 
+    A line cut short is the start of a line :class:`JSONLWriter` writes (``{"env_id": ...``)
+    that is not valid JSON and has no newline after it: the writer ends every line with one.
+
     Raises:
-        ValueError: a line other than the last is not a valid episode.
+        ValueError: a line is not a valid episode (or not UTF-8), unless it is the last one, cut short.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "e.jsonl"
+        >>> _ = path.write_text(Episode("x", seed=1).to_json() + '\\n{"env_id": "x", "se')
+        >>> [e.seed for e in iter_jsonl(path)]
+        [1]
+        >>> _ = path.write_text('{not json\\n')  # one line, not JSON: not a cut-short write, which has no newline
+        >>> try:
+        ...     list(iter_jsonl(path))
+        ... except ValueError as err:
+        ...     print(str(err).split("/")[-1][:27])
+        e.jsonl:1: not an episode (
     """
-    with open(path, encoding="utf-8") as file:
-        lines = file.read().split("\n")
+    with open(path, "rb") as file:
+        lines = file.read().split(b"\n")
+    unterminated = len(lines)  # the last piece has no newline after it (empty when the file ends with one)
     while lines and not lines[-1].strip():
         lines.pop()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
+        cut_short = number == unterminated
         try:
-            yield Episode.from_json(line)
-        except (json.JSONDecodeError, ValueError, TypeError) as err:
-            if number == len(lines) and isinstance(err, json.JSONDecodeError):
-                return  # a half-written last line (never valid JSON): the run was killed mid-write
+            yield Episode.from_json(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            if cut_short and _starts_an_episode_line(raw):
+                return  # the run was killed mid-write (maybe mid-character); the episode is played again on resume
             raise ValueError(f"{path}:{number}: not an episode ({err})") from None
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: not an episode ({err})") from None
+
+
+def _starts_an_episode_line(raw: bytes) -> bool:
+    """Whether ``raw`` may be the beginning of a :meth:`Episode.to_json` line (``env_id`` is its first key)."""
+    start = b'{"env_id": '
+    return raw.startswith(start) or start.startswith(raw)
 
 
 def load_jsonl(path: str | os.PathLike[str]) -> list[Episode]:

@@ -1,7 +1,8 @@
 """Checkpoints of a training run: weights, optimizer, RNG, progress.
 
 Holds :func:`save_checkpoint`, :func:`load_checkpoint`,
-:func:`latest_checkpoint` and :func:`save_weights`. A checkpoint is a folder
+:func:`latest_checkpoint`, :func:`save_weights` and :func:`check_resume_config`
+(may a run resume with these settings?). A checkpoint is a folder
 ``checkpoints/step_000012/`` with
 
 - ``model.safetensors`` (every weight) or ``adapter.safetensors`` (the LoRA
@@ -18,18 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import torch
 from torch import nn
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "save_weights", "is_peft"]
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "save_weights", "is_peft", "check_resume_config"]
 
 _STATE = "trainer_state.json"
+logger = logging.getLogger(__name__)
 
 
 def is_peft(model: nn.Module) -> bool:
@@ -50,21 +53,54 @@ def _save_model_weights(model: nn.Module, folder: Path) -> None:
 
 
 def _load_model_weights(model: nn.Module, folder: Path) -> None:
+    """Load the checkpoint's weights into ``model``.
+
+    Raises:
+        FileNotFoundError: the folder lacks the weights file this model needs.
+        ValueError: the weights do not fit the model (another model, LoRA rank or target modules).
+    """
     from safetensors.torch import load_file, load_model
 
+    device = str(next(model.parameters()).device)
     if is_peft(model):
-        from peft import set_peft_model_state_dict
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
         path = folder / "adapter.safetensors"
         if not path.is_file():
             raise FileNotFoundError(f"{folder} holds no adapter.safetensors: was the run trained with lora=True?")
-        device = next(model.parameters()).device
-        set_peft_model_state_dict(model, load_file(str(path), device=str(device)))
+        saved = load_file(str(path), device=device)
+        expected = get_peft_model_state_dict(model)
+        # peft loads with strict=False: adapters of other target modules would be skipped without a word
+        if saved.keys() != expected.keys() or any(saved[k].shape != expected[k].shape for k in saved):
+            raise ValueError(_mismatch(path, saved, expected))
+        set_peft_model_state_dict(model, saved)
     else:
         path = folder / "model.safetensors"
         if not path.is_file():
             raise FileNotFoundError(f"{folder} holds no model.safetensors: was the run trained with lora=False?")
-        load_model(model, str(path), device=str(next(model.parameters()).device))
+        try:
+            load_model(model, str(path), device=device)
+        except RuntimeError:  # torch's message lists every tensor over many lines
+            raise ValueError(_mismatch(path, load_file(str(path)), model.state_dict())) from None
+
+
+def _mismatch(path: Path, saved: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> str:
+    """One line on how the weights in ``path`` differ from the model's (``expected``)."""
+    shapes = [k for k in saved if k in expected and saved[k].shape != expected[k].shape]
+    problems = []
+    if shapes:
+        name = shapes[0]
+        problems.append(f"{len(shapes)} of other shapes (e.g. {name}: {list(saved[name].shape)} saved, "
+                        f"{list(expected[name].shape)} in the model)")
+    stored = {expected[k].data_ptr() for k in saved.keys() & expected.keys()}
+    missing = [k for k in expected.keys() - saved.keys() if expected[k].data_ptr() not in stored]  # tied weights are saved once
+    unexpected = saved.keys() - expected.keys()
+    if unexpected:
+        problems.append(f"{len(unexpected)} the model lacks (e.g. {min(unexpected)})")
+    if missing:
+        problems.append(f"{len(missing)} the checkpoint lacks (e.g. {min(missing)})")
+    return (f"the weights in {path} do not fit this model ({'; '.join(problems) or 'see torch.load_state_dict'}): "
+            "resume with the model and LoRA settings (lora_r, lora_target_modules) the run was trained with")
 
 
 def save_checkpoint(
@@ -176,6 +212,59 @@ def load_checkpoint(folder: str | os.PathLike[str], model: nn.Module, optimizer:
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((folder / _STATE).read_text())
+
+
+def check_resume_config(saved_path: str | os.PathLike[str], current: dict[str, Any],
+                        may_change: Collection[str]) -> dict[str, tuple[Any, Any]]:
+    """Compare a run's saved settings with those it resumes with; returns the changed fields (name -> (saved, now)).
+
+    Fields that only one side has (a config file of another llmgym version) are not
+    compared, and neither is anything when ``saved_path`` does not exist. The changes
+    that are allowed are logged as one warning.
+
+    Args:
+        saved_path: the run's ``config.json``.
+        current: the settings now (``dataclasses.asdict(config)``).
+        may_change: fields that may differ (more steps, other logging...).
+
+    Raises:
+        ValueError: a field outside ``may_change`` differs (each one named with both
+            values), or ``saved_path`` is not a JSON object.
+
+    Example:
+        >>> import tempfile
+        >>> saved = Path(tempfile.mkdtemp()) / "config.json"
+        >>> _ = saved.write_text('{"env_id": "llmgym/Wordle-v0", "seed": 0, "steps": 2}')
+        >>> check_resume_config(saved, {"env_id": "llmgym/Wordle-v0", "seed": 0, "steps": 5}, may_change={"steps"})
+        {'steps': (2, 5)}
+        >>> try:
+        ...     check_resume_config(saved, {"env_id": "llmgym/Wordle-v0", "seed": 7, "steps": 2}, may_change={"steps"})
+        ... except ValueError as err:
+        ...     print(str(err).split(": ")[1].split(";")[0])
+        seed 0 -> 7
+    """
+    saved_path = Path(saved_path)
+    if not saved_path.is_file():
+        return {}
+    try:
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {saved_path} to compare the run's settings: {err}") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{saved_path} is not a JSON object of settings")
+    current = json.loads(json.dumps(current))  # tuples as lists, as in the saved file
+    changed = {name: (saved[name], current[name]) for name in sorted(saved.keys() & current.keys())
+               if saved[name] != current[name]}
+    refused = [f"{name} {old!r} -> {new!r}" for name, (old, new) in changed.items() if name not in may_change]
+    if refused:
+        raise ValueError(
+            f"cannot resume the run in {saved_path.parent} with other settings: {', '.join(refused)}; "
+            f"resume with the settings in {saved_path}, or start a new run in another folder"
+        )
+    if changed:
+        logger.warning("resuming %s with changed settings: %s", saved_path.parent,
+                       ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changed.items()))
+    return changed
 
 
 def save_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLike[str]) -> Path:

@@ -1,8 +1,10 @@
 """Configuration dataclasses of the trainers, documented field by field.
 
 Holds :class:`GRPOConfig` (the GRPO trainer), :class:`SFTConfig` (the SFT
-warm-up) and :func:`load_config`, which reads either from a TOML file (flat
-keys named like the fields; unknown keys are an error, not silently ignored).
+warm-up), :func:`load_config`, which reads either from a TOML file (flat
+keys named like the fields; unknown keys are an error, not silently ignored),
+and :class:`ServerConfigError`, a ``base_url`` server that refuses the config.
+Every field is checked when a config is made, before any model loads.
 
 Example:
     >>> config = GRPOConfig(env_id="llmgym/Wordle-v0", steps=2, group_size=4)
@@ -12,20 +14,29 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: group_size must be >= 2 (GRPO compares episodes within a group), got 1
+    >>> GRPOConfig(learning_rate=float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: learning_rate must be a finite number, got nan
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import tomllib
+import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
 
-__all__ = ["GRPOConfig", "SFTConfig", "load_config", "LOSS_AGGREGATIONS", "REWARD_SCALINGS", "REPORT_SINKS"]
+__all__ = ["GRPOConfig", "SFTConfig", "load_config", "ServerConfigError", "LOSS_AGGREGATIONS", "REWARD_SCALINGS",
+           "REPORT_SINKS"]
 
 LOSS_AGGREGATIONS = ("sequence_mean", "token_mean", "dr_grpo")
 REWARD_SCALINGS = ("group", "batch", "none")
@@ -156,7 +167,7 @@ class GRPOConfig:
     tensorboard: bool = False
     """Also log metrics to TensorBoard in ``out/tensorboard`` (needs ``tensorboard``)."""
     torch_threads: int | None = None
-    """``torch.set_num_threads`` on CPU; ``None`` keeps torch's default."""
+    """``torch.set_num_threads`` on CPU (>= 1); ``None`` keeps torch's default."""
 
     # -- scale and overlap -----------------------------------------------------------
     fsdp: bool = False
@@ -169,31 +180,19 @@ class GRPOConfig:
     """W&B project; ``None`` = ``$WANDB_PROJECT`` or ``"llmgym"``. The run is named after ``out`` and resumes with it."""
 
     def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (GRPO compares episodes within a group), got {self.group_size}")
+        _check_field_values(self, _GRPO_RANGES)
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"loss_aggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}")
         if self.scale_rewards not in REWARD_SCALINGS:
             raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
-        for name in ("steps", "prompts_per_step", "max_new_tokens", "micro_batch_size", "num_iterations", "save_every", "seed_pool",
-                     "concurrency", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_loss_tokens is not None and self.max_loss_tokens < 1:  # a negative normalizer flips the loss's sign
-            raise ValueError(f"max_loss_tokens must be >= 1 or None (max_new_tokens x max_turns), got {self.max_loss_tokens}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:  # clipping to 0 zeroes every gradient
-            raise ValueError(f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}")
-        if self.epsilon_low < 0 or self.epsilon_high < 0 or self.beta < 0:
-            raise ValueError("epsilon_low, epsilon_high and beta must be >= 0")
         if self.seed_pool < self.prompts_per_step:
             raise ValueError(f"seed_pool ({self.seed_pool}) must be >= prompts_per_step ({self.prompts_per_step})")
-        if self.is_cap is not None and self.is_cap <= 0:
-            raise ValueError(f"is_cap must be > 0 or None, got {self.is_cap}")
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0 for GRPO (it needs diverse samples and finite log-probs)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.curriculum_kwarg is not None:
+        if self.curriculum_kwarg is None:  # the curriculum is off: a level or a rate given for it would be ignored
+            for spec in dataclasses.fields(self):
+                if spec.name.startswith("curriculum_") and getattr(self, spec.name) != _default(spec):
+                    raise ValueError(f"{spec.name}={getattr(self, spec.name)!r} needs curriculum_kwarg, the env keyword "
+                                     "argument the levels go to; without it there is no curriculum")
+        else:
             from llmgym.trainers.curriculum import Curriculum
 
             Curriculum(self.curriculum_kwarg, self.curriculum_levels, self.curriculum_promote_at,  # validates
@@ -262,12 +261,80 @@ class SFTConfig:
     """Show a rich progress bar."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "micro_batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:  # clipping to 0 zeroes every gradient
-            raise ValueError(f"max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}")
+        _check_field_values(self, _SFT_RANGES)
         _check_device(self.device)
+
+
+#: (field, test, what the test allows) for the fields of both configs; ``None`` in an optional field is not tested
+_Ranges = tuple[tuple[str, Callable[[Any], bool], str], ...]
+
+_AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
+_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+_SHARED_RANGES: _Ranges = (
+    ("seed", lambda v: 0 <= v < 2**64, "in [0, 2**64) (torch and Gymnasium seeds are non-negative)"),
+    ("out", lambda v: v != "", "a folder path, not empty ('' would write into the working directory)"),
+    ("micro_batch_size", *_AT_LEAST_1),
+    ("learning_rate", *_NON_NEGATIVE),
+    ("weight_decay", *_NON_NEGATIVE),
+    ("max_grad_norm", lambda v: v > 0, "> 0 or None (no clipping; 0 would zero every gradient)"),
+    ("lora_r", *_AT_LEAST_1),
+    ("lora_alpha", lambda v: v >= 1, ">= 1 (the adapter's scale is lora_alpha / lora_r; 0 would train nothing)"),
+    ("lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("lora_target_modules", lambda v: len(v) > 0, "'all-linear' or a non-empty list of module names"),
+)
+_GRPO_RANGES: _Ranges = _SHARED_RANGES + (
+    ("group_size", lambda v: v >= 2, ">= 2 (GRPO compares episodes within a group)"),
+    *((name, *_AT_LEAST_1) for name in ("steps", "prompts_per_step", "max_new_tokens", "num_iterations", "save_every",
+                                        "concurrency", "keep_checkpoints")),
+    ("seed_pool", lambda v: 1 <= v < 2**63, "in [1, 2**63) (numpy draws the env seeds from it)"),
+    ("temperature", lambda v: v > 0, "> 0 for GRPO (it needs diverse samples and finite log-probs)"),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("resample_zero_signal", *_NON_NEGATIVE),
+    ("turn_lambda", lambda v: v >= 0, ">= 0 (0 = plain GRPO; a negative weight would reverse the turn-level advantage)"),
+    ("max_loss_tokens", lambda v: v >= 1,
+     ">= 1 or None (max_new_tokens x max_turns; a negative normalizer flips the loss's sign)"),
+    ("epsilon_low", *_NON_NEGATIVE),
+    ("epsilon_high", *_NON_NEGATIVE),
+    ("beta", lambda v: v >= 0, ">= 0 (0 loads no reference model)"),
+    ("is_cap", lambda v: v > 0, "> 0 or None (no importance weight)"),
+    ("torch_threads", lambda v: v >= 1, ">= 1 or None (torch's default)"),
+)
+_SFT_RANGES: _Ranges = _SHARED_RANGES + tuple((name, *_AT_LEAST_1) for name in ("epochs", "batch_size", "max_length"))
+
+
+def _check_field_values(config: GRPOConfig | SFTConfig, ranges: _Ranges) -> None:
+    """Refuse a value of the wrong kind in a bool or numeric field, then one outside its field's range.
+
+    Checked on every field, whether it came from Python, TOML or the command line: ``nan < 0`` is
+    False, so a bare range check lets NaN through (and a NaN or infinite learning rate, clip or
+    temperature turns the weights into NaN); ``True`` is an int to Python (``steps=True`` would train
+    one step); and ``lora="false"`` is truthy.
+    """
+    for name, hint in typing.get_type_hints(type(config)).items():
+        value = getattr(config, name)
+        kinds = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
+        if value is None and type(None) in kinds:
+            continue
+        if bool in kinds:
+            ok, expected = isinstance(value, bool), "a bool (true or false)"
+        elif int in kinds:
+            ok, expected = isinstance(value, numbers.Integral) and not isinstance(value, bool), "an integer"
+        elif float in kinds:
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            expected = "a finite number"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{name} must be {expected}{' or None' if type(None) in kinds else ''}, got {value!r}")
+    for name, allowed, words in ranges:
+        value = getattr(config, name)
+        if value is not None and not allowed(value):
+            raise ValueError(f"{name} must be {words}, got {value!r}")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """The field's default value (a fresh one for a ``default_factory``)."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _check_device(name: str) -> None:
@@ -325,6 +392,14 @@ def load_config(path: str | Path, cls: type[ConfigT] = GRPOConfig, **overrides: 
         raise ValueError(f"{path}: {err}") from None
 
 
+class ServerConfigError(RuntimeError):
+    """The generation server at ``base_url`` refused what the config asks of it (loading the LoRA adapter).
+
+    A usage error like an unreachable ``base_url`` (the command line reports it in one line), kept
+    apart from ``RuntimeError`` so that a genuine internal error still shows its traceback.
+    """
+
+
 class FieldTypeError(ValueError):
     """Config values of the wrong type for their fields (the message names each one)."""
 
@@ -340,8 +415,8 @@ def check_field_types(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     checked, problems = {}, []
     for name, value in values.items():
-        try:
-            checked[name] = pydantic.TypeAdapter(hints[name]).validate_python(value)
+        try:  # strict for a bool: lax pydantic makes ``steps = true`` 1 and ``learning_rate = true`` 1.0
+            checked[name] = pydantic.TypeAdapter(hints[name]).validate_python(value, strict=isinstance(value, bool))
         except pydantic.ValidationError as err:
             problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
     if problems:

@@ -53,8 +53,8 @@ from llmgym.policy import SamplingParams
 from llmgym.rollout import rollout
 from llmgym.trainers.advantages import Advantages, compute_advantages, merge_advantage_stats
 from llmgym.trainers.batch import collate
-from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
-from llmgym.trainers.config import GRPOConfig, load_config
+from llmgym.trainers.checkpoint import check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
+from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
 from llmgym.trainers.distributed import (
     full_weights, global_grad_norm, init_distributed, load_sharded_checkpoint, local_parameter_count, pad_micro_batches,
@@ -428,7 +428,7 @@ class GRPOTrainer:
             try:
                 urllib.request.urlopen(request, timeout=120).read()
             except urllib.error.HTTPError as err:
-                raise RuntimeError(f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}") from None
+                raise ServerConfigError(f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}") from None
             except urllib.error.URLError as err:
                 raise ConnectionError(f"cannot reach {self.config.base_url} to push the adapter: {err.reason}") from None
         if self.world > 1:
@@ -455,11 +455,25 @@ class GRPOTrainer:
         return folder
 
     def _resume(self) -> None:
+        """Continue from the newest checkpoint, if the settings that define the run are those saved in ``config.json``.
+
+        The others may change: the number of steps (to train on), how the run is logged,
+        saved and computed, and the learning rate and weight decay, whose configured values
+        replace those in the checkpoint's optimizer state (docs/training.md).
+        """
         folder = latest_checkpoint(self.out / "checkpoints")
         if folder is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        may_change = {
+            "steps", "out", "save_every", "keep_checkpoints", "plot", "progress", "tensorboard", "report_to", "wandb_project",
+            "torch_threads", "device", "bf16", "micro_batch_size", "share_prefix", "rollout_precision", "base_url", "api_key",
+            "lora_name", "concurrency", "async_generation", "learning_rate", "weight_decay",
+        }
+        check_resume_config(self.out / "config.json", dataclasses.asdict(self.config), may_change)
         load = load_sharded_checkpoint if self.config.fsdp else load_checkpoint
         state = load(folder, self.model, self.optimizer)
+        for group in self.optimizer.param_groups:  # load_state_dict brought the saved ones back
+            group["lr"], group["weight_decay"] = self.config.learning_rate, self.config.weight_decay
         self.step, self.episodes_seen = int(state["step"]), int(state["episodes_seen"])
         self.seed_sampler.bit_generator.state = state["seed_sampler"]
         if ("curriculum" in state) != (self.curriculum is not None):
@@ -568,9 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         gym.spec(resolve_env_id(config.env_id))  # an unknown env id or module: before any model is loaded
-    except (OSError, ValueError, ImportError, gym.error.Error) as err:  # a usage error: one line, exit 2, no traceback
-        parser.error(str(err))
-    trainer = GRPOTrainer(config, resume=args.resume)
+        trainer = GRPOTrainer(config, resume=args.resume)  # makes one env (its kwargs checked) before loading the model
+    except (OSError, ValueError, TypeError, ImportError, gym.error.Error, ServerConfigError) as err:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        parser.error(str(err))  # a usage error, as `llmgym train grpo` reports it: one line, exit 2, no traceback
     try:
         trainer.train()
     finally:

@@ -2,7 +2,8 @@
 
 Holds :class:`SFTTrainer` (``SFTTrainer(SFTConfig(...)).train()``),
 :func:`select_episodes` (filter by reward), :func:`tokenize_episode`
-(token ids and an assistant-only mask for an episode) and
+(token ids and an assistant-only mask for an episode), :func:`check_tokens`
+(are recorded ids and mask trainable?) and
 :func:`export_messages` (JSONL of ``{"messages": [...], "tools": [...]}``,
 the conversational format Hugging Face ``datasets`` and TRL's
 ``SFTTrainer`` read).
@@ -21,7 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -35,21 +36,39 @@ from llmgym.trainers.config import SFTConfig
 from llmgym.trainers.losses import TokenScorer, sft_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb
 
-__all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "export_messages", "chat_messages"]
+__all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "check_tokens", "export_messages", "chat_messages"]
 
 
-def select_episodes(episodes: list[Episode], min_reward: float | None = None) -> list[Episode]:
+def select_episodes(episodes: list[Episode], min_reward: float | None = None, *, at_least_one: bool = False) -> list[Episode]:
     """Episodes without a recorded error whose total reward is at least ``min_reward``.
+
+    Args:
+        episodes: the recorded episodes.
+        min_reward: the least total reward kept; ``None`` keeps every reward.
+        at_least_one: raise rather than return an empty selection (training and export need one).
+
+    Raises:
+        ValueError: with ``at_least_one``, no episode is kept; the message says why.
 
     Example:
         >>> eps = [Episode("x", turn_rewards=[1.0]), Episode("x", turn_rewards=[0.2]),
         ...        Episode("x", turn_rewards=[1.0], metadata={"error": "timeout"})]
         >>> len(select_episodes(eps)), len(select_episodes(eps, min_reward=0.5))
         (2, 1)
+        >>> select_episodes(eps, min_reward=5.0, at_least_one=True)
+        Traceback (most recent call last):
+        ValueError: no episode without an error has total reward >= 5.0 (of 3); lower --min-reward
     """
     kept = [e for e in episodes if "error" not in e.metadata]
     if min_reward is not None:
         kept = [e for e in kept if e.total_reward >= min_reward]
+    if at_least_one and not kept:
+        if not episodes:
+            raise ValueError("no episodes to learn from: the episodes file is empty")
+        if min_reward is None:
+            raise ValueError(f"no episode to learn from: all {len(episodes)} recorded an error (metadata 'error')")
+        raise ValueError(f"no episode without an error has total reward >= {min_reward} (of {len(episodes)}); "
+                         "lower --min-reward")
     return kept
 
 
@@ -70,25 +89,24 @@ def chat_messages(episode: Episode) -> list[Message]:
     return out
 
 
-def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False) -> Episode:
+def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False, max_length: int | None = None) -> Episode:
     """An episode with ``token_ids`` and ``mask`` for this tokenizer (a copy when re-rendered).
 
     Args:
         episode: a recorded episode.
         tokenizer: the trained model's tokenizer (with a chat template).
         retokenize: render the messages even when the episode carries token ids.
+        max_length: the training cut (``SFTConfig.max_length``): some policy token must come before it.
 
     Raises:
-        ValueError: recorded ids outside this tokenizer's vocabulary, a chat
-            without assistant turns, or a template that renders earlier turns
-            differently once more follow.
+        ValueError: recorded ids outside this tokenizer's vocabulary (or not
+            integers >= 0), a mask not as long as the ids or not of 0s and 1s,
+            no policy token to learn from (none in the mask, a chat without
+            assistant turns, or none within ``max_length``), or a template that
+            renders earlier turns differently once more follow.
     """
     if episode.token_ids and not retokenize:
-        if max(episode.token_ids) >= len(tokenizer):
-            raise ValueError(
-                "the episode's token ids do not fit this tokenizer (another model recorded them): "
-                "set retokenize=True (--retokenize) to render the messages with this model's template"
-            )
+        check_tokens(episode, max_length, vocab_size=len(tokenizer))
         return episode
     from llmgym.wrappers.prompting import prepare_messages, template_supports_tools
 
@@ -119,7 +137,49 @@ def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False)
         raise ValueError("the episode has no assistant turn to learn from")
     copy = Episode.from_dict(episode.to_dict())
     copy.token_ids, copy.mask, copy.logprobs, copy.turn_spans = ids, mask, [], []
+    check_tokens(copy, max_length)
     return copy
+
+
+def check_tokens(episode: Episode, max_length: int | None = None, vocab_size: int | None = None) -> None:
+    """Refuse an episode's ``token_ids`` and ``mask`` that SFT cannot train on.
+
+    A policy token counts when it is not the first token (which no context predicts)
+    and comes before ``max_length``, where training cuts episodes. Without ``vocab_size``
+    (no tokenizer loaded yet) the ids are checked only for being integers >= 0.
+
+    Raises:
+        ValueError: a token id that is not an integer >= 0 or not below ``vocab_size``, a mask
+            not as long as the ids or with values other than 0 and 1, or no policy token to learn from.
+
+    Example:
+        >>> check_tokens(Episode("x", token_ids=[5, 6, 7], mask=[0, 1, 1]))
+        >>> check_tokens(Episode("x", token_ids=[5, 6, 7], mask=[0, 0, 0]))
+        Traceback (most recent call last):
+        ValueError: the mask marks no policy token to learn from (mask all 0 after the first token)
+        >>> check_tokens(Episode("x", token_ids=[5, 6, 7], mask=[0, 0, 1]), max_length=2)
+        Traceback (most recent call last):
+        ValueError: max_length 2 cuts every policy token (the first is token 2): raise max_length
+    """
+    ids, mask = episode.token_ids, episode.mask
+    bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or t < 0), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad!r} is not an integer >= 0")
+    if vocab_size is not None and ids and max(ids) >= vocab_size:
+        raise ValueError(
+            f"token id {max(ids)} does not fit this tokenizer of {vocab_size} tokens (another model recorded the ids): "
+            "set retokenize=True (--retokenize) to render the messages with this model's template"
+        )
+    if len(mask) != len(ids):
+        raise ValueError(f"the mask has {len(mask)} entries for {len(ids)} token ids; they must be as long")
+    others = [bit for bit in mask if bit not in (0, 1)]
+    if others:
+        raise ValueError(f"the mask holds {others[0]!r}: its entries must be 0 (context) or 1 (policy token)")
+    learned = [i for i, bit in enumerate(mask) if bit and i > 0]  # collate never trains on the first token
+    if not learned:
+        raise ValueError("the mask marks no policy token to learn from (mask all 0 after the first token)")
+    if max_length is not None and learned[0] >= max_length:
+        raise ValueError(f"max_length {max_length} cuts every policy token (the first is token {learned[0]}): raise max_length")
 
 
 def _through_end_of_turn(piece: list[int], eos_id: int | None) -> int:
@@ -170,14 +230,17 @@ class SFTTrainer:
             if not config.episodes:
                 raise ValueError("SFTConfig.episodes is empty: give the episodes JSONL to learn from")
             episodes = load_jsonl(config.episodes)
-        selected = select_episodes(episodes, config.min_reward)  # before the model load: an empty selection fails fast
-        if not selected:
-            if not episodes:
-                raise ValueError("no episodes to learn from: the episodes file is empty")
-            if config.min_reward is None:
-                raise ValueError(f"no episode to learn from: all {len(episodes)} recorded an error (metadata 'error')")
-            raise ValueError(f"no episode without an error has total reward >= {config.min_reward} (of {len(episodes)}); "
-                             "lower --min-reward")
+        # everything that can fail without the model fails before it is loaded: the selection, the recorded tokens, the folder
+        selected = {id(e) for e in select_episodes(episodes, config.min_reward, at_least_one=True)}
+        numbered = [(number, e) for number, e in enumerate(episodes, 1) if id(e) in selected]
+        for number, episode in numbered:
+            if episode.token_ids and not retokenize:
+                _in_episode(number, len(episodes), check_tokens, episode, config.max_length)
+        self.out = Path(config.out)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file in the way: say so now, not after the model load
+            raise OSError(f"cannot create the run folder {config.out}: {err.strerror or err}") from None
         if model is None:
             model, tokenizer = load_policy_model(config.model, config.seed, str(self.device))
         elif tokenizer is None:
@@ -186,11 +249,11 @@ class SFTTrainer:
         if config.lora:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
-        self.episodes = [tokenize_episode(e, tokenizer, retokenize) for e in selected]
+        self.episodes = [_in_episode(number, len(episodes), tokenize_episode, e, tokenizer, retokenize, config.max_length)
+                         for number, e in numbered]
         self.scorer = TokenScorer(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay)
-        self.out = Path(config.out)
 
     def train(self) -> list[dict[str, float]]:
         """Run every epoch; returns each optimizer step's metrics (also in ``out/metrics.jsonl``)."""
@@ -247,3 +310,11 @@ class SFTTrainer:
             torch.nn.utils.clip_grad_norm_(self.params, config.max_grad_norm)
         self.optimizer.step()
         return total, num_tokens
+
+
+def _in_episode(number: int, total: int, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``, with a ``ValueError`` naming the episode (1-based, in file order)."""
+    try:
+        return check(*args)
+    except ValueError as err:
+        raise ValueError(f"episode {number} of {total}: {err}") from None

@@ -61,7 +61,9 @@ from llmgym.tools import ToolError, tool
 
 __all__ = ["MathToolsEnv", "answers_match"]
 
-_FINAL_ANSWER = re.compile(r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+)", re.IGNORECASE)
+# each answer runs to the end of its line, a closing brace, or the next "final answer:" on the same line
+_FINAL_ANSWER = re.compile(r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+?)(?=\s*final answer\s*[:=]|[}\n]|$)",
+                           re.IGNORECASE)
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 # irrational forms are compared to 50 digits: past near-integers such as exp(pi*sqrt(163)) (a relative 3e-30 off)
 _MATCH_DIGITS = 50

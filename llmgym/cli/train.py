@@ -217,7 +217,7 @@ def _grpo_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 def run_grpo(args: argparse.Namespace) -> int:
     try:
-        from llmgym.trainers.config import GRPOConfig, load_config
+        from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
         from llmgym.trainers.grpo import GRPOTrainer
     except ImportError as err:
         raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
@@ -229,7 +229,7 @@ def run_grpo(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, GRPOConfig, **overrides) if args.config else GRPOConfig(**overrides)
         trainer = GRPOTrainer(config, resume=args.resume)  # makes one env before loading the model
-    except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as err:
+    except (ValueError, TypeError, FileNotFoundError, OSError, ImportError, ServerConfigError) as err:
         raise CLIError(str(err)) from None
     except gym.error.Error as err:  # an unknown env id; gymnasium's message has its own "did you mean"
         raise CLIError(f"cannot make environment {config.env_id!r}: {err} (`llmgym list` shows them all)") from None
@@ -258,7 +258,12 @@ def run_sft(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as err:
         raise CLIError(f"cannot read episodes: {err}") from None
     if args.export_messages:
-        count = export_messages(select_episodes(episodes, args.min_reward), args.export_messages)
+        try:  # as training does, an empty selection is an error, not an empty file
+            count = export_messages(select_episodes(episodes, args.min_reward, at_least_one=True), args.export_messages)
+        except ValueError as err:
+            raise CLIError(str(err)) from None
+        except OSError as err:  # a folder or an unwritable path
+            raise CLIError(f"cannot write --export-messages {args.export_messages}: {err.strerror or err}") from None
         print(f"wrote {count} of {len(episodes)} episodes to {args.export_messages}")
         return 0
     fields = {"min_reward": args.min_reward, "model": args.model, "out": args.out, "epochs": args.epochs,

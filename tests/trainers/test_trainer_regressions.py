@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from llmgym.episode import Episode
 from llmgym.trainers import grpo
@@ -90,7 +91,8 @@ def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
     monkeypatch.setattr(grpo, "load_checkpoint", lambda folder, model, optimizer: state)
     trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
     trainer.config = GRPOConfig(out=str(tmp_path))
-    trainer.out, trainer.model, trainer.optimizer = tmp_path, None, None
+    trainer.out, trainer.model = tmp_path, None
+    trainer.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # _resume sets the configured lr
     trainer.seed_sampler = np.random.default_rng(1)
     trainer.curriculum = Curriculum("difficulty", [1, 2]) if config_curriculum else None
     trainer._resume()
