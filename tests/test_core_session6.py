@@ -132,3 +132,18 @@ def test_on_text_reads_the_answer_outside_the_reasoning():
     env.reset(seed=0)
     _, _, _, _, info = env.step("<think>8 + 6 = 14</think>")  # reasoning alone is no answer
     assert info["reward_components"]["correct"] == 0.0
+
+
+@pytest.mark.parametrize("kwargs", [{"max_turns": 2.5}, {"max_turns": True}, {"max_turns": "three"}, {"max_turns": 0},
+                                    {"max_tokens": 0}, {"max_tokens": 1.5}, {"max_action_chars": -1},
+                                    {"max_tool_calls": 1.0}])
+def test_budget_arguments_must_be_whole_numbers_of_at_least_one(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        gym.make("llmgym/MentalMath-v0", **kwargs)
+
+
+def test_numpy_integers_and_none_token_budget_are_fine():
+    import numpy as np
+
+    env = gym.make("llmgym/MentalMath-v0", max_turns=np.int64(2), max_tokens=None)
+    assert env.unwrapped.max_turns == 2
