@@ -139,11 +139,11 @@ def test_on_text_reads_the_answer_outside_the_reasoning():
                                     {"max_tool_calls": 1.0}])
 def test_budget_arguments_must_be_whole_numbers_of_at_least_one(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
-        gym.make("llmgym/MentalMath-v0", **kwargs)
+        gym.make("llmgym/WikiSearch-v0", **kwargs)
 
 
 def test_numpy_integers_and_none_token_budget_are_fine():
     import numpy as np
 
-    env = gym.make("llmgym/MentalMath-v0", max_turns=np.int64(2), max_tokens=None)
+    env = gym.make("llmgym/WikiSearch-v0", max_turns=np.int64(2), max_tokens=None)
     assert env.unwrapped.max_turns == 2
