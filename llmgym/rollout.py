@@ -13,7 +13,7 @@ concurrent episodes itself, a server policy keeps up to ``max_concurrency``
 requests in flight. ``env.step`` runs in the event loop (it is fast). Every
 finished episode is written to the JSONL file at once (flushed), so a crash
 loses nothing, and ``resume=True`` skips the (seed, index) pairs already in
-the file.
+the file (a file of other settings is refused: :func:`resume_conflict`).
 
 An exception from the policy or from the env on one episode does not stop
 the run: the episode is recorded with ``metadata["error"]`` and
@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import concurrent.futures
 import dataclasses
+import json
 import math
 import os
 import time
@@ -45,7 +46,8 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout_stats import summarize
 from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
 
-__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "TokenMismatchError", "EnvSource"]
+__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resume_conflict", "TokenMismatchError",
+           "EnvSource"]
 
 #: An env id for ``gymnasium.make`` or a function that builds a fresh env.
 EnvSource = Union[str, Callable[[], gym.Env]]
@@ -61,6 +63,48 @@ def episode_key(episode: Episode) -> tuple[int | None, int]:
         (4, 1)
     """
     return episode.seed, int(episode.metadata.get("group_index", 0))
+
+
+def resume_conflict(
+    episode: Episode, env_id: str | None, env_kwargs: dict[str, Any] | None, sampling: SamplingParams,
+) -> str | None:
+    """Why ``episode``, read from a file being resumed, does not belong to a run of these settings; ``None`` if it does.
+
+    Compares the env id, the env kwargs (``metadata["env_kwargs"]``, recorded for an env id
+    since this check exists) and the sampling settings (``metadata["sampling"]``) except the
+    seed: a resumed run may add seeds, and so a first seed of its own. ``None`` arguments
+    and settings the episode does not record are not compared.
+
+    Example:
+        >>> ep = Episode("llmgym/Wordle-v0", metadata={"env_kwargs": {"max_turns": 6},
+        ...              "sampling": {"temperature": 0.7, "top_p": 1.0, "seed": 0}})
+        >>> resume_conflict(ep, "llmgym/Wordle-v0", {"max_turns": 6}, SamplingParams(seed=5)) is None
+        True
+        >>> resume_conflict(ep, "llmgym/Wordle-v0", {}, SamplingParams())
+        "holds episodes played with env_kwargs {'max_turns': 6}, not {}"
+        >>> resume_conflict(ep, "llmgym/Wordle-v0", None, SamplingParams(temperature=0.0))
+        'holds episodes sampled with temperature=0.7, not temperature=0.0'
+    """
+    if env_id is not None and episode.env_id != env_id:
+        return f"holds episodes of {episode.env_id!r}, not {env_id!r}"
+    recorded, now = episode.metadata.get("env_kwargs"), _as_json(env_kwargs)
+    if isinstance(recorded, dict) and isinstance(now, dict) and recorded != now:
+        return f"holds episodes played with env_kwargs {recorded}, not {env_kwargs}"
+    recorded = episode.metadata.get("sampling")
+    if isinstance(recorded, dict):
+        now = _as_json(dataclasses.asdict(sampling))
+        for name, value in now.items():
+            if name != "seed" and name in recorded and recorded[name] != value:
+                return f"holds episodes sampled with {name}={recorded[name]!r}, not {name}={value!r}"
+    return None
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from a JSONL record (tuples become lists); ``None`` when it is not JSON."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return None
 
 
 def rollout(
@@ -101,8 +145,9 @@ def rollout(
         index; episodes resumed from the file included.
 
     Raises:
-        ValueError: bad arguments, a JSONL file from another environment, or a
-            policy that breaks the token-prefix contract (:class:`TokenMismatchError`).
+        ValueError: bad arguments, a JSONL file to resume from another environment or other
+            settings (:func:`resume_conflict`), or a policy that breaks the token-prefix
+            contract (:class:`TokenMismatchError`).
 
     Example:
         >>> from llmgym.policy import Generation
@@ -186,6 +231,8 @@ async def arollout(
         raise ValueError("resume=True needs jsonl_path: the file to resume from")
     make_env = _env_factory(env, env_kwargs)
     env_id = env if isinstance(env, str) else None
+    # recorded in every episode, so that a resume can refuse other settings; kwargs that are not JSON are not
+    recorded_kwargs = _as_json(env_kwargs or {}) if env_id is not None else None
     sampling = sampling or SamplingParams()
     groups = {seed: position for position, seed in enumerate(seed_list)}
 
@@ -193,11 +240,9 @@ async def arollout(
     if resume and Path(jsonl_path).exists():
         _repair_tail(Path(jsonl_path))
         for episode in iter_jsonl(jsonl_path):
-            if env_id is not None and episode.env_id != env_id:
-                raise ValueError(
-                    f"{jsonl_path} holds episodes of {episode.env_id!r}, not {env_id!r}: "
-                    "resume a run of the same environment or write to another file"
-                )
+            conflict = resume_conflict(episode, env_id, recorded_kwargs, sampling)
+            if conflict is not None:
+                raise ValueError(f"{jsonl_path} {conflict}: resume with the same settings or write to another file")
             key = episode_key(episode)
             if key[0] in groups and key[1] < group_size and "error" not in episode.metadata:
                 episode.group = groups[key[0]]  # this run's group numbering: the file may come from other seeds
@@ -235,10 +280,15 @@ async def arollout(
                         episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
                 if instance is not None:
                     episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
+                if recorded_kwargs is not None:
+                    episode.metadata["env_kwargs"] = recorded_kwargs
                 results[(seed, index)] = episode
                 if writer is not None:
                     writer.write(episode)
                 reporter.advance(episode)
+                # a policy that never suspends (a scripted one) would otherwise hold the event loop for the whole
+                # run, and Ctrl-C (which cancels the main task) would only reach it once every episode was played
+                await asyncio.sleep(0)
         finally:
             if instance is not None:
                 try:

@@ -119,7 +119,8 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
     Raises:
         ValueError: a bad name (see :func:`names_for`), an import name that an installed
             module already has (``numpy``; this project's own earlier scaffold in ``parent/name``
-            does not count), or the folder exists and is not empty (without ``force``).
+            does not count), the folder exists and is not empty (without ``force``), or
+            ``parent`` cannot hold a folder (it, or a folder above it, is a file).
     """
     from llmgym import __version__
 
@@ -128,8 +129,12 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
     _refuse_shadowing(names.package, root)
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root} already exists and is not a folder; pick another name or --dir")
+    above = next(p for p in root.absolute().parents if p.exists())
+    if not above.is_dir():  # mkdir would fail halfway with NotADirectoryError
+        raise ValueError(f"cannot create {root}: {above} is a file, not a folder; pick another --dir")
     if root.exists() and any(root.iterdir()) and not force:
-        raise ValueError(f"{root} already exists and is not empty; pick another name or pass force=True (--force)")
+        raise ValueError(f"{root} already exists and is not empty; pick another name or --dir, "
+                         "or write into it with --force (force=True)")
     values = {
         "dist_name": names.dist_name,
         "package": names.package,

@@ -137,9 +137,9 @@ def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
                  "--out", str(tmp_path / "run"), "--no-progress", "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["failed"] == 0 and summary["success_rate"] == 1.0
-    assert summary["run"]["policy"] == "openai:smollm2-135m"  # the model name comes from /v1/models
+    assert summary["run"]["policy"] == "openai:scripted-wordle"  # the model name comes from /v1/models
     episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
-    assert all(e.metadata["model"] == "smollm2-135m" for e in episodes)
+    assert all(e.metadata["model"] == "scripted-wordle" for e in episodes)
     # the scripted server counts no tokens: unknown, not "0 generated tokens"
     assert summary["generated_tokens"] is None and all(e.metadata["generated_tokens"] is None for e in episodes)
 
@@ -148,7 +148,7 @@ def test_a_model_the_server_does_not_serve_is_refused_before_playing(tmp_path, c
     # every request would be a 404; eval used to play every episode, then report that all had failed
     code = main(["eval", WORDLE, "-n", "2", "--base-url", scripted_server, "--model", "gpt-4",
                  "--out", str(tmp_path / "run"), "--no-progress"])
-    assert code == 2 and "does not serve model 'gpt-4'; it serves: smollm2-135m" in capsys.readouterr().err
+    assert code == 2 and "does not serve model 'gpt-4'; it serves: scripted-wordle" in capsys.readouterr().err
     assert not (tmp_path / "run" / "episodes.jsonl").exists()
 
 

@@ -124,7 +124,17 @@ def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
         **kwargs: passed to the actor's constructor.
 
     Raises:
-        ValueError: the name is unknown or the import path does not resolve.
+        ValueError: the name is unknown, the import path does not resolve, or what it
+            names does not make an :class:`Actor` (an object with ``act(observation) -> str``).
+
+    Example:
+        >>> load_scripted("wordle").name
+        'scripted:wordle'
+        >>> try:
+        ...     load_scripted("json:JSONDecoder")
+        ... except ValueError as err:
+        ...     print(err)
+        scripted policy 'json:JSONDecoder' (json:JSONDecoder) is a class without an act(observation) -> str method
     """
     target = SCRIPTED_ACTORS.get(spec, spec)
     if ":" not in target:
@@ -139,5 +149,15 @@ def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
         raise ValueError(f"cannot load scripted policy {spec!r} ({target}): {err}") from None
     if not callable(factory):
         raise ValueError(f"scripted policy {spec!r} ({target}) is a {type(factory).__name__}, not a class or function")
+    what = f"scripted policy {spec!r} ({target})"
+    if isinstance(factory, type) and not callable(getattr(factory, "act", None)):
+        raise ValueError(f"{what} is a class without an act(observation) -> str method")
     make = (lambda: factory(**kwargs)) if kwargs else factory
+    # one actor made now, so a factory that makes no actor fails here, not on every request of the run
+    try:
+        actor = make()
+    except Exception as err:
+        raise ValueError(f"{what} cannot make an actor: {type(err).__name__}: {err}") from None
+    if not callable(getattr(actor, "act", None)):
+        raise ValueError(f"{what} makes a {type(actor).__name__}, which has no act(observation) -> str method")
     return ScriptedPolicy(make, name=f"scripted:{spec}")

@@ -11,13 +11,17 @@ light and a missing extra only matters to the command that needs it.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
 import pkgutil
+import re
 import sys
+from pathlib import Path
 
-__all__ = ["main", "CLIError", "parse_env_kwargs"]
+__all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you_mean", "multiagent_ids",
+           "unknown_env"]
 
 
 #: Which extra installs a module that a command may import lazily.
@@ -54,6 +58,107 @@ def parse_env_kwargs(text: str) -> dict:
     return env_kwargs
 
 
+def check_output_path(path: str | os.PathLike[str], flag: str, *, folder: bool) -> Path:
+    """Refuse, before any work starts, an output path that could not be written.
+
+    Args:
+        path: where the command will write: a folder (``folder=True``, made if missing)
+            or a file (made if missing, else appended to or replaced).
+        flag: the option that named it, for the message (``--out``).
+        folder: whether ``path`` is a folder.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        CLIError: ``path`` exists as the other kind (a file where a folder is wanted, or
+            the reverse), the nearest existing folder above it is a file, or is read-only.
+
+    Example:
+        >>> import tempfile
+        >>> notes = Path(tempfile.mkdtemp()) / "notes.txt"
+        >>> _ = notes.write_text("")
+        >>> check_output_path(notes, "--out", folder=False) == notes
+        True
+        >>> try:
+        ...     check_output_path(notes / "run", "--out", folder=True)
+        ... except CLIError as err:
+        ...     print(str(err).replace(str(notes), "notes.txt"))
+        --out notes.txt/run: notes.txt is a file, not a folder; choose another --out
+    """
+    target = Path(path)
+    if target.exists():
+        if folder and not target.is_dir():
+            raise CLIError(f"{flag} {target} is a file, not a folder; choose another {flag}")
+        if not folder and target.is_dir():
+            raise CLIError(f"{flag} {target} is a folder, not a file; choose another {flag}")
+        if not os.access(target, os.W_OK):
+            raise CLIError(f"{flag} {target} is not writable; choose another {flag}")
+        return target
+    above = next(p for p in target.absolute().parents if p.exists())
+    if not above.is_dir():
+        shown = above if target.is_absolute() else above.relative_to(Path.cwd().absolute())
+        raise CLIError(f"{flag} {target}: {shown} is a file, not a folder; choose another {flag}")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise CLIError(f"{flag} {target}: cannot create it in {above} (not writable); choose another {flag}")
+    return target
+
+
+def did_you_mean(env_id: str, candidates: list[str]) -> list[str]:
+    """The ids among ``candidates`` that ``env_id`` was probably meant to be, best first (for "did you mean").
+
+    An id that differs only in case, namespace or version is the answer; otherwise
+    up to three ids whose names (without namespace and version, which every id shares)
+    are spelled much like it.
+
+    Example:
+        >>> ids = ["llmgym/Wordle-v0", "llmgym/TicTacToe-v0", "llmgym/CodeTests-v0"]
+        >>> did_you_mean("llmgym/wordle-v0", ids), did_you_mean("Wordle-v0", ids), did_you_mean("llmgym/Wordel-v0", ids)
+        (['llmgym/Wordle-v0'], ['llmgym/Wordle-v0'], ['llmgym/Wordle-v0'])
+        >>> did_you_mean("llmgym/Chess-v0", ids)
+        []
+    """
+    by_lower = {c.lower(): c for c in candidates}
+    if env_id.lower() in by_lower:
+        return [by_lower[env_id.lower()]]
+    by_name: dict[str, list[str]] = {}
+    for candidate in candidates:
+        by_name.setdefault(_bare_name(candidate), []).append(candidate)
+    name = _bare_name(env_id)
+    names = [name] if name in by_name else difflib.get_close_matches(name, list(by_name), n=3, cutoff=0.75)
+    return [c for n in names for c in by_name[n]][:3]
+
+
+def _bare_name(env_id: str) -> str:
+    """``env_id`` lower-cased without its namespace and version: ``llmgym/Wordle-v0`` -> ``wordle``."""
+    return re.sub(r"-v\d+$", "", env_id.lower().rpartition("/")[2])
+
+
+def multiagent_ids() -> list[str]:
+    """The multi-agent game ids (``llmgym/ma-*``; none when the multiagent extra is missing)."""
+    try:
+        from llmgym.envs.multiagent import MULTIAGENT_ENVS
+    except ImportError:
+        return []
+    return list(MULTIAGENT_ENVS)
+
+
+def unknown_env(env_id: str, command: str) -> CLIError:
+    """The error for an id ``llmgym COMMAND`` cannot take: a multi-agent game it does not play, or an unknown id."""
+    import gymnasium as gym
+
+    from llmgym.registry import list_envs
+
+    if env_id in multiagent_ids():
+        versus = "llmgym/" + env_id.partition("/ma-")[2]
+        single = f", or its single-agent version {versus} (a fixed scripted opponent)" if versus in gym.registry else ""
+        return CLIError(f"{env_id} is a multi-agent game, which `llmgym {command}` does not take; "
+                        f"evaluate it with `llmgym eval {env_id} --opponent SPEC`{single}")
+    matches = did_you_mean(env_id, list_envs() + multiagent_ids())
+    hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
+    return CLIError(f"unknown environment {env_id!r}.{hint} (`llmgym list` shows them all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmgym",
@@ -65,13 +170,26 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "add_parser"):
             module.add_parser(subparsers)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command parser a default ``command_parser``: itself (the innermost one chosen wins), so
+    that an unknown option is reported with the usage of the command it was given to."""
+    parser.set_defaults(command_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _remember_parsers(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not hasattr(args, "func"):
         parser.print_help()
         return 0

@@ -226,9 +226,9 @@ def run_multiagent(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
 
     env_id = args.env_id
     if env_id not in MULTIAGENT_ENVS:
-        import difflib
+        from llmgym.cli import did_you_mean
 
-        matches = difflib.get_close_matches(env_id, list(MULTIAGENT_ENVS), n=3, cutoff=0.5)
+        matches = did_you_mean(env_id, list(MULTIAGENT_ENVS))
         hint = f" Did you mean: {', '.join(matches)}?" if matches else f" Known: {', '.join(sorted(MULTIAGENT_ENVS))}."
         raise CLIError(f"--opponent needs a multi-agent environment; {env_id!r} is not one.{hint}")
     if args.resume:

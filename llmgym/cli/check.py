@@ -1,7 +1,8 @@
 """``llmgym check ENV_ID``: run the environment checker and print PASS/FAIL per check.
 
 Exit status 0 when every check passed, 1 when one failed, 2 for a usage error
-(an unknown id). See :mod:`llmgym.checker` for what is checked.
+(an unknown id, ``--env-kwargs`` the environment refuses). See :mod:`llmgym.checker`
+for what is checked.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import json
 import sys
 
-from llmgym.cli import CLIError
+from llmgym.cli import CLIError, parse_env_kwargs, unknown_env
 
 __all__ = ["add_parser", "run"]
 
@@ -22,9 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("env_id", help="a registered id, e.g. llmgym/Wordle-v0")
     parser.add_argument("--episodes", type=int, default=5, help="random episodes for the reward and timing checks")
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
-    parser.add_argument(
-        "--kwargs", default="{}", metavar="JSON", help='environment kwargs as JSON, e.g. \'{"max_turns": 4}\''
-    )
+    parser.add_argument("--env-kwargs", "--kwargs", dest="env_kwargs", default="{}", metavar="JSON",
+                        help='environment arguments as a JSON object, e.g. \'{"max_turns": 4}\' (--kwargs: the old name)')
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
@@ -33,23 +33,23 @@ def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     from llmgym.checker import check_env
-    from llmgym.registry import close_matches, load_plugins
+    from llmgym.registry import load_plugins
 
     load_plugins()
     if args.env_id not in gym.registry:
-        matches = close_matches(args.env_id)
-        hint = f"; did you mean {', '.join(matches)}?" if matches else "; see `llmgym list`"
-        raise CLIError(f"unknown environment {args.env_id!r}{hint}")
+        raise unknown_env(args.env_id, "check")
     if args.episodes < 1:
         raise CLIError("--episodes must be >= 1")
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
-    try:
-        env_kwargs = json.loads(args.kwargs)
-    except json.JSONDecodeError as err:
-        raise CLIError(f"--kwargs is not valid JSON: {err.msg}") from None
-    if not isinstance(env_kwargs, dict):
-        raise CLIError("--kwargs must be a JSON object")
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    if env_kwargs:
+        try:
+            gym.make(args.env_id, **env_kwargs).close()
+        except (TypeError, ValueError) as err:  # an unknown argument or a refused value: the user's, not the env's
+            raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
+        except Exception:  # any other failure to build it is a finding of the checker, reported below
+            pass
     try:
         report = check_env(args.env_id, episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs)
     except Exception as err:  # the env cannot even be made: that is the one finding

@@ -15,15 +15,18 @@ Adapters are imported here, inside the command, so ``import llmgym`` stays light
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from llmgym.cli import CLIError, parse_env_kwargs
+from llmgym.cli import CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
 
 __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
@@ -77,12 +80,10 @@ def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import llmgym  # noqa: F401  registers the environments
-    from llmgym.episode import iter_jsonl
     from llmgym.policy import SamplingParams
-    from llmgym.registry import close_matches
     from llmgym.rollout import rollout, summarize
 
-    multiagent = _multiagent_ids()
+    multiagent = multiagent_ids()
     if args.opponent is None and args.env_id in multiagent:
         raise CLIError(f"{args.env_id} is a multi-agent game: pass --opponent SPEC (scripted:NAME, self, "
                        "local[:BACKEND[:MODEL]], url:BASE_URL[@MODEL]); see `llmgym eval --help`")
@@ -95,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--opponent needs a multi-agent environment ({', '.join(sorted(multiagent))}); "
                            f"{args.env_id} is single-agent")
     if args.env_id not in gym.registry and args.opponent is None:
-        matches = _close(args.env_id, close_matches(args.env_id) + multiagent)
-        hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
-        raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+        raise unknown_env(args.env_id, "eval")
     if args.concurrency is None:
         local = [f"local:{args.backend}"] if not args.policy and not args.base_url else []
         local_llamacpp = any(s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
@@ -108,10 +107,23 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
-    if args.temperature < 0:
-        raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
+    if not args.temperature >= 0 or not math.isfinite(args.temperature):  # nan compares false: refused too
+        raise CLIError(f"--temperature must be >= 0 and finite, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
+    for url in args.base_url or []:
+        _check_url(url)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
+        raise CLIError('--plot needs matplotlib: pip install "llmgym[plot]"')
+    out = check_output_path(args.out, "--out", folder=True)
+    for name in ("episodes.jsonl", "summary.json") + (("rewards.png",) if args.plot else ()):
+        check_output_path(out / name, "--out", folder=False)
+    if args.policy:
+        ignored = [flag for flag, given in (("--base-url", args.base_url), ("--model", args.model),
+                                            ("--backend", args.backend != "llama.cpp")) if given]
+        if ignored:
+            print(f"llmgym: warning: --policy {args.policy} plays without a model; ignoring {', '.join(ignored)}",
+                  file=sys.stderr)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     if args.opponent is not None:
         from llmgym.cli._opponents import run_multiagent
@@ -122,18 +134,17 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
         raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
 
-    out = Path(args.out)
     path = out / "episodes.jsonl"
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    previous = _resumed_policies(path, out, args.env_id, env_kwargs, sampling) if args.resume else set()
     policy = _build_policy(args)
-    if args.resume and path.exists():
-        previous = {e.policy for e in iter_jsonl(path)}
-        if previous - {policy.name}:
-            raise CLIError(f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
-                           "resume with the same policy or choose another --out")
-    elif path.exists() and not args.json:
+    if previous - {policy.name}:
+        policy.close()
+        raise CLIError(f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
+                       "resume with the same policy or choose another --out")
+    if not args.resume and path.exists() and not args.json:
         print(f"replacing {path} (pass --resume to continue it instead)")
 
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     seeds = list(range(args.seed, args.seed + args.num_seeds))
     started = time.perf_counter()
     try:
@@ -159,14 +170,52 @@ def run(args: argparse.Namespace) -> int:
                        retry="; run again with --resume to retry them")
 
 
+def _resumed_policies(path: Path, out: Path, env_id: str, env_kwargs: dict[str, Any], sampling: Any) -> set[str]:
+    """The policies of the episodes a ``--resume`` continues (none when ``path`` does not exist yet).
+
+    Raises:
+        CLIError: the file is not episodes, or they were played with another env id, other
+            ``--env-kwargs`` or other sampling settings (files from before episodes recorded
+            their env kwargs: those of ``OUT/summary.json``).
+    """
+    from llmgym.episode import iter_jsonl
+    from llmgym.rollout import resume_conflict
+
+    if not path.exists():
+        return set()
+    policies: set[str] = set()
+    unrecorded = False
+    try:
+        for episode in iter_jsonl(path):
+            conflict = resume_conflict(episode, env_id, env_kwargs, sampling)
+            if conflict is not None:
+                raise CLIError(f"{path} {conflict}: resume with the same settings or choose another --out")
+            policies.add(episode.policy)
+            unrecorded = unrecorded or "env_kwargs" not in episode.metadata
+    except ValueError as err:
+        raise CLIError(f"cannot resume: {err}") from None
+    summary = out / "summary.json"
+    if unrecorded and summary.is_file():
+        try:
+            recorded = json.loads(summary.read_text())["run"]["env_kwargs"]
+        except (ValueError, KeyError, TypeError):
+            recorded = None
+        if isinstance(recorded, dict) and recorded != env_kwargs:
+            raise CLIError(f"{path} holds episodes played with env_kwargs {recorded} ({summary}), not {env_kwargs}: "
+                           "resume with the same settings or choose another --out")
+    return policies
+
+
 def report_summary(summary: dict[str, Any], args: argparse.Namespace, out: Path, plotted: list[Any],
                    print_table: Callable[[dict[str, Any]], None]) -> None:
     """Write ``OUT/summary.json``; with ``--plot`` also ``OUT/rewards.png`` of ``plotted`` (its path joins
     ``summary["run"]``); print the summary as JSON (``--json``) or with ``print_table``."""
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    saved = out / "summary.json"
+    saved.write_text(json.dumps(summary, indent=2) + "\n")  # first: a plot that fails must not lose the summary
     if args.plot:
         title = f"{summary['run']['env_id']} · {summary['run']['policy']}"
         summary["run"]["plot"] = str(plot_rewards(plotted, out / "rewards.png", title=title))
+        saved.write_text(json.dumps(summary, indent=2) + "\n")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -234,21 +283,6 @@ def _build_policy(args: argparse.Namespace) -> Any:
         raise CLIError(_missing_extra(err)) from None
 
 
-def _multiagent_ids() -> list[str]:
-    """The multi-agent game ids (none when the multiagent extra is missing)."""
-    try:
-        from llmgym.envs.multiagent import MULTIAGENT_ENVS
-    except ImportError:
-        return []
-    return list(MULTIAGENT_ENVS)
-
-
-def _close(env_id: str, candidates: list[str]) -> list[str]:
-    import difflib
-
-    return difflib.get_close_matches(env_id, candidates, n=3, cutoff=0.5)
-
-
 def _missing_extra(err: ImportError) -> str:
     """A one-line install hint for an ImportError."""
     text = str(err)
@@ -270,11 +304,35 @@ def _check_server(url: str, api_key: str | None) -> list[str]:
     return [card["id"] for card in _list_models(url, api_key)]
 
 
+def _check_url(url: str) -> None:
+    """Refuse a server URL that is not ``http(s)://HOST...``.
+
+    Raises:
+        CLIError: naming the URL and the form it should have.
+
+    Example:
+        >>> _check_url("http://127.0.0.1:8000/v1")
+        >>> try:
+        ...     _check_url("notaurl")
+        ... except CLIError as err:
+        ...     print(err)
+        'notaurl' is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # a malformed host, e.g. an unclosed IPv6 bracket
+        ok = False
+    if not ok:
+        raise CLIError(f"{url!r} is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1")
+
+
 def _list_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
     """The model cards (each with a string ``id``) a server lists at ``URL/models``; a clear CLIError when it
     cannot be reached."""
     import os
 
+    _check_url(url)
     key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
     request = urllib.request.Request(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
     try:

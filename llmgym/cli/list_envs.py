@@ -1,8 +1,13 @@
-"""``llmgym list``: every registered environment id with its one-line description."""
+"""``llmgym list``: every registered environment id with its one-line description.
+
+Multi-agent games (``llmgym/ma-*``, played with ``llmgym eval ID --opponent SPEC``)
+are listed too, their descriptions starting with "multi-agent:".
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 
 
@@ -17,14 +22,29 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from llmgym.cli import multiagent_ids
     from llmgym.registry import describe, list_envs
 
-    rows = [(env_id, describe(env_id)) for env_id in list_envs()]
+    rows = [(env_id, describe(env_id), False) for env_id in list_envs()]
+    rows = sorted(rows + [(env_id, _describe_multiagent(env_id), True) for env_id in multiagent_ids()])
     if args.json:
-        print(json.dumps([{"id": i, "description": d} for i, d in rows], indent=2))
+        print(json.dumps([{"id": i, "description": d, "multiagent": m} for i, d, m in rows], indent=2))
         return 0
     table = Table("id", "description", title=f"{len(rows)} llmgym environments")
-    for env_id, text in rows:
+    for env_id, text, multiagent in rows:
+        text = f"multi-agent: {text}" if multiagent else text
         table.add_row(escape(env_id), escape(text))  # "moves in [brackets]" is text, not rich markup
     Console().print(table)
     return 0
+
+
+def _describe_multiagent(env_id: str) -> str:
+    """The first line of the docstring of the module that holds a multi-agent game."""
+    from llmgym.envs.multiagent import MULTIAGENT_ENVS
+
+    try:
+        module = importlib.import_module(MULTIAGENT_ENVS[env_id].partition(":")[0])
+    except Exception as err:  # one game that cannot load must not hide the list
+        return f"(cannot load: {type(err).__name__})"
+    text = (module.__doc__ or "").strip()
+    return text.splitlines()[0] if text else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmgym.cli import CLIError, parse_env_kwargs
+from llmgym.cli import CLIError, check_output_path, parse_env_kwargs, unknown_env
 
 __all__ = ["add_parser", "run"]
 
@@ -37,20 +37,22 @@ def run(args: argparse.Namespace) -> int:
     from llmgym.env import LLMEnv
     from llmgym.episode import JSONLWriter
     from llmgym.messages import assistant, user
-    from llmgym.registry import close_matches
 
     if args.env_id not in gym.registry:
-        matches = close_matches(args.env_id)
-        hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
-        raise CLIError(f"unknown environment {args.env_id!r}.{hint} (`llmgym list` shows them all)")
+        raise unknown_env(args.env_id, "play")
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0 (Gymnasium seeds are non-negative), got {args.seed}")
+    if args.out:  # before the game: a path found unwritable at the end would lose it
+        check_output_path(args.out, "--out", folder=False)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     actor = _actor(args.policy)
     try:
         env = gym.make(args.env_id, **env_kwargs)
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
         raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
+    if args.out and not isinstance(env.unwrapped, LLMEnv):
+        env.close()
+        raise CLIError("--out records episodes of llmgym environments (LLMEnv) only")
 
     console = Console(highlight=False)
     observation, info = env.reset(seed=args.seed)
@@ -82,10 +84,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"\n{escape(str(observation))}\n[bold]episode over[/bold] ({'terminated' if terminated else 'truncated'})"
                       f" after {turn} turns, total reward {total:+.3f}", markup=True)
     if args.out:
-        base = env.unwrapped
-        if not isinstance(base, LLMEnv):
-            raise CLIError("--out records episodes of llmgym environments (LLMEnv) only")
-        episode = base.episode(args.env_id)
+        episode = env.unwrapped.episode(args.env_id)
         episode.policy = args.policy
         with JSONLWriter(args.out) as writer:
             writer.write(episode)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+from pathlib import Path
 
 from llmgym.cli import CLIError
 
@@ -22,7 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="model name or path (.gguf file, checkpoint directory, a model id in the local Hugging Face "
                         "cache), or tiny-random (a tiny random Llama, for trying the server in seconds); default: the "
                         "bundled SmolLM2-135M-Instruct")
-    parser.add_argument("--model-name", default="smollm2-135m", help="the name clients pass as 'model' (default: %(default)s)")
+    parser.add_argument("--model-name", default=None,
+                        help="the name clients pass as 'model' (default: what is served: smollm2-135m for the bundled "
+                        "model, tiny-random, the file or folder name of a path, a Hugging Face id as given, "
+                        "scripted-NAME for --backend scripted)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     parser.add_argument("--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)")
@@ -42,6 +46,27 @@ def _check_port(host: str, port: int) -> None:
             sock.bind(address)
     except OSError as err:
         raise CLIError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
+
+
+def served_name(backend: str, model: str | None) -> str:
+    """The default ``--model-name``: a name that says what is served, so that results are not credited to another model.
+
+    Example:
+        >>> served_name("llama.cpp", None), served_name("transformers", "tiny-random"), served_name("scripted", None)
+        ('smollm2-135m', 'tiny-random', 'scripted-wordle')
+        >>> served_name("scripted", "my_actor:Actor"), served_name("vllm", "Qwen/Qwen3-8B")
+        ('scripted-my_actor.Actor', 'Qwen/Qwen3-8B')
+    """
+    from llmgym.wrappers.models import DEFAULT_MODEL, MODEL_ALIASES
+
+    if backend == "scripted":
+        return "scripted-" + (model or "wordle").replace(":", ".")
+    if model is None or model.lower() in MODEL_ALIASES:
+        return DEFAULT_MODEL
+    path = Path(model)
+    if path.exists():  # a .gguf file or a checkpoint folder: its name, as it reads in `llmgym eval` results
+        return path.stem if path.is_file() else path.resolve().name
+    return model  # tiny-random, a Hugging Face id (as `vllm serve` names it)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
             policy = load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
+    model_name = args.model_name or served_name(args.backend, args.model)
     try:
-        app = create_app(policy, model_name=args.model_name, max_batch_size=args.max_batch_size)
-        print(f"llmgym serve: {args.model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
+        app = create_app(policy, model_name=model_name, max_batch_size=args.max_batch_size)
+        print(f"llmgym serve: {model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     except ImportError as err:
         raise CLIError(str(err)) from None
