@@ -22,8 +22,8 @@ The judge is any OpenAI-compatible endpoint (``base_url=``: vLLM, OpenAI,
   is told that everything between the markers is data, never instructions;
 - the verdict is one JSON object, ``{"reasoning": str, "score": 0..10}`` (group:
   ``{"reasoning": str, "scores": [G numbers in 0..10]}``), parsed strictly:
-  anything else (prose, a missing or extra key, a score out of range, a string
-  score) gives ``fallback_score``, counts in ``stats["parse_errors"]``, is
+  anything else (prose, a missing, extra or repeated key, a score out of range,
+  a string score) gives ``fallback_score``, counts in ``stats["parse_errors"]``, is
   logged, and never raises. An unreachable backend does the same
   (``stats["backend_errors"]``).
 
@@ -33,6 +33,7 @@ hash of the judge's name, the sampling settings and the full prompt.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -159,12 +160,36 @@ def _describe(err: pydantic.ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in err.errors()[:3])
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a repeated key (a plain dict would keep the last one silently)."""
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"invalid verdict: the key {repeated!r} appears more than once")
+    return dict(pairs)
+
+
+def _load_verdict(text: str, model: type[pydantic.BaseModel]) -> Any:
+    """The reply as ``model``, or a ValueError saying why not."""
+    try:
+        data = json.loads(_strip_reply(text), object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"invalid verdict: reply: not JSON: {err}") from None
+    except RecursionError:  # absurdly deep nesting: not a verdict either
+        raise ValueError("invalid verdict: reply: nested too deeply") from None
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise ValueError(f"invalid verdict: {_describe(err)}") from None
+
+
 def parse_verdict(text: str) -> Verdict:
     """Parse a single-episode verdict strictly.
 
     Accepted: exactly ``{"reasoning": str, "score": number in [0, 10]}``, with
     optional surrounding whitespace, one ```` ```json ```` fence, or a leading
-    ``<think>...</think>`` block. Anything else is an error.
+    ``<think>...</think>`` block. Anything else is an error, a repeated key
+    included (``{"score": 1, "score": 10}`` has no one score).
 
     Raises:
         ValueError: the reply is not such an object (the message says why).
@@ -177,15 +202,14 @@ def parse_verdict(text: str) -> Verdict:
         ...
         ValueError: invalid verdict: score: Input should be a valid number
     """
-    try:
-        verdict = _SingleVerdict.model_validate_json(_strip_reply(text))
-    except pydantic.ValidationError as err:
-        raise ValueError(f"invalid verdict: {_describe(err)}") from None
+    verdict = _load_verdict(text, _SingleVerdict)
     return Verdict([float(verdict.score)], verdict.reasoning, raw=text)
 
 
 def parse_group_verdict(text: str, group_size: int) -> Verdict:
     """Parse a group verdict strictly: ``{"reasoning": str, "scores": [group_size numbers in [0, 10]]}``.
+
+    As for :func:`parse_verdict`, a repeated key is an error.
 
     Raises:
         ValueError: the reply is not such an object, or has the wrong number of scores.
@@ -194,10 +218,7 @@ def parse_group_verdict(text: str, group_size: int) -> Verdict:
         >>> parse_group_verdict('{"reasoning": "b is best", "scores": [2, 9.5]}', 2).scores
         [2.0, 9.5]
     """
-    try:
-        verdict = _GroupVerdict.model_validate_json(_strip_reply(text))
-    except pydantic.ValidationError as err:
-        raise ValueError(f"invalid verdict: {_describe(err)}") from None
+    verdict = _load_verdict(text, _GroupVerdict)
     if len(verdict.scores) != group_size:
         raise ValueError(f"invalid verdict: {len(verdict.scores)} scores for {group_size} transcripts")
     return Verdict([float(s) for s in verdict.scores], verdict.reasoning, raw=text)
@@ -206,6 +227,9 @@ def parse_group_verdict(text: str, group_size: int) -> Verdict:
 def render_transcript(messages: list[dict[str, Any]], include_system: bool = False,
                       max_message_chars: int = 4000) -> str:
     """An episode's chat as plain text for a judge: one ``[role]`` block per message, tool calls as ``-> name(args)``.
+
+    A message's text longer than ``max_message_chars`` is cut, and so is each of its tool calls
+    (name and arguments), each with a note of how many characters were left out.
 
     Example:
         >>> print(render_transcript([{"role": "user", "content": "2+2?"},
@@ -221,15 +245,22 @@ def render_transcript(messages: list[dict[str, Any]], include_system: bool = Fal
         content = message.get("content") or ""
         if not isinstance(content, str):
             content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        if len(content) > max_message_chars:
-            content = content[:max_message_chars] + f" [... {len(content) - max_message_chars} more characters]"
         label = f"tool: {message['name']}" if role == "tool" and message.get("name") else role
         calls = "".join(
-            f"\n  -> {c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
+            "\n  -> " + _cut(f"{c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})",
+                             max_message_chars)
             for c in message.get("tool_calls") or []
         )
+        content = _cut(content, max_message_chars)
         lines.append(f"[{label}] {content}{calls}")
     return "\n".join(lines)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut at ``limit`` characters, with a note of how many were left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" [... {len(text) - limit} more characters]"
 
 
 def _quote(transcript: str, label: str = "TRANSCRIPT") -> tuple[str, str, str]:
@@ -243,6 +274,7 @@ class VerdictCache:
     """Verdicts by key: an in-memory LRU and, with ``path``, a SQLite file that outlives the process.
 
     Thread-safe. Only verdicts that parsed are stored (a fallback is retried next time).
+    A copy (``copy.deepcopy``, pickle) has its own lock and, with ``path``, its own connection to the same file.
 
     Args:
         max_entries: most verdicts kept in memory.
@@ -262,12 +294,26 @@ class VerdictCache:
         self.path = Path(path) if path is not None else None
         self._memory: OrderedDict[str, Verdict] = OrderedDict()
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL)")
-            self._db.commit()
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self.path is None:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL)")
+        db.commit()
+        return db
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a lock and a SQLite connection cannot be copied: __setstate__ makes new ones
+        with self._lock:
+            return {**self.__dict__, "_memory": OrderedDict(self._memory), "_lock": None, "_db": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._db = self._open()
 
     def get(self, key: str) -> Verdict | None:
         """The cached verdict for ``key`` (marked ``cached=True``), or ``None``."""
@@ -331,14 +377,35 @@ class _JudgeBackend:
         if (policy is None) == (base_url is None):
             raise ValueError("give the judge exactly one backend: policy=<an llmgym Policy> or base_url=<a /v1 URL>")
         self.policy, self.model, self.sampling, self.base_url = policy, model, sampling, base_url
-        self.client: Any = None
-        if base_url is not None:
-            try:
-                import openai
-            except ImportError as err:
-                raise ImportError(_OPENAI_HINT) from err
-            self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=2)
+        self.api_key, self.timeout = api_key, timeout
+        self.client = self._connect()
         self.name = f"policy:{policy.name}" if policy is not None else f"openai:{model}"
+
+    def _connect(self) -> Any:
+        if self.base_url is None:
+            return None
+        try:
+            import openai
+        except ImportError as err:
+            raise ImportError(_OPENAI_HINT) from err
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "EMPTY", timeout=self.timeout,
+                             max_retries=2)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # an HTTP client holds locks and open connections: a copy opens its own (__setstate__)
+        return {**self.__dict__, "client": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.client = self._connect()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _JudgeBackend:
+        # a deep copy shares the policy, as the rubric an env rebuilds does: it may hold a model on a GPU
+        if self.policy is not None:
+            memo.setdefault(id(self.policy), self.policy)
+        copied = object.__new__(type(self))
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return copied
 
     def ask(self, messages: list[dict[str, str]]) -> str:
         if self.policy is not None:
@@ -440,6 +507,20 @@ class _JudgeBase:
         with self._stats_lock:
             self.stats[stat] += 1
 
+    def __getstate__(self) -> dict[str, Any]:
+        # locks and per-thread verdicts belong to one object: a copy (deepcopy, pickle, a vector env's
+        # worker) makes its own in __setstate__
+        state = self.__dict__.copy()
+        with self._stats_lock:
+            state["stats"] = dict(self.stats)
+        state.pop("_stats_lock")
+        state.pop("_last", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stats_lock = threading.Lock()
+
     def close(self) -> None:
         """Close the backend's HTTP client and the cache file (a Policy passed in stays open: it is yours)."""
         self.backend.close()
@@ -505,6 +586,15 @@ class LLMJudge(_JudgeBase):
         """The latest verdict given on this thread (what :class:`JudgeRubric`'s error metric reads)."""
         return getattr(self._last, "verdict", None)
 
+    def _fell_back(self, ctx: TurnContext) -> float:
+        """1.0 when the latest verdict fell back to the default score (a method, not a closure: rubrics copy)."""
+        verdict = self.last_verdict
+        return 0.0 if verdict is None or verdict.ok else 1.0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._last = threading.local()
+
     def __call__(self, ctx: TurnContext) -> float:
         """The reward for a turn: the verdict on the episode so far, divided by 10 (in ``[0, 1]``)."""
         reference = self.reference(ctx.env) if callable(self.reference) else self.reference
@@ -532,6 +622,9 @@ class JudgeRubric(Rubric):
     1.0 when the verdict fell back because it did not parse or the backend
     failed) and the ``rewards`` you add.
 
+    It can be deep-copied and pickled (an env that holds it can): the copy's judge gets its own
+    locks, HTTP client and cache connection; a deep copy shares the judge's ``policy``.
+
     Args:
         criteria: what good work looks like.
         rewards: more rewards (format penalties, exact-match checks...).
@@ -543,15 +636,9 @@ class JudgeRubric(Rubric):
     def __init__(self, criteria: str, rewards: list[Reward] | None = None, *, weight: float = 1.0,
                  when: Literal["turn", "end"] = "end", **judge_kwargs: Any):
         self.judge = LLMJudge(criteria, **judge_kwargs)
-        judge = self.judge
-
-        def judge_error(ctx: TurnContext) -> float:
-            verdict = judge.last_verdict
-            return 0.0 if verdict is None or verdict.ok else 1.0
-
         super().__init__([
-            Reward(judge, weight=weight, when=when, name="judge"),
-            Reward(judge_error, weight=0.0, when=when, name="judge_error"),
+            Reward(self.judge, weight=weight, when=when, name="judge"),
+            Reward(self.judge._fell_back, weight=0.0, when=when, name="judge_error"),
             *(rewards or []),
         ])
 

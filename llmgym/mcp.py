@@ -17,7 +17,12 @@ Arguments are validated with ``jsonschema`` against the tool's
 ``"Error: invalid arguments for <tool>: ..."`` observation as a Python tool
 (so the rubric's format penalty applies). A tool that reports an error
 (``isError``), a timeout, or a server that died also come back as error
-observations; none of them raises inside an episode.
+observations; none of them raises inside an episode. A ``$ref`` in an input
+schema must resolve inside that schema: a tool with a dangling or remote one
+is refused when the toolset starts (remote references are never fetched).
+
+A toolset nobody refers to any more is garbage-collected and stops its server,
+but :meth:`MCPToolset.close` (or a ``with`` block) stops it at a known time.
 
 Use in an environment (``add_tools`` updates ``tools`` and ``tool_schemas``)::
 
@@ -45,6 +50,9 @@ import weakref
 from typing import Any
 
 import jsonschema
+import jsonschema_specifications
+import referencing.exceptions
+import referencing.jsonschema
 
 from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric, format_error
@@ -56,6 +64,39 @@ logger = logging.getLogger(__name__)
 
 _INSTALL_HINT = 'MCP tools need the mcp package: pip install "llmgym[tools]"'
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+# Refs resolve inside the tool's schema or to the JSON Schema meta-schemas; a remote one is never fetched
+# (jsonschema's default registry would download it, from an address the server chose).
+_LOCAL_REFS = jsonschema_specifications.REGISTRY
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})  # their values are data, not schemas
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _unresolvable_ref(schema: Any, resolver: Any, specification: Any) -> str | None:
+    """The first ``$ref`` or ``$dynamicRef`` in ``schema`` that ``resolver`` cannot resolve, or ``None``."""
+    if isinstance(schema, list):
+        return next((ref for item in schema if (ref := _unresolvable_ref(item, resolver, specification))), None)
+    if not isinstance(schema, dict):
+        return None
+    if isinstance(schema.get("$id"), str):  # refs below resolve against this subschema's own base URI
+        resolver = resolver.in_subresource(specification.create_resource(schema))
+    for keyword in ("$ref", "$dynamicRef"):
+        ref = schema.get(keyword)
+        if isinstance(ref, str):
+            try:
+                resolver.lookup(ref)
+            except referencing.exceptions.Unresolvable:
+                return ref
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            continue
+        children = value.values() if key in _SCHEMA_MAPS and isinstance(value, dict) else [value]
+        for child in children:
+            ref = _unresolvable_ref(child, resolver, specification)
+            if ref is not None:
+                return ref
+    return None
 
 
 def openai_tool_schema(name: str, description: str, input_schema: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +124,9 @@ class MCPTool:
         description: the server's description.
         input_schema: the server's JSON schema for the arguments (what calls are validated against).
         schema: the OpenAI function schema offered to the agent.
+
+    Raises:
+        ValueError: the input schema is invalid, or a ``$ref`` in it does not resolve inside it.
     """
 
     def __init__(self, toolset: MCPToolset, server_name: str, description: str, input_schema: dict[str, Any]):
@@ -97,7 +141,14 @@ class MCPTool:
             validator_class.check_schema(input_schema)
         except jsonschema.SchemaError as err:
             raise ValueError(f"MCP tool {server_name!r} has an invalid inputSchema: {err.message}") from None
-        self._validator = validator_class(input_schema)
+        specification = referencing.jsonschema.specification_with(
+            str(input_schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012)
+        resolver = _LOCAL_REFS.resolver_with_root(specification.create_resource(input_schema))
+        missing = _unresolvable_ref(input_schema, resolver, specification)
+        if missing is not None:
+            raise ValueError(f"MCP tool {server_name!r} has an inputSchema whose reference {missing!r} does not "
+                             "resolve inside the schema (remote references are never fetched)")
+        self._validator = validator_class(input_schema, registry=_LOCAL_REFS)
 
     def validate(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not match the input schema (at most 5 problems), or ``None`` when they do."""
@@ -109,8 +160,13 @@ class MCPTool:
         return "; ".join(f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}" for e in errors[:5])
 
     def call(self, arguments: dict[str, Any]) -> ToolResult:
-        """Validate ``arguments`` and call the tool on the server; never raises for the agent's mistakes."""
-        problem = self.validate(arguments)
+        """Validate ``arguments`` and call the tool on the server; never raises."""
+        try:
+            problem = self.validate(arguments)
+        except Exception as err:  # a schema jsonschema cannot apply: the agent is told, the episode goes on
+            reason = f"{type(err).__name__}: {err}"[:500]  # a referencing error quotes the whole schema
+            return ToolResult(f"Error: the arguments for {self.name} could not be checked against its schema: {reason}",
+                              ok=False)
         if problem is not None:
             return ToolResult(f"Error: invalid arguments for {self.name}: {problem}", ok=False)
         return self.toolset.call(self.server_name, arguments)
@@ -135,7 +191,8 @@ class MCPToolset:
     Raises:
         ImportError: the ``mcp`` package is missing.
         RuntimeError: the server did not start or list its tools (with the tail of its stderr).
-        ValueError: a tool name the OpenAI API would refuse, a duplicate, or an invalid input schema.
+        ValueError: a tool name the OpenAI API would refuse, a duplicate, an invalid input schema, or one
+            whose ``$ref`` does not resolve inside it.
 
     The server runs until :meth:`close` (or the ``with`` block ends, or the toolset is garbage-collected).
     """
@@ -147,30 +204,25 @@ class MCPToolset:
             import mcp
         except ImportError as err:
             raise ImportError(_INSTALL_HINT) from err
-        self._mcp = mcp
         self.command, self.args, self.env, self.cwd = command, list(args or []), dict(env or {}), cwd
         self.prefix, self.timeout, self.max_output_chars = prefix, timeout, max_output_chars
-        self._session: Any = None
-        self._task_cell: list[asyncio.Task[None] | None] = [None]  # the session task, cancelled to stop the server
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run_loop, name=f"llmgym-mcp-{command}", daemon=True)
-        self._thread.start()
-        self._finalizer = weakref.finalize(self, _shutdown, self._loop, self._thread, self._task_cell, self._stderr)
-        if not self._ready.wait(startup_timeout):
-            tail = self._stderr_tail()
+        self._server = _ServerThread(mcp, command, self.args, self.env, cwd)
+        # The finalizer holds only the server thread, never self: an unreferenced toolset is
+        # collected and its server stopped.
+        self._finalizer = weakref.finalize(self, self._server.stop)
+        self._server.start()
+        if not self._server.ready.wait(startup_timeout):
+            tail = self._server.stderr_tail()
             self.close()
             raise RuntimeError(f"MCP server {self._describe()} did not start within {startup_timeout:g} s{tail}")
-        if self._error is not None:
-            error, tail = self._error, self._stderr_tail()
+        if self._server.error is not None:
+            error, tail = self._server.error, self._server.stderr_tail()
             self.close()
             raise RuntimeError(
                 f"MCP server {self._describe()} failed to start: {type(error).__name__}: {error}{tail}"
             ) from error
         self._tools: dict[str, MCPTool] = {}
-        for listed in self._listed:
+        for listed in self._server.listed:
             schema = listed.get("inputSchema") or {"type": "object"}
             try:
                 item = MCPTool(self, listed["name"], listed.get("description") or "", schema)
@@ -201,9 +253,10 @@ class MCPToolset:
 
         Errors (the tool's own, a timeout, a dead server) come back as ``ToolResult(ok=False)``.
         """
-        if self._session is None or not self._thread.is_alive():
+        server = self._server
+        if server.session is None or not server.thread.is_alive():
             return ToolResult(f"Error: the MCP server for {self.prefix + name} is not running", ok=False)
-        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments), self._loop)
+        future = asyncio.run_coroutine_threadsafe(server.call(name, arguments, self.timeout), server.loop)
         try:
             result = future.result(self.timeout + 5)
         except (concurrent.futures.TimeoutError, TimeoutError):
@@ -232,54 +285,6 @@ class MCPToolset:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the event-loop thread ---------------------------------------------------
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._serve())
-        except BaseException as err:  # reported to the constructor, which raises it with context
-            self._error = self._error or err
-        finally:
-            self._ready.set()
-            self._session = None
-
-    async def _serve(self) -> None:
-        mcp = self._mcp
-        self._task_cell[0] = asyncio.current_task()
-        parameters = mcp.StdioServerParameters(command=self.command, args=self.args, env=self.env or None, cwd=self.cwd)
-        if self.env:  # mcp 1.x replaces the default environment with env; 2.x merges: merge for both
-            parameters.env = {**_default_environment(), **self.env}
-        try:
-            async with mcp.stdio_client(parameters, errlog=self._stderr) as (read, write):
-                async with mcp.ClientSession(read, write) as session:
-                    await session.initialize()
-                    listed, cursor = [], None
-                    while True:
-                        page = await (session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
-                                      if cursor else session.list_tools())
-                        listed += [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in page.tools]
-                        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
-                        if not cursor:
-                            break
-                    self._listed = listed
-                    self._session = session
-                    self._ready.set()
-                    await asyncio.Future()  # serve calls until close() cancels this task
-        except asyncio.CancelledError:
-            return
-        except BaseException as err:
-            while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-                err = err.exceptions[0]  # anyio's task groups wrap the one error that matters
-            if not self._ready.is_set():
-                self._error = err
-                return
-            logger.warning("MCP server %s stopped: %s: %s", self._describe(), type(err).__name__, err)
-
-    async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        result = await asyncio.wait_for(self._session.call_tool(name, arguments), self.timeout)
-        return result.model_dump(by_alias=True, exclude_none=True, mode="json")
-
     # -- helpers -------------------------------------------------------------
 
     @staticmethod
@@ -303,35 +308,104 @@ class MCPToolset:
     def _describe(self) -> str:
         return " ".join([self.command, *self.args])
 
-    def _stderr_tail(self, chars: int = 2000) -> str:
+
+class _ServerThread:
+    """The MCP client session on a private event-loop thread, for one server process.
+
+    Kept apart from :class:`MCPToolset` so that neither the thread nor the running session refers
+    to the toolset (a thread's target and a running coroutine are strong references).
+    """
+
+    def __init__(self, mcp: Any, command: str, args: list[str], env: dict[str, str], cwd: str | None):
+        self.mcp, self.command, self.args, self.env, self.cwd = mcp, command, args, env, cwd
+        self.session: Any = None
+        self.listed: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self.task: asyncio.Task[None] | None = None  # the session task, cancelled to stop the server
+        self.stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run_loop, name=f"llmgym-mcp-{command}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Cancel the session task (the ``mcp`` client then stops the server, bounded waits) and end the loop thread.
+
+        Safe to call twice, and from the loop thread itself (a garbage collection can run there).
+        """
+        if self.thread.is_alive() and not self.loop.is_closed():
+            if self.task is not None:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+            if threading.current_thread() is self.thread:
+                return  # the loop ends once the task is cancelled; joining here would deadlock
+            self.thread.join(timeout=15)
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+        self.stderr.close()
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:
+        result = await asyncio.wait_for(self.session.call_tool(name, arguments), timeout)
+        return result.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def stderr_tail(self, chars: int = 2000) -> str:
         try:
-            self._stderr.flush()
-            self._stderr.seek(0)
-            text = self._stderr.read()[-chars:].strip()
+            self.stderr.flush()
+            self.stderr.seek(0)
+            text = self.stderr.read()[-chars:].strip()
         except (OSError, ValueError):
             return ""
         return f"; its stderr ends:\n{text}" if text else ""
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as err:  # reported to the constructor, which raises it with context
+            self.error = self.error or err
+        finally:
+            self.ready.set()
+            self.session = None
+
+    async def _serve(self) -> None:
+        mcp = self.mcp
+        self.task = asyncio.current_task()
+        parameters = mcp.StdioServerParameters(command=self.command, args=self.args, env=self.env or None, cwd=self.cwd)
+        if self.env:  # mcp 1.x replaces the default environment with env; 2.x merges: merge for both
+            parameters.env = {**_default_environment(), **self.env}
+        try:
+            async with mcp.stdio_client(parameters, errlog=self.stderr) as (read, write):
+                async with mcp.ClientSession(read, write) as session:
+                    await session.initialize()
+                    listed, cursor = [], None
+                    while True:
+                        page = await (session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
+                                      if cursor else session.list_tools())
+                        listed += [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in page.tools]
+                        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
+                        if not cursor:
+                            break
+                    self.listed = listed
+                    self.session = session
+                    self.ready.set()
+                    await asyncio.Future()  # serve calls until stop() cancels this task
+        except asyncio.CancelledError:
+            return
+        except BaseException as err:
+            while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+                err = err.exceptions[0]  # anyio's task groups wrap the one error that matters
+            if not self.ready.is_set():
+                self.error = err
+                return
+            logger.warning("MCP server %s stopped: %s: %s", " ".join([self.command, *self.args]),
+                           type(err).__name__, err)
 
 
 def _default_environment() -> dict[str, str]:
     from mcp.client.stdio import get_default_environment
 
     return get_default_environment()
-
-
-def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, task_cell: list[Any], stderr: Any) -> None:
-    """Cancel the session task (the ``mcp`` client then stops the server, bounded waits) and end the loop thread.
-
-    Safe to call twice.
-    """
-    task = task_cell[0]
-    if thread.is_alive() and not loop.is_closed():
-        if task is not None:
-            loop.call_soon_threadsafe(task.cancel)
-        thread.join(timeout=15)
-    if not thread.is_alive() and not loop.is_closed():
-        loop.close()
-    stderr.close()
 
 
 class MCPEnv(LLMEnv):
@@ -370,7 +444,11 @@ class MCPEnv(LLMEnv):
         self.submitted: str | None = None
         super().__init__(**kwargs)
         self.toolset = MCPToolset(command, args, server_env, prefix=prefix, timeout=tool_timeout)
-        self.add_tools(self.toolset.tools())
+        try:
+            self.add_tools(self.toolset.tools())
+        except BaseException:  # e.g. the server has its own submit: nobody could close this server later
+            self.toolset.close()
+            raise
 
     def setup(self, options: dict[str, Any] | None) -> str:
         self.submitted = None

@@ -257,12 +257,19 @@ class CandidateActions(gym.Wrapper, RecordConstructorArgs):
         valid = 0 <= index < len(self.candidates) and self.candidates[index] is not None
         text = self.candidates[index] if valid else self.invalid_action
         obs, reward, terminated, truncated, info = self.env.step(text)
-        info = self._refresh(obs, info) if not (terminated or truncated) else {**info, "candidates": []}
+        if terminated or truncated:  # no action is left: the mask and info["candidates"] both say so
+            self.candidates = []
+            info = {**info, "candidates": []}
+        else:
+            info = self._refresh(obs, info)
         info["action_text"] = text
         return obs, reward, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
-        """``True`` for the indices that are candidates in the current state (``MaskablePPO`` reads this)."""
+        """``True`` for the indices that are candidates in the current state (``MaskablePPO`` reads this).
+
+        All ``False`` after the episode ended, until the next reset.
+        """
         mask = np.zeros(self.max_candidates, dtype=bool)
         mask[: len(self.candidates)] = [c is not None for c in self.candidates]
         return mask

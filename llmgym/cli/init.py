@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         root = scaffold(args.name, args.dir, description=args.description, force=args.force)
     except ValueError as err:
         raise CLIError(str(err)) from None
+    except OSError as err:  # a name too long for the file system, a folder we may not write to...
+        raise CLIError(f"cannot create the project in {args.dir}: {err}") from None
     names = names_for(args.name)
     print(f"Created {root}/ with environment {names.env_id} ({names.package}/env.py). Next:")
     print(f"  pip install -e {root}")
