@@ -372,7 +372,7 @@ def _print_table(summary: dict[str, Any]) -> None:
     table.add_row(f"success rate ({summary['success_rule']})", _fmt(summary["success_rate"]))
     table.add_row("turns / episode", _fmt(summary["turns"], 2))
     table.add_row("generated tokens / episode", _fmt(summary["generated_tokens"], 1))
-    table.add_row("tool calls · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}")
+    table.add_row("tool calls (all episodes) · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}")
     for name, value in summary["components"].items():
         table.add_row(escape(f"  {name} (mean per episode)"), _fmt(value))
     table.add_row("wall time", f"{run['wall_s']:.1f} s")
