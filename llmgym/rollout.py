@@ -4,7 +4,8 @@ Holds :func:`rollout` (blocking) and :func:`arollout` (async), which play a
 policy on an environment for a list of seeds, ``group_size`` episodes per
 seed (a GRPO group), and :func:`summarize`, which turns episodes into the
 numbers ``llmgym eval`` prints. Token bookkeeping lives in
-:mod:`llmgym.rollout_tokens`, statistics in :mod:`llmgym.rollout_stats`.
+:mod:`llmgym.rollout_tokens`, statistics in :mod:`llmgym.rollout_stats`, the
+checks of a resumed file in :mod:`llmgym.rollout_resume`.
 
 How a run works: ``max_concurrency`` workers (asyncio tasks) each own one env
 instance and take (seed, index-in-group) jobs from a queue. Each turn awaits
@@ -28,21 +29,20 @@ import asyncio
 import contextlib
 import concurrent.futures
 import dataclasses
-import json
 import math
 import os
 import time
 import warnings
-from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Iterable, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
 
 from llmgym.env import LLMEnv
-from llmgym.episode import Episode, JSONLWriter, floor_logprobs, iter_jsonl
+from llmgym.episode import Episode, JSONLWriter, floor_logprobs
 from llmgym.messages import Message, assistant, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.rollout_resume import as_recorded, episode_key, resume_conflict, resumed_episodes
 from llmgym.rollout_stats import summarize
 from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
 
@@ -53,58 +53,6 @@ __all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resum
 EnvSource = Union[str, Callable[[], gym.Env]]
 #: ``progress(done, total, episode)``: called after every finished episode.
 ProgressFn = Callable[[int, int, Episode], None]
-
-
-def episode_key(episode: Episode) -> tuple[int | None, int]:
-    """The (seed, index in its group) pair that identifies an episode within a run.
-
-    Example:
-        >>> episode_key(Episode("llmgym/Wordle-v0", seed=4, metadata={"group_index": 1}))
-        (4, 1)
-    """
-    return episode.seed, int(episode.metadata.get("group_index", 0))
-
-
-def resume_conflict(
-    episode: Episode, env_id: str | None, env_kwargs: dict[str, Any] | None, sampling: SamplingParams,
-) -> str | None:
-    """Why ``episode``, read from a file being resumed, does not belong to a run of these settings; ``None`` if it does.
-
-    Compares the env id, the env kwargs (``metadata["env_kwargs"]``, recorded for an env id
-    since this check exists) and the sampling settings (``metadata["sampling"]``) except the
-    seed: a resumed run may add seeds, and so a first seed of its own. ``None`` arguments
-    and settings the episode does not record are not compared.
-
-    Example:
-        >>> ep = Episode("llmgym/Wordle-v0", metadata={"env_kwargs": {"max_turns": 6},
-        ...              "sampling": {"temperature": 0.7, "top_p": 1.0, "seed": 0}})
-        >>> resume_conflict(ep, "llmgym/Wordle-v0", {"max_turns": 6}, SamplingParams(seed=5)) is None
-        True
-        >>> resume_conflict(ep, "llmgym/Wordle-v0", {}, SamplingParams())
-        "holds episodes played with env_kwargs {'max_turns': 6}, not {}"
-        >>> resume_conflict(ep, "llmgym/Wordle-v0", None, SamplingParams(temperature=0.0))
-        'holds episodes sampled with temperature=0.7, not temperature=0.0'
-    """
-    if env_id is not None and episode.env_id != env_id:
-        return f"holds episodes of {episode.env_id!r}, not {env_id!r}"
-    recorded, now = episode.metadata.get("env_kwargs"), _as_json(env_kwargs)
-    if isinstance(recorded, dict) and isinstance(now, dict) and recorded != now:
-        return f"holds episodes played with env_kwargs {recorded}, not {env_kwargs}"
-    recorded = episode.metadata.get("sampling")
-    if isinstance(recorded, dict):
-        now = _as_json(dataclasses.asdict(sampling))
-        for name, value in now.items():
-            if name != "seed" and name in recorded and recorded[name] != value:
-                return f"holds episodes sampled with {name}={recorded[name]!r}, not {name}={value!r}"
-    return None
-
-
-def _as_json(value: Any) -> Any:
-    """``value`` as it reads back from a JSONL record (tuples become lists); ``None`` when it is not JSON."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError):
-        return None
 
 
 def rollout(
@@ -126,7 +74,7 @@ def rollout(
         env: a registered env id (made with ``gymnasium.make(env, **env_kwargs)``)
             or a function returning a fresh env.
         policy: any :class:`~llmgym.policy.Policy`.
-        seeds: the reset seeds, or an int ``n`` for seeds ``0..n-1``. Seeds must be distinct.
+        seeds: the reset seeds, or an int ``n`` for seeds ``0..n-1``: distinct ints >= 0 (numpy ints too).
         group_size: episodes per seed (GRPO's G); episodes of one seed share ``Episode.group``.
         max_concurrency: episodes in flight at once (one env instance each).
         sampling: sampling settings for every turn (default :class:`SamplingParams`).
@@ -136,6 +84,7 @@ def rollout(
         jsonl_path: stream every finished episode to this JSONL file.
         resume: keep the episodes already in ``jsonl_path`` and run only the
             missing (seed, index) pairs; episodes recorded as failed are run again.
+            Without it the file is emptied, once the first env is built and checked.
         progress: ``True`` shows a rich progress bar on stderr; a callable is
             called as ``progress(done, total, episode)`` after each episode.
         env_kwargs: keyword arguments for ``gymnasium.make``.
@@ -145,9 +94,11 @@ def rollout(
         index; episodes resumed from the file included.
 
     Raises:
-        ValueError: bad arguments, a JSONL file to resume from another environment or other
-            settings (:func:`resume_conflict`), or a policy that breaks the token-prefix
-            contract (:class:`TokenMismatchError`).
+        ValueError: bad arguments (a negative seed), a JSONL file to resume from another
+            environment or other settings (:func:`resume_conflict`), or a policy that breaks
+            the token-prefix contract (:class:`TokenMismatchError`).
+        TypeError: seeds that are not ints, an env whose actions are not text, or a policy
+            that returns no :class:`~llmgym.policy.Generation` or one whose message is no dict.
 
     Example:
         >>> from llmgym.policy import Generation
@@ -232,21 +183,27 @@ async def arollout(
     make_env = _env_factory(env, env_kwargs)
     env_id = env if isinstance(env, str) else None
     # recorded in every episode, so that a resume can refuse other settings; kwargs that are not JSON are not
-    recorded_kwargs = _as_json(env_kwargs or {}) if env_id is not None else None
+    recorded_kwargs = as_recorded(env_kwargs or {}) if env_id is not None else None
     sampling = sampling or SamplingParams()
     groups = {seed: position for position, seed in enumerate(seed_list)}
 
-    done: dict[tuple[int | None, int], Episode] = {}
-    if resume and Path(jsonl_path).exists():
-        _repair_tail(Path(jsonl_path))
-        for episode in iter_jsonl(jsonl_path):
-            conflict = resume_conflict(episode, env_id, recorded_kwargs, sampling)
-            if conflict is not None:
-                raise ValueError(f"{jsonl_path} {conflict}: resume with the same settings or write to another file")
-            key = episode_key(episode)
-            if key[0] in groups and key[1] < group_size and "error" not in episode.metadata:
-                episode.group = groups[key[0]]  # this run's group numbering: the file may come from other seeds
-                done[key] = episode
+    # The first env is built and checked before the file is touched: a run that cannot start (bad env_kwargs, a
+    # broken factory, an env that does not take text) must not wipe an earlier run's episodes. It plays too.
+    spare = make_env() if seed_list else None
+    try:
+        if spare is not None:
+            _check_text_env(spare)
+        if env_id is None and spare is not None:
+            # a factory's env counts by the id it is registered under, in its records and in a resume's check; a
+            # class name (an unregistered env) is no id: a file of a subclass may be resumed with its fixed parent
+            env_id = _spec_id(spare)
+        done = resumed_episodes(jsonl_path, env_id, recorded_kwargs, sampling, groups, group_size) if resume else {}
+        writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
+    except BaseException:
+        if spare is not None:
+            with contextlib.suppress(Exception):  # the reason the run did not start is the error worth showing
+                spare.close()
+        raise
     jobs = [(seed, index) for seed in seed_list for index in range(group_size) if (seed, index) not in done]
     total = len(seed_list) * group_size
 
@@ -254,14 +211,11 @@ async def arollout(
     queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
     for job in jobs:
         queue.put_nowait(job)
-    writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
     reporter = _Progress(progress, total, initial=len(done))
 
-    env_built = False  # whether any worker has built an env yet
-
     async def worker() -> None:
-        nonlocal env_built
-        instance: gym.Env | None = None  # built for the first job; a factory that fails fails that job only
+        nonlocal spare
+        instance, spare = spare, None  # the first worker plays on the env built above; a later one builds its own
         try:
             while True:
                 try:
@@ -271,12 +225,7 @@ async def arollout(
                 if instance is None:
                     try:
                         instance = make_env()
-                        if not env_built:
-                            _check_text_env(instance)
-                        env_built = True
-                    except Exception as err:
-                        if not env_built:  # no env was ever built: bad arguments or a broken factory, not one bad episode
-                            raise
+                    except Exception as err:  # an env was built before, so not bad arguments: one failed episode
                         episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
                 if instance is not None:
                     episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
@@ -291,10 +240,7 @@ async def arollout(
                 await asyncio.sleep(0)
         finally:
             if instance is not None:
-                try:
-                    instance.close()
-                except Exception as err:  # the episodes are played and written: a failing close must not lose them
-                    warnings.warn(f"closing the env failed: {_describe(err)}", RuntimeWarning, stacklevel=1)
+                _close(instance)
 
     policy_limit = getattr(policy, "max_concurrency", None)
     if policy_limit is not None:  # the policy knows its own sweet spot (llama.cpp: one stream)
@@ -306,6 +252,8 @@ async def arollout(
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if spare is not None:  # no job left to play (all resumed)
+            _close(spare)
         reporter.close()
         if writer is not None:
             writer.close()
@@ -362,6 +310,13 @@ async def _play(
         policy_seconds += time.perf_counter() - tick
         if not isinstance(generation, Generation):
             raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
+        if not isinstance(generation.message, dict):
+            raise TypeError(f"{type(policy).__name__}.agenerate returned a Generation whose message is a "
+                            f"{type(generation.message).__name__}, not a dict {{'role': 'assistant', 'content': ...}}")
+        content = generation.message.get("content")
+        if content is not None and not isinstance(content, str):  # playing it as "" would hide a broken policy
+            error = ("policy", f"TypeError: the reply's content is of type {type(content).__name__}, not a string")
+            break
         tokens.add(generation, turn, request.prefix_token_ids)
         thinking.append(int(generation.thinking_tokens))
         reasoning.append(generation.message.get("reasoning_content"))
@@ -389,11 +344,15 @@ async def _play(
     episode = None
     if isinstance(base, LLMEnv) and (error is None or error[0] == "policy"):
         try:
-            episode = base.episode(env_id)  # the env is sound: its own record is the truth
+            episode = base.episode(env_id)  # the env is sound: its chat, tools and components are the truth
         except TokenMismatchError:
             raise
         except Exception as err:
             error = error or ("env", _describe(err))
+        else:  # but the outcome is what the caller's env returned, through its wrappers (TimeLimit, TransformReward)
+            episode.turn_rewards, episode.terminated, episode.truncated = rewards, terminated, truncated
+            if len(episode.reward_components) != len(rewards):  # a wrapper that did not step the base env every turn
+                episode.reward_components = components
     if episode is None:  # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
         episode = Episode(
             env_id=env_id or _env_name(env), seed=seed, messages=messages, tools=tools,
@@ -426,6 +385,14 @@ async def _play(
     return episode
 
 
+def _close(env: gym.Env) -> None:
+    """Close ``env``; a failure is a ``RuntimeWarning``: the episodes are played and written, and must not be lost."""
+    try:
+        env.close()
+    except Exception as err:
+        warnings.warn(f"closing the env failed: {_describe(err)}", RuntimeWarning, stacklevel=1)
+
+
 def _check_text_env(env: gym.Env) -> None:
     """Refuse an env whose actions are not text (CartPole's ``Discrete(2)``): no episode of it could be played.
 
@@ -436,8 +403,6 @@ def _check_text_env(env: gym.Env) -> None:
     """
     space = getattr(env, "action_space", None)
     if space is not None and not isinstance(space, gym.spaces.Text):
-        with contextlib.suppress(Exception):  # the refusal is the error worth showing, not a failing close
-            env.close()
         raise TypeError(f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
                         "use an llmgym env or a Gymnasium env with a Text action space")
 
@@ -474,7 +439,7 @@ def _step(
     """
     observation, reward, terminated, truncated, info = env.step(_action(reply))
     reward = _finite_reward(reward, turn)
-    components = dict(info.get("reward_components") or {})
+    components = _float_components(info.get("reward_components") or {}, turn)
     if "messages" in info:
         after = list(info["messages"])
     else:  # a plain Gymnasium env: keep the chat ourselves
@@ -500,47 +465,65 @@ def _finite_reward(reward: Any, turn: int) -> float:
     return value
 
 
+def _float_components(components: dict[str, Any], turn: int) -> dict[str, float]:
+    """The env's reward components as plain floats (a plain env may give ``numpy.bool_`` or ``numpy.float32``).
+
+    Raises:
+        ValueError: a component is not a number (a string counts as none), or not a finite one.
+    """
+    floats = {}
+    for name, value in dict(components).items():
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError(value)
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"the env's reward component {name!r} on turn {turn} is {value!r}, not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"the env returned a non-finite reward component {name!r}={number} on turn {turn}")
+        floats[str(name)] = number
+    return floats
+
+
 def _env_name(env: gym.Env) -> str:
     """The env's registered id, else its class name; never raises, even on a half-built env."""
-    spec = getattr(env, "spec", None)
-    spec_id = getattr(spec, "id", None)
-    if isinstance(spec_id, str):
-        return spec_id
-    return type(getattr(env, "unwrapped", env)).__name__
+    return _spec_id(env) or type(getattr(env, "unwrapped", env)).__name__
 
 
-def _repair_tail(path: Path) -> None:
-    """End a JSONL file cut short mid-line (a killed run) cleanly, so appended lines stay whole.
-
-    A last line that is a complete episode gets its newline; a half-written one is cut off
-    (:func:`~llmgym.episode.iter_jsonl` skips it too, so that episode is played again).
-    """
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
-    try:
-        Episode.from_json(data[cut:].decode("utf-8"))
-        complete = True
-    except (ValueError, TypeError, UnicodeDecodeError):
-        complete = False
-    with open(path, "r+b") as file:
-        if complete:
-            file.seek(0, os.SEEK_END)
-            file.write(b"\n")
-        else:
-            file.truncate(cut)
+def _spec_id(env: gym.Env) -> str | None:
+    """The id ``env`` is registered under (``env.spec.id``); ``None`` for an unregistered env."""
+    spec_id = getattr(getattr(env, "spec", None), "id", None)
+    return spec_id if isinstance(spec_id, str) else None
 
 
 def _check_seeds(seeds: Sequence[int] | int) -> list[int]:
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+    """``seeds`` as a list of plain ints: an int ``n`` stands for ``0..n-1``; numpy ints are welcome.
+
+    Raises:
+        TypeError: ``seeds`` is a bool, or neither an int nor a sequence of ints (``[1.5]``).
+        ValueError: a seed is negative (gymnasium's ``reset`` refuses it), or seeds repeat.
+    """
+    if _is_int(seeds):
         if seeds < 0:
             raise ValueError(f"seeds as a count must be >= 0, got {seeds}")
         return list(range(int(seeds)))
-    seed_list = [int(s) for s in seeds]
+    if isinstance(seeds, (bool, np.bool_, str, bytes)) or not isinstance(seeds, Iterable):
+        raise TypeError(f"seeds must be a count (an int) or a sequence of ints, got {seeds!r}")
+    seed_list = list(seeds)
+    for seed in seed_list:
+        if not _is_int(seed):
+            raise TypeError(f"seeds must be ints, got {seed!r} ({type(seed).__name__})")
+        if seed < 0:
+            raise ValueError(f"seeds must be >= 0 (gymnasium's reset refuses a negative seed), got {seed}")
+    seed_list = [int(seed) for seed in seed_list]
     if len(set(seed_list)) != len(seed_list):
         raise ValueError("seeds must be distinct; use group_size to play one seed several times")
     return seed_list
+
+
+def _is_int(value: Any) -> bool:
+    """Whether ``value`` is an int or a numpy int, and not a bool (``True`` is no seed)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _env_factory(env: EnvSource, env_kwargs: dict[str, Any] | None) -> Callable[[], gym.Env]:
@@ -568,8 +551,7 @@ def _action(message: Message) -> str | dict[str, Any]:
     """The env action: the message itself when it carries native tool calls, else its text."""
     if message.get("tool_calls"):
         return message
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
+    return message.get("content") or ""  # a string, or None (checked in _play)
 
 
 def _assistant_message(message: Message) -> Message:
