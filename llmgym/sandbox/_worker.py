@@ -15,15 +15,21 @@ private network and IPC namespaces (only a downed loopback). Per call, the
 child forks, makes a fresh work dir, applies rlimits, sets ``no_new_privs``,
 drops to a sandbox-only uid (so ``RLIMIT_NPROC`` counts only its own
 processes, it cannot signal the worker or the caller, and cannot read root's
-``/proc/*/environ``), clears the environment and ``exec``s the code. The
-worker is a child subreaper: when any descendant outlives the call, every
-process of the sandbox uid is killed. The temp mounts are wiped after each call.
+``/proc/*/environ``), clears the environment and runs the code as the
+``__main__`` module, then exits the way the interpreter does (non-daemon
+threads joined, ``atexit`` handlers run, stdio flushed). ``/proc`` shows the
+program only its own processes. The worker is a child subreaper: when any
+descendant outlives the call, every process of the sandbox uid is killed. The
+temp mounts are replaced by fresh ones after each call, once its result is sent.
 """
 
 from __future__ import annotations
 
+import atexit
+import builtins
 import ctypes
 import json
+import linecache
 import os
 import resource
 import select
@@ -32,6 +38,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 __all__: list[str] = []
 
@@ -50,10 +57,14 @@ MS_PRIVATE = 0x40000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
 PR_SET_CHILD_SUBREAPER = 36
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+PROGRAM_NAME = "main.py"  # the program's file, next to (not in) its work dir: ``__file__`` and ``sys.argv[0]``
+LONGEST_WAIT_S = 3600.0  # one select() at most; a larger timeout overflows
+PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp/work",
             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -74,7 +85,7 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 def setup_isolation(config: dict) -> dict:
     """Enter private namespaces where the OS allows; returns what is enforced."""
     report = {"network": False, "private_tmp": False, "hidden_paths": [], "uid": None, "read_only_root": False,
-              "user_namespace": False, "pid_namespace": False}
+              "user_namespace": False, "pid_namespace": False, "processes_hidden": False}
     if not config.get("namespaces", True):
         return report
     if os.geteuid() != 0:  # unprivileged: become root of a user namespace of our own, if the OS allows it
@@ -93,10 +104,9 @@ def setup_isolation(config: dict) -> dict:
         _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
         report["read_only_root"] = _read_only_root()
-        size = f"size={int(config.get('tmpfs_mb', 64))}m,mode=0755"
         for path in SCRATCH_DIRS:
             if os.path.isdir(path):
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, _tmpfs_options(config))
         report["private_tmp"] = True
         if not report["user_namespace"]:  # in a user namespace the program keeps the caller's own access
             report["exposed"] = _expose_interpreter(config.get("expose_paths", []))
@@ -106,9 +116,59 @@ def setup_isolation(config: dict) -> dict:
                 report["hidden_paths"].append(path)
     except OSError as err:
         report["private_tmp_error"] = str(err)
+    try:
+        report["processes_hidden"] = _hide_processes(report)
+    except OSError as err:
+        report["processes_hidden_error"] = str(err)
     if config.get("uid") and not report["user_namespace"]:
         report["uid"] = int(config["uid"])
     return report
+
+
+def _hide_processes(report: dict) -> bool:
+    """Keep the caller's processes (and their command lines) out of the program's ``/proc``.
+
+    With the uid drop, a fresh ``/proc`` with ``hidepid=invisible`` shows the
+    sandbox uid only its own processes (another's ``/proc/PID`` is
+    ``ENOENT``). In a user namespace the program runs as
+    the caller's own uid, which ``hidepid`` does not hide from, so each run
+    mounts the ``/proc`` of its own PID namespace instead (see
+    :func:`_mount_run_proc`); this checks once that the kernel allows it.
+    """
+    if not report["private_tmp"]:  # no mount namespace of our own: /proc stays the host's
+        return False
+    if not report["user_namespace"]:
+        _mount("proc", "/proc", "proc", PROC_FLAGS, "hidepid=2")  # "invisible" since Linux 5.8
+        return True
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+            inner = os.fork()
+            if inner == 0:
+                mounted = False
+                try:
+                    _mount_run_proc()
+                    mounted = True
+                finally:
+                    os._exit(0 if mounted else 1)
+            _relay(inner)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError("cannot mount a /proc of a run's own PID namespace (another /proc mount hides part of it?)")
+    return True
+
+
+def _mount_run_proc() -> None:
+    """In a run's PID namespace: a mount namespace of its own whose ``/proc`` lists only this namespace's processes."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount("proc", "/proc", "proc", PROC_FLAGS, None)
+
+
+def _tmpfs_options(config: dict) -> str:
+    return f"size={int(config.get('tmpfs_mb', 64))}m,mode=0755"
 
 
 def _enter_user_namespace() -> None:
@@ -161,19 +221,27 @@ def _expose_interpreter(paths: list) -> list:
 
 
 def _apply_limits(limits: dict, nproc: bool) -> None:
-    cpu = max(1, int(limits["cpu_time_s"] + 0.999))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    cpu = min(max(1, int(limits["cpu_time_s"] + 0.999)), 1 << 32)  # more overflows the kernel's count in ns
+    _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     memory = int(limits["memory_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _set_limit(resource.RLIMIT_AS, memory, memory)
     size = int(limits["file_size_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (int(limits["max_open_files"]),) * 2)
+    _set_limit(resource.RLIMIT_FSIZE, size, size)
+    _set_limit(resource.RLIMIT_NOFILE, int(limits["max_open_files"]), int(limits["max_open_files"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if nproc:  # root ignores RLIMIT_NPROC; a sandbox uid, or the root of our own user namespace, does not
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["max_processes"]) + 2,) * 2)
+        _set_limit(resource.RLIMIT_NPROC, int(limits["max_processes"]) + 2, int(limits["max_processes"]) + 2)
 
 
-def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int, err_w: int) -> None:
+def _set_limit(kind: int, soft: int, hard: int) -> None:
+    """Set an rlimit, capped at what the worker may grant (its own hard limit; a huge value means that one)."""
+    _, ceiling = resource.getrlimit(kind)
+    ceiling = 1 << 62 if ceiling == resource.RLIM_INFINITY else ceiling
+    resource.setrlimit(kind, (min(soft, ceiling), min(hard, ceiling)))
+
+
+def _child(request: dict, workdir: str, program: str, uid: int | None, pidns: bool, run_proc: bool,
+           out_w: int, err_w: int) -> None:
     """Runs in the forked child: never returns."""
     try:
         os.setsid()
@@ -191,6 +259,9 @@ def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int
             # surrogatepass: a lone surrogate (valid in JSON) is written as is; reading it back is the program's business
             with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                 handle.write(content)
+        with open(program, "w", encoding="utf-8", errors="surrogatepass") as handle:
+            handle.write(request["code"])
+        os.chmod(program, 0o644)  # readable by the sandbox uid, which does not own it
         if uid is not None:
             for root, dirs, names in os.walk(workdir):
                 for entry in [root, *(os.path.join(root, n) for n in dirs + names)]:
@@ -207,39 +278,91 @@ def _child(request: dict, workdir: str, uid: int | None, pidns: bool, out_w: int
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         sys.stdin = open(os.devnull)  # noqa: SIM115
-        sys.argv = ["<sandbox>"]
+        sys.argv = [program]
         if pidns:  # the program runs as PID 1 of a namespace of its own: it sees and can signal only its own processes
             _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
             inner = os.fork()
             if inner:
                 _relay(inner)
+            if run_proc:
+                _mount_run_proc()
     except BaseException:  # noqa: BLE001  a setup failure is reported as the run's error
         try:
             os.write(2, ("sandbox setup failed: " + traceback.format_exc(limit=2)).encode())
         finally:
             os._exit(120)
+    _run_as_main(request["code"], program)
+
+
+def _run_as_main(source: str, program: str) -> None:
+    """Run ``source`` the way ``python -I program`` runs a file, exit status and teardown included; never returns.
+
+    The program is a fresh ``__main__`` module (so ``unittest.main()``,
+    ``doctest.testmod()`` and pickling its classes work) with ``__file__``
+    set; its code is named ``<sandbox>`` in tracebacks. At exit, as the
+    interpreter does: non-daemon threads are joined, ``atexit`` handlers run,
+    and the current and original stdio are flushed.
+    """
     try:
-        code = compile(request["code"], "<sandbox>", "exec")
+        code = compile(source, "<sandbox>", "exec")
     except (SyntaxError, ValueError) as exc:  # the program's own fault (null bytes: ValueError): shown as python would
         traceback.print_exception(type(exc), exc, None)
-        sys.stderr.flush()
-        os._exit(1)
+        _exit(1)
+    # source lines for the traceback module (unittest, logging); never expired, as the code has no file of that name
+    linecache.cache["<sandbox>"] = (len(source), None, source.splitlines(True), "<sandbox>")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=program, __cached__=None, __builtins__=builtins)
+    sys.modules["__main__"] = main
     status = 0
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(code, main.__dict__)
     except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except BaseException as exc:  # noqa: BLE001  the program's own error: show it like python would
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+        status = _exit_status(exc)
+    except BaseException as exc:  # noqa: BLE001  the program's own error: shown like python would
+        _print_uncaught(exc, exc.__traceback__.tb_next)
         status = 1
+    threading = sys.modules.get("threading")  # never imported: no thread to wait for
+    if threading is not None:
+        _flush()  # what main printed survives a thread that runs into the wall clock
+        try:
+            threading._shutdown()
+        except BaseException as exc:  # noqa: BLE001  python reports an error while joining and goes on
+            _print_uncaught(exc, exc.__traceback__)
+    atexit._run_exitfuncs()  # prints a failing handler's error, as python does
+    _exit(status)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The process status ``SystemExit`` gives, as python computes it (a non-int code is printed, status 1)."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        print(exc.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001
         pass
+    return 1
+
+
+def _print_uncaught(exc: BaseException, tb: types.TracebackType | None) -> None:
+    exc.with_traceback(tb)  # the default hook prints the exception's own traceback, whatever it is given
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException:  # noqa: BLE001  a broken excepthook: python falls back to the default print
+        traceback.print_exception(type(exc), exc, tb)
+
+
+def _exit(status: int) -> None:
+    _flush()
     os._exit(status & 0xFF)
+
+
+def _flush() -> None:
+    """Flush the program's stdio and the original streams (a replaced ``sys.stdout`` must not lose output)."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001  closed or broken: nothing more to save
+            pass
 
 
 def _relay(pid: int) -> None:
@@ -293,28 +416,32 @@ def _reap_orphans(uid: int | None) -> None:
             time.sleep(0.001)
 
 
-def _wipe(paths: list[str]) -> None:
-    for base in paths:
+def clean_scratch(report: dict, scratch: str, tmpfs_options: str) -> None:
+    """Remove everything the last run left (its work dir, program file, temp files).
+
+    A private temp mount that holds anything is replaced by a fresh empty
+    tmpfs, which takes the same short time however many files the program
+    made; without private mounts the work dir is deleted file by file.
+    """
+    if not report.get("private_tmp"):
+        shutil.rmtree(os.path.join(scratch, "work"), ignore_errors=True)
         try:
-            entries = os.listdir(base)
+            os.unlink(os.path.join(scratch, PROGRAM_NAME))
         except OSError:
-            continue
-        for name in entries:
-            path = os.path.join(base, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            pass
+        return
+    for path in SCRATCH_DIRS:
+        if os.path.isdir(path) and os.listdir(path):
+            _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
 
 
 def run_request(request: dict, report: dict, scratch: str) -> dict:
-    """Fork a child for one program, watch it, and return its result."""
+    """Fork a child for one program, watch it, and return its result (the caller cleans up after sending it)."""
     limits = request["limits"]
     uid = report.get("uid")
     workdir = os.path.join(scratch, "work")
+    pidns = bool(report.get("pid_namespace"))
     cap = int(limits["max_output_bytes"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -323,7 +450,8 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        _child(request, workdir, uid, bool(report.get("pid_namespace")), out_w, err_w)
+        _child(request, workdir, os.path.join(scratch, PROGRAM_NAME), uid, pidns,
+               pidns and bool(report.get("processes_hidden")), out_w, err_w)
     os.close(out_w)
     os.close(err_w)
     pidfd = os.pidfd_open(pid)
@@ -338,7 +466,7 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
             timed_out = True
             break
         watch = list(open_fds) + ([] if exited else [pidfd])
-        ready, _, _ = select.select(watch, [], [], remaining)
+        ready, _, _ = select.select(watch, [], [], min(remaining, LONGEST_WAIT_S))
         for fd in ready:
             if fd == pidfd:
                 exited = True
@@ -370,7 +498,6 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
     for fd in (out_r, err_r, pidfd):
         os.close(fd)
     exit_code = os.waitstatus_to_exitcode(status)
-    _wipe([workdir] if not report.get("private_tmp") else list(SCRATCH_DIRS))
     return {
         "stdout": bytes(buffers[out_r][:cap]).decode("utf-8", "replace"),
         "stderr": bytes(buffers[err_r][:cap]).decode("utf-8", "replace"),
@@ -425,7 +552,9 @@ def main() -> None:
             result = run_request(json.loads(line), report, scratch)
         except Exception as err:  # noqa: BLE001  report and stay alive; the parent decides
             result = {"sandbox_error": f"{type(err).__name__}: {err}"}
-        _write(result)
+        _write(result)  # first: however long the cleanup takes, it is not the run's time
+        clean_scratch(report, scratch, _tmpfs_options(config))
+        _write({"clean": True})  # the parent sends the next request after this line
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Holds :class:`SandboxLimits` (time, memory, file size, processes, output),
 
 from __future__ import annotations
 
+import math
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, replace
@@ -48,6 +49,8 @@ class SandboxLimits:
         for name, value in asdict(self).items():
             if not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {value!r}")
+            if not math.isfinite(value):  # an unlimited run is not a sandbox: give a large finite limit instead
+                raise ValueError(f"SandboxLimits.{name} must be finite, got {value!r}")
 
     def replace(self, **changes: Any) -> SandboxLimits:
         """A copy with some limits changed."""

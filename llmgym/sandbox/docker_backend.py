@@ -4,17 +4,20 @@ Holds :class:`DockerSandbox` and :func:`docker_available`. The container has
 no network (``network_mode="none"``), a read-only root filesystem, a tmpfs
 work dir, memory and pids limits, all capabilities dropped,
 ``no-new-privileges``, and runs as ``nobody``. Each run is wrapped in
-``ulimit`` (CPU, file size, address space) and ``timeout -s KILL``; after
+``ulimit`` (CPU, file size, address space) and ``timeout -s KILL``; the
+program and its files go in through the exec's stdin (no argument-size
+limit), its output is read as it comes and no further than the cap; after
 the run every process of the sandbox user is killed and the work dir wiped.
-Needs the ``docker`` package and an engine that answers; the image must be
-present locally (no pulls at run time).
+Runs on one sandbox take turns (they share the container). Needs the
+``docker`` package and an engine that answers; the image must be present
+locally (no pulls at run time).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -22,17 +25,24 @@ from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxL
 
 __all__ = ["DockerSandbox", "docker_available"]
 
+# Reads the job (a length line, then that many bytes of JSON) from stdin, writes the files and the program,
+# then becomes ``python -I /tmp/main.py``: the program runs as a real __main__, with python's own teardown.
 _BOOTSTRAP = (
-    "import base64,json,os,sys\n"
-    "job=json.loads(base64.b64decode(sys.argv[1]))\n"
+    "import json,os,sys\n"
+    "size=int(sys.stdin.buffer.readline())\n"
+    "job=json.loads(sys.stdin.buffer.read(size))\n"
     "for name,text in job['files'].items():\n"
     "    path=os.path.normpath(os.path.join('/work',name))\n"
     "    if not path.startswith('/work/'): raise SystemExit('file name leaves the work dir')\n"
     "    os.makedirs(os.path.dirname(path),exist_ok=True)\n"
-    "    open(path,'w').write(text)\n"
-    "sys.argv=['<sandbox>']\n"
-    "exec(compile(job['code'],'<sandbox>','exec'),{'__name__':'__main__'})\n"
+    "    open(path,'w',encoding='utf-8',errors='surrogatepass').write(text)\n"
+    "open('/tmp/main.py','w',encoding='utf-8',errors='surrogatepass').write(job['code'])\n"
+    "os.dup2(os.open(os.devnull,os.O_RDONLY),0)\n"
+    "os.execv(sys.executable,[sys.executable,'-I','/tmp/main.py'])\n"
 )
+_CLEANUP = ["sh", "-c", "kill -9 -1; rm -rf /work/* /work/.[!.]* /tmp/*"]
+_GRACE_S = 5.0  # beyond the wall clock, for the exec's own start and end
+_FRAME_HEADER = 8  # an attached exec's output: [stream, 0, 0, 0, size (4 bytes, big-endian)] then the bytes
 
 
 def docker_available(timeout: float = 2.0) -> bool:
@@ -57,18 +67,38 @@ class DockerSandbox(Sandbox):
         client: a ``docker.DockerClient`` (default: ``docker.from_env()``).
 
     The container starts on the first :meth:`run`; :meth:`close` removes it.
+    Concurrent runs take turns: they share the container, and each run's
+    cleanup kills every process in it. A process forked from the owner starts
+    a container of its own and never touches the owner's.
     """
 
     def __init__(self, limits: SandboxLimits | None = None, *, image: str = "python:3.11-slim", client: Any = None):
         self.limits = limits or SandboxLimits()
         self.image = image
         self._client = client
+        self._own_client = client is None
         self._container: Any = None
+        self._owner_pid = os.getpid()
+        self._start_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+
+    def _leave_parent_container(self) -> None:
+        """In a process forked from the owner: a container (and a connection) of its own, new locks."""
+        if os.getpid() == self._owner_pid:
+            return
+        self._container = None
+        if self._own_client:  # its connection pool's sockets are the parent's
+            self._client = None
+        self._start_lock, self._run_lock = threading.Lock(), threading.Lock()
         self._owner_pid = os.getpid()
 
     def _ensure(self) -> Any:
-        if self._container is not None:
+        with self._start_lock:  # two first runs at once must not start two containers
+            if self._container is None:
+                self._container = self._start_container()
             return self._container
+
+    def _start_container(self) -> Any:
         try:
             import docker
         except ImportError as err:
@@ -86,60 +116,138 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"the image {self.image!r} is not present locally and is never pulled at run time: "
                                f"run `docker pull {self.image}` first") from err
         limits = self.limits
-        self._container = self._client.containers.run(
+        return self._client.containers.run(
             self.image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=True,
             mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m", pids_limit=limits.max_processes,
             tmpfs={"/work": "size=64m,mode=1777", "/tmp": "size=16m,mode=1777"}, user="65534:65534",
             cap_drop=["ALL"], security_opt=["no-new-privileges"], working_dir="/work", environment={},
             labels={"llmgym": "sandbox"},
         )
-        return self._container
 
     def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
         limits = limits or self.limits
         files = check_files(files)
+        self._leave_parent_container()
         try:
             container = self._ensure()
         except SandboxError as err:
             return ExecutionResult(error=f"sandbox unavailable: {err}")
         except Exception as err:  # noqa: BLE001  engine gone, image missing: an error result, not a crash
             return ExecutionResult(error=f"sandbox unavailable: {type(err).__name__}: {err}")
-        job = base64.b64encode(json.dumps({"code": code, "files": files}).encode()).decode()
+        job = json.dumps({"code": code, "files": files}).encode()
+        with self._run_lock:  # one program at a time: a run's cleanup kills everything in the container
+            try:
+                return self._run_in(container, job, limits)
+            except Exception as exc:  # noqa: BLE001
+                return ExecutionResult(error=f"sandbox failure: {type(exc).__name__}: {exc}")
+            finally:
+                try:
+                    container.exec_run(_CLEANUP)
+                except Exception:  # noqa: BLE001  container gone: nothing left to clean
+                    pass
+
+    def _run_in(self, container: Any, job: bytes, limits: SandboxLimits) -> ExecutionResult:
         cpu = max(1, int(limits.cpu_time_s + 0.999))
         script = (
-            f"ulimit -t {cpu} -f {limits.file_size_mb * 2048} -v {limits.memory_mb * 1024}; "
-            f'exec timeout -s KILL {limits.wall_time_s:g} python -I -c "$0" "$1"'
+            f"ulimit -t {_ulimit(cpu)} -f {_ulimit(int(limits.file_size_mb) * 2048)} "
+            f"-v {_ulimit(int(limits.memory_mb) * 1024)}; "
+            f'exec timeout -s KILL {min(limits.wall_time_s, 1e7):g} python -I -c "$0"'
         )
+        api = self._client.api
+        exec_id = api.exec_create(container.id, ["sh", "-c", script, _BOOTSTRAP], stdin=True, workdir="/work",
+                                  environment={})["Id"]
         start = time.monotonic()
-        try:
-            exit_code, (out, err) = container.exec_run(
-                ["sh", "-c", script, _BOOTSTRAP, job], workdir="/work", demux=True, environment={})
-        except Exception as exc:  # noqa: BLE001
-            return ExecutionResult(error=f"sandbox failure: {type(exc).__name__}: {exc}")
-        duration = time.monotonic() - start
-        container.exec_run(["sh", "-c", "kill -9 -1; rm -rf /work/* /work/.[!.]* /tmp/*"])
-        out, err = out or b"", err or b""
+        attached = api.exec_start(exec_id, socket=True)
+        sock = getattr(attached, "_sock", attached)  # docker-py hands back a SocketIO over a unix socket
         cap = limits.max_output_bytes
-        timed_out = exit_code in (124, 137) and duration >= 0.9 * limits.wall_time_s
+        deadline = start + limits.wall_time_s + _GRACE_S
+        try:
+            sock.settimeout(min(limits.wall_time_s + _GRACE_S, 3600.0))
+            try:
+                sock.sendall(b"%d\n" % len(job) + job)
+            except OSError:  # the bootstrap stopped reading (a bad file name): its error is in the output
+                pass
+            out, err, overflow, waited_out = _read_output(sock, cap, deadline)
+        finally:
+            for stream in (attached, sock):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        duration = time.monotonic() - start
+        if overflow or waited_out:  # the program may still run: stop it before asking for its status
+            container.exec_run(_CLEANUP)
+        exit_code = _exit_code(api, exec_id)
+        timed_out = waited_out or (exit_code in (124, 137) and duration >= 0.9 * limits.wall_time_s)
         if exit_code is not None and exit_code > 128:  # timeout and sh report "killed by signal N" as 128 + N
             exit_code = -(exit_code - 128)
         result = ExecutionResult(
-            stdout=out[:cap].decode("utf-8", "replace"), stderr=err[:cap].decode("utf-8", "replace"),
-            exit_code=exit_code, timed_out=timed_out, output_truncated=len(out) > cap or len(err) > cap, duration_s=duration,
+            stdout=bytes(out[:cap]).decode("utf-8", "replace"), stderr=bytes(err[:cap]).decode("utf-8", "replace"),
+            exit_code=exit_code, timed_out=timed_out and not overflow, output_truncated=overflow, duration_s=duration,
         )
         result.error = describe_failure(result, limits)
+        if exit_code is None and not result.error:
+            result.error = "sandbox failure: the engine did not report how the program ended"
         return result
 
     def isolation(self) -> dict[str, Any]:
         return {"backend": "docker", "uid_drop": True, "network_isolated": True, "private_tmp": True,
-                "process_limit": True, "can_signal_caller": False, "read_only_root": True}
+                "process_limit": True, "can_signal_caller": False, "read_only_root": True, "processes_hidden": True}
 
     def close(self) -> None:
-        container, self._container = self._container, None
-        if container is not None and os.getpid() == self._owner_pid:  # a forked copy must not remove the parent's
+        self._leave_parent_container()  # a forked copy must not remove the parent's container
+        with self._start_lock:
+            container, self._container = self._container, None
+        if container is not None:
             try:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001  already gone
                 pass
+
+
+def _ulimit(value: int) -> str:
+    """A ``ulimit`` argument; a finite but huge limit means none (more overflows the shell or the kernel)."""
+    return str(value) if value < 1 << 32 else "unlimited"
+
+
+def _read_output(sock: Any, cap: int, deadline: float) -> tuple[bytearray, bytearray, bool, bool]:
+    """Demultiplex an attached exec's stdout and stderr until it ends, a stream passes ``cap``, or ``deadline``.
+
+    Returns ``(stdout, stderr, over the cap, deadline passed)``; nothing past the cap is read.
+    """
+    streams = {1: bytearray(), 2: bytearray()}
+    pending = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return streams[1], streams[2], False, True
+        sock.settimeout(min(remaining, 3600.0))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return streams[1], streams[2], False, True
+        if not chunk:
+            return streams[1], streams[2], False, False
+        pending += chunk
+        while len(pending) >= _FRAME_HEADER:
+            size = int.from_bytes(pending[4:_FRAME_HEADER], "big")
+            if len(pending) < _FRAME_HEADER + size:
+                break
+            stream = streams.get(pending[0])
+            if stream is not None:
+                stream += pending[_FRAME_HEADER:_FRAME_HEADER + size]
+                if len(stream) > cap:
+                    return streams[1], streams[2], True, False
+            del pending[:_FRAME_HEADER + size]
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    """The exec's exit status; its end can reach the engine's books a moment after its output closes."""
+    for _ in range(200):
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running"):
+            return info.get("ExitCode")
+        time.sleep(0.01)
+    return None

@@ -17,7 +17,9 @@ What is enforced (see :meth:`SubprocessSandbox.isolation` at runtime):
   ``RLIMIT_NPROC`` holds (root ignores it), the program cannot signal the
   caller or read its ``/proc/PID/environ``, and cannot write where that uid
   has no permission; a private network namespace (no network at all); empty
-  tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``; llmgym's own sources hidden.
+  tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``; llmgym's own sources hidden;
+  a ``/proc`` that lists only the program's own processes (no command line of
+  another process, e.g. an API key in the caller's arguments, is readable).
 * not as root: no network isolation, no process-count limit, and the
   program runs as the caller's user (it can signal the caller's processes
   and write wherever that user can). Use the Docker backend there.
@@ -50,6 +52,8 @@ _WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHO
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _GRACE_S = 5.0
 _START_TIMEOUT_S = 60.0
+_CLEANUP_TIMEOUT_S = 60.0  # a worker still removing the last run's files after this is replaced
+_LONGEST_WAIT_S = 3600.0  # one select() at most; a larger timeout overflows
 
 
 def _interpreter_paths() -> list[str]:
@@ -85,6 +89,8 @@ class _Worker:
     """One warm worker process and its JSON-lines pipe."""
 
     def __init__(self, python: str, config: dict[str, Any]):
+        self.owner_pid = os.getpid()
+        self.cleaning = False  # after a run the worker removes its files, then says {"clean": true}
         self.scratch = tempfile.mkdtemp(prefix="llmgym-sandbox-")
         os.chmod(self.scratch, 0o711)
         try:
@@ -109,13 +115,24 @@ class _Worker:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
         except (BrokenPipeError, OSError, ValueError):
             return None
+        return self._read_reply(timeout)
+
+    def settled(self) -> bool:
+        """Alive and done cleaning up after its last run (waiting for that up to ``_CLEANUP_TIMEOUT_S``)."""
+        if self.cleaning:
+            self.cleaning = False
+            if self._read_reply(_CLEANUP_TIMEOUT_S) != {"clean": True}:
+                return False
+        return self.alive()
+
+    def _read_reply(self, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(remaining):
+                if remaining <= 0 or not selector.select(min(remaining, _LONGEST_WAIT_S)):
                     return None
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
@@ -133,6 +150,8 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        if os.getpid() != self.owner_pid:  # a forked copy: the process, its uid and its scratch dir are the parent's
+            return
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, 9)
@@ -179,7 +198,9 @@ class SubprocessSandbox(Sandbox):
         isolate: use namespaces and the uid drop where the OS allows (``False`` only for debugging).
         python: the interpreter to run workers with.
 
-    No process starts until the first :meth:`run`.
+    No process starts until the first :meth:`run`. In a process forked from the
+    one that made it, the sandbox starts workers of its own and never uses,
+    signals or deletes the parent's.
 
     Example:
         >>> with SubprocessSandbox(SandboxLimits(wall_time_s=5)) as sandbox:
@@ -225,8 +246,21 @@ class SubprocessSandbox(Sandbox):
         self._isolation = worker.isolation
         return worker
 
+    def _leave_parent_workers(self) -> None:
+        """In a process forked from the owner: forget the owner's workers (never use, signal or delete them).
+
+        New locks too: another thread of the parent may have held one at the fork.
+        """
+        if os.getpid() == self._owner_pid:
+            return
+        self._idle = []  # dropping the handles only closes this process's copies of their pipes
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.pool_size)
+        self._owner_pid = os.getpid()
+
     def start(self) -> None:
         """Start the pool's workers now rather than on the first run."""
+        self._leave_parent_workers()
         with self._lock:
             while len(self._idle) < self.pool_size and self.warm:
                 self._idle.append(self._new_worker())
@@ -238,22 +272,30 @@ class SubprocessSandbox(Sandbox):
             raise TypeError(f"code must be str, got {type(code).__name__}")
         limits = limits or self.limits
         request = {"code": code, "files": check_files(files), "limits": _limits_dict(limits)}
+        self._leave_parent_workers()
         with self._slots:
             with self._lock:
                 worker = self._idle.pop() if self._idle else None
             try:
-                if worker is None or not worker.alive():
-                    if worker is not None:
-                        worker.kill()
+                if worker is not None and not worker.settled():  # died, or stuck cleaning up after its last run
+                    worker.kill()
+                    worker = None
+                    self.restarts += 1
+                if worker is None:
                     worker = self._new_worker()
             except SandboxError as err:
                 return ExecutionResult(error=f"sandbox unavailable: {err}")
+            except BaseException:  # Ctrl-C while waiting for the cleanup
+                if worker is not None:
+                    worker.kill()
+                raise
             try:
                 reply = worker.exchange(request, limits.wall_time_s + _GRACE_S)
             except BaseException:  # Ctrl-C while waiting: the program must not run on unwatched
                 worker.kill()
                 raise
             worker.calls += 1
+            worker.cleaning = True
             healthy = reply is not None and "sandbox_error" not in reply and worker.alive()
             if healthy and self.warm and not self._closed:
                 with self._lock:
@@ -288,6 +330,7 @@ class SubprocessSandbox(Sandbox):
             "private_tmp": bool(report.get("private_tmp")),
             "read_only_root": bool(report.get("read_only_root")),
             "hidden_paths": report.get("hidden_paths", []),
+            "processes_hidden": bool(report.get("processes_hidden")),
             "process_limit": dropped or pidns,
             "can_signal_caller": not (dropped or pidns),
             "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE"] + (["RLIMIT_NPROC"] if dropped or pidns else []),
@@ -295,10 +338,9 @@ class SubprocessSandbox(Sandbox):
 
     def close(self) -> None:
         self._closed = True
+        self._leave_parent_workers()
         with self._lock:
             idle, self._idle = self._idle, []
-        if os.getpid() != self._owner_pid:
-            return  # a forked copy of this object: the workers belong to the parent process
         for worker in idle:
             worker.kill()
 
