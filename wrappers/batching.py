@@ -9,13 +9,24 @@ batched generation without knowing about batches.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 __all__ = ["MicroBatcher"]
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+
+@dataclass
+class _LoopQueue(Generic[Item, Result]):
+    """The waiting items of one event loop and the worker task that batches them."""
+
+    items: list[tuple[Item, asyncio.Future[Result]]] = field(default_factory=list)
+    full: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: asyncio.Task[None] | None = None
 
 
 class MicroBatcher(Generic[Item, Result]):
@@ -27,6 +38,11 @@ class MicroBatcher(Generic[Item, Result]):
     loop's own thread with ``inline=True``, and repeats while items are queued. ``prepare`` runs per item before batching, so a bad item
     fails alone; an exception from ``run_batch`` fails that batch's items only.
     Cancelled callers are dropped before their batch runs.
+
+    Several event loops may share one batcher (two rollouts in two threads on
+    one policy): each loop has its own queue and worker, so items are batched
+    with others of the same loop, and ``run_batch`` runs one batch at a time
+    over all loops (a model is rarely safe to call from two threads at once).
 
     Args:
         run_batch: maps a list of prepared items to a list of results, in order.
@@ -62,33 +78,48 @@ class MicroBatcher(Generic[Item, Result]):
         self.wait_ms = wait_ms
         self.prepare = prepare
         self.inline = inline
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._full = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
+        # One queue per event loop (futures and events belong to the loop that made them), while it has work.
+        self._queues: dict[asyncio.AbstractEventLoop, _LoopQueue[Item, Result]] = {}
+        self._queues_lock = threading.Lock()
+        self._run_lock = threading.Lock()
 
     async def submit(self, item: Item) -> Result:
         """Queue one item and wait for its result."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new event loop (e.g. another asyncio.run): start afresh
-            self._loop, self._queue, self._full, self._worker = loop, [], asyncio.Event(), None
+        with self._queues_lock:
+            queue = self._queues.get(loop)
+            if queue is None:
+                queue = self._queues[loop] = _LoopQueue()
         future: asyncio.Future[Result] = loop.create_future()
-        self._queue.append((item, future))
-        if len(self._queue) >= self.batch_size:
-            self._full.set()
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._run())
+        queue.items.append((item, future))
+        if len(queue.items) >= self.batch_size:
+            queue.full.set()
+        if queue.worker is None or queue.worker.done():  # done: cancelled before it ever ran
+            queue.worker = loop.create_task(self._run(loop, queue))
         return await future
 
-    async def _run(self) -> None:
-        while self._queue:
-            if len(self._queue) < self.batch_size:
-                self._full.clear()
+    def _locked_run_batch(self, prepared: list[Any]) -> list[Result]:
+        with self._run_lock:
+            return self.run_batch(prepared)
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, queue: _LoopQueue[Item, Result]) -> None:
+        try:
+            await self._drain(queue)
+        finally:  # nothing left to batch: forget the loop (asyncio.run makes a new one each time)
+            with self._queues_lock:
+                self._queues.pop(loop, None)
+            for _, future in queue.items:  # only when cancelled mid-way (the loop is shutting down)
+                future.cancel()
+
+    async def _drain(self, queue: _LoopQueue[Item, Result]) -> None:
+        while queue.items:
+            if len(queue.items) < self.batch_size:
+                queue.full.clear()
                 try:
-                    await asyncio.wait_for(self._full.wait(), self.wait_ms / 1000)
+                    await asyncio.wait_for(queue.full.wait(), self.wait_ms / 1000)
                 except asyncio.TimeoutError:
                     pass
-            batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
+            batch, queue.items = queue.items[: self.batch_size], queue.items[self.batch_size :]
             prepared: list[Any] = []
             futures: list[asyncio.Future[Result]] = []
             for item, future in batch:
@@ -104,9 +135,9 @@ class MicroBatcher(Generic[Item, Result]):
                 continue
             try:
                 if self.inline:
-                    results = self.run_batch(prepared)
+                    results = self._locked_run_batch(prepared)
                 else:
-                    results = await asyncio.to_thread(self.run_batch, prepared)
+                    results = await asyncio.to_thread(self._locked_run_batch, prepared)
                 if len(results) != len(prepared):  # a missing result would leave its caller waiting forever
                     raise RuntimeError(f"run_batch returned {len(results)} results for {len(prepared)} items")
             except Exception as err:  # noqa: BLE001  this batch's callers get the error; the worker goes on

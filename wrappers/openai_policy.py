@@ -16,8 +16,11 @@ native tool calling.
   (:func:`llmgym.policy.tool_protocol_prompt`) for the rest of the run.
 - For training it asks for ``logprobs`` and vLLM's ``return_token_ids`` /
   ``return_tokens_as_token_ids`` and fills :class:`~llmgym.policy.Generation`'s
-  token ids and log-probs from them; a server that rejects those extras is
-  asked without them from then on.
+  token ids and log-probs from them; a server that rejects those extras before
+  it has accepted them once is asked without them from then on. Without a
+  tokenizer the server re-renders the chat each turn, so the generations say
+  ``prefix_reused=False`` and a multi-turn rollout keeps no token record
+  (``metadata["token_ids_dropped"]``) when the re-rendered ids differ.
 - Token-exact mode: given the served model's ``tokenizer=``, the policy renders
   prompts itself with :class:`~llmgym.wrappers.prompting.ChatPrompter` (the
   local policies' prompter: ``prefix_token_ids`` plus the new turns) and sends
@@ -38,9 +41,9 @@ import time
 from typing import Any
 
 from llmgym.messages import Message
-from llmgym.parsing import parse_text_tool_calls, text_protocol_content
+from llmgym.parsing import parse_text_tool_calls
 from llmgym.policy import Generation, Policy, PolicyRequest, tool_protocol_prompt
-from llmgym.wrappers.prompting import ChatPrompter, Prompt, eos_token_ids, hf_chat_prompter
+from llmgym.wrappers.prompting import ChatPrompter, Prompt, eos_token_ids, hf_chat_prompter, text_protocol_message
 from llmgym.wrappers.thinking import split_thinking
 
 __all__ = ["OpenAIPolicy", "to_text_protocol"]
@@ -64,7 +67,7 @@ class OpenAIPolicy(Policy):
             first and falls back to text when the server rejects tools.
         return_tokens: ask for token ids and log-probs (vLLM extras plus
             ``logprobs=True``); ``None`` asks and stops asking if the server
-            rejects them, ``False`` never asks.
+            rejects them before it has ever accepted them, ``False`` never asks.
         max_concurrency: most requests in flight at once, over all servers.
         timeout: seconds before one HTTP attempt times out.
         max_retries: retries per request (exponential backoff, honouring
@@ -279,12 +282,18 @@ class OpenAIPolicy(Policy):
                 raise
         if native and self.native_tools is None:
             self.native_tools = True
+        if want_tokens and self.return_tokens is None:  # accepted once: a later 400 is that request's own fault
+            self.return_tokens = True
         generation = _read_response(response, text_protocol=bool(request.tools) and not native)
         generation.metadata.update({
             "model": response.model or self.model,
             "base_url": self.base_urls[index],
             "latency_s": time.perf_counter() - started,
             "native_tools": native,
+            # The chat API has no field for prefix_token_ids: the server re-renders the chat, so its prompt ids
+            # need not continue the previous turn's (the rollout then drops the token record, not the run).
+            "prefix_reused": False,
+            "token_exact": False,
         })
         return generation
 
@@ -347,7 +356,9 @@ def to_text_protocol(messages: list[Message], tools: list[dict[str, Any]]) -> li
     The tool descriptions join the system prompt; earlier native tool calls
     become ``<tool_call>`` blocks in the assistant text, and ``tool`` results
     become user turns wrapped in ``<tool_response>`` (the convention of
-    Qwen-style templates), so any chat template can render the chat.
+    Qwen-style templates), so any chat template can render the chat. The local
+    policies show a chat to a template without tool support the same way
+    (:func:`~llmgym.wrappers.prompting.text_protocol_message`).
 
     Example:
         >>> tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
@@ -362,15 +373,8 @@ def to_text_protocol(messages: list[Message], tools: list[dict[str, Any]]) -> li
         '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'
     """
     protocol = tool_protocol_prompt(tools)
-    out: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant" and message.get("tool_calls"):
-            out.append({"role": "assistant", "content": text_protocol_content(message)})
-        elif role == "tool":
-            out.append({"role": "user", "content": f"<tool_response>\n{message.get('content', '')}\n</tool_response>"})
-        else:
-            out.append(dict(message))
+    # The server's template is unknown: tool results go as user turns, which every template renders.
+    out: list[Message] = [dict(text_protocol_message(message, tool_role=False)) for message in messages]
     if out and out[0].get("role") == "system":
         out[0]["content"] = f"{out[0].get('content') or ''}\n\n{protocol}".strip()
     else:

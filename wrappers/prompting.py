@@ -3,22 +3,25 @@
 Holds :class:`ChatPrompter` (requests to prompt token ids for one chat
 template and tokenizer, used by every local policy; :func:`hf_chat_prompter`
 builds one for a transformers tokenizer), :func:`prepare_messages` (OpenAI
-messages made safe for a chat template, with the text tool-call protocol
-injected into the system message when the template has no tool support),
+messages made safe for a chat template; when the template has no tool support,
+the text tool-call protocol joins the system message and earlier tool calls and
+results are written in it, see :func:`text_protocol_message`),
 :func:`continuation_text` (the text to append to ``prefix_token_ids`` for the
 messages added since the last generation), :func:`template_supports_tools`,
-:func:`check_request` and :func:`eos_token_ids`.
+:func:`template_has_tool_role`, :func:`check_request` and :func:`eos_token_ids`.
 
 Token-exact continuation, the method: let *k* be the last assistant message.
-Its content is replaced by a sentinel and the template is rendered twice, on
-``messages[:k+1]`` (*head*) and on all messages with the generation prompt
-(*full*). ``full[len(head):]`` is the text of the new messages; the text after
-the sentinel in *head* is the template's closing glue after an assistant turn
-(``<|im_end|>\\n``), minus the end-of-turn token the model generated itself.
-Limits: the template must render earlier turns the same whatever follows
-(true of common templates once the assistant content is the sentinel; templates
-that rewrite earlier turns are detected and :func:`continuation_text` returns
-``None``); the prefix is trusted to hold exactly the earlier turns.
+Its content is replaced by a sentinel and the template is rendered on all
+messages with the generation prompt. The text after the sentinel is the
+template's closing glue after an assistant turn (``<|im_end|>\\n``), minus the
+end-of-turn token the model generated itself, then the new messages. What the
+template renders *before* the sentinel does not matter: the prefix holds those
+turns as the model saw and wrote them, so templates that render earlier turns
+differently once more follow (Qwen3 shows ``<think>`` only after the last user
+message) are continued too. Limits: the template must still render the last
+assistant turn's content once more messages follow (one that drops it is
+detected: :func:`continuation_text` returns ``None``); the prefix is trusted to
+hold exactly the earlier turns.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgym.messages import Message
+from llmgym.parsing import text_protocol_content
 from llmgym.policy import PolicyRequest, SamplingParams, tool_protocol_prompt
 from llmgym.wrappers.thinking import prompt_opens_thinking
 
@@ -41,6 +45,8 @@ __all__ = [
     "eos_token_ids",
     "check_request",
     "template_supports_tools",
+    "template_has_tool_role",
+    "text_protocol_message",
     "prepare_messages",
     "last_assistant_index",
     "continuation_text",
@@ -51,6 +57,7 @@ Render = Callable[[list[Message], bool], str]
 
 _SENTINEL = "LLMGYMASSISTANTTURN7F3A"
 _TOOLS_VARIABLE = re.compile(r"\btools\b")
+_TOOL_ROLE = re.compile(r"""(["'])tool\1""")
 
 
 def template_supports_tools(template: str | None) -> bool:
@@ -65,17 +72,70 @@ def template_supports_tools(template: str | None) -> bool:
     return bool(template) and bool(_TOOLS_VARIABLE.search(template))
 
 
-def prepare_messages(messages: list[Message], tools: list[dict[str, Any]], native_tools: bool) -> list[Message]:
+def template_has_tool_role(template: str | None) -> bool:
+    """Whether a Jinja chat template handles ``tool`` messages itself (it names the role).
+
+    A template that prints any role as it comes (SmolLM2's ChatML) renders a
+    ``tool`` turn too, but one its model was never shown.
+
+    Example:
+        >>> template_has_tool_role("{{ '<|im_start|>' + m.role + '\\n' }}")
+        False
+        >>> template_has_tool_role("{% if m.role == 'tool' %}<tool_response>{% endif %}")
+        True
+    """
+    return bool(template) and bool(_TOOL_ROLE.search(template))
+
+
+def text_protocol_message(message: Message, tool_role: bool = False) -> Message:
+    """One message as a template without tool support should show it.
+
+    An assistant message's native ``tool_calls`` become ``<tool_call>`` blocks in
+    its content (what :func:`~llmgym.policy.tool_protocol_prompt` asks the model to
+    write); a ``tool`` result becomes a user turn wrapped in ``<tool_response>``
+    (Qwen's convention) unless ``tool_role`` says the template renders tool
+    messages itself. Anything else is returned as it is.
+
+    Example:
+        >>> call = {"id": "c0", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}}
+        >>> text_protocol_message({"role": "assistant", "content": None, "tool_calls": [call]})
+        {'role': 'assistant', 'content': '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'}
+        >>> text_protocol_message({"role": "tool", "tool_call_id": "c0", "content": "CRANE x x G x x"})
+        {'role': 'user', 'content': '<tool_response>\\nCRANE x x G x x\\n</tool_response>'}
+    """
+    role = message.get("role")
+    if role == "assistant" and message.get("tool_calls"):
+        shown = {key: value for key, value in message.items() if key != "tool_calls"}
+        shown["content"] = text_protocol_content(message)
+        return shown
+    if role == "tool" and not tool_role:
+        return {"role": "user", "content": f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"}
+    return message
+
+
+def prepare_messages(
+    messages: list[Message], tools: list[dict[str, Any]], native_tools: bool, tool_role: bool = False
+) -> list[Message]:
     """Copy messages into a form every chat template accepts.
 
     ``None`` content becomes ``""`` and OpenAI content parts become their
-    text; without native tool support the text
-    tool-call protocol (:func:`~llmgym.policy.tool_protocol_prompt`) is
-    appended to the system message (one is added when there is none).
+    text. Without native tool support the text tool-call protocol
+    (:func:`~llmgym.policy.tool_protocol_prompt`) is appended to the system
+    message (one is added when there is none), and earlier tool calls and
+    results are written in it (:func:`text_protocol_message`), so the model
+    sees its own calls the way it was asked to write them.
+
+    Args:
+        messages: OpenAI chat messages.
+        tools: the tools offered.
+        native_tools: the template renders tools and tool calls itself.
+        tool_role: the template renders ``tool`` messages itself
+            (:func:`template_has_tool_role`); only read without native tools.
 
     Raises:
-        ValueError: a message is not a dict with a string ``role``, or its
-            content is neither text nor content parts.
+        ValueError: a message is not a dict with a string ``role``, its
+            content is neither text nor content parts, or (without native
+            tools) one of its ``tool_calls`` has no name or no JSON-object arguments.
 
     Example:
         >>> tools = [{"type": "function", "function": {"name": "guess", "parameters": {}}}]
@@ -97,6 +157,11 @@ def prepare_messages(messages: list[Message], tools: list[dict[str, Any]], nativ
             )
         elif not isinstance(content, str):
             raise ValueError(f"message {index} content must be a string or a list of content parts")
+        if not native_tools:
+            try:
+                message = text_protocol_message(message, tool_role)
+            except ValueError as err:
+                raise ValueError(f"message {index}: {err}") from err
         prepared.append(message)
     if tools and not native_tools:
         protocol = tool_protocol_prompt(tools)
@@ -127,7 +192,8 @@ def continuation_text(render: Render, messages: list[Message], generated_end: st
 
     Returns:
         The text to tokenize and append to the prefix, or ``None`` when the
-        template renders the earlier turns differently once more messages follow.
+        template does not render the last assistant turn's content once more
+        messages follow (so there is no place to continue from).
 
     Raises:
         ValueError: no assistant message (a prefix needs one).
@@ -146,15 +212,15 @@ def continuation_text(render: Render, messages: list[Message], generated_end: st
         raise ValueError("prefix_token_ids was given but the messages hold no assistant turn for it to end with")
     marked = list(messages)
     marked[k] = {"role": "assistant", "content": _SENTINEL}
-    head = render(marked[: k + 1], False)
     full = render(marked, True)
-    at = head.rfind(_SENTINEL)
-    if at < 0 or not full.startswith(head):
+    if full.count(_SENTINEL) != 1:
         return None
-    closing = head[at + len(_SENTINEL):]
-    if generated_end and closing.startswith(generated_end):
-        closing = closing[len(generated_end):]
-    return closing + full[len(head):]
+    # Only what follows the sentinel: earlier turns may render otherwise now (Qwen3 drops <think> before the last
+    # user message), but the prefix already holds them as they were.
+    rest = full[full.index(_SENTINEL) + len(_SENTINEL):]
+    if generated_end and rest.startswith(generated_end):
+        rest = rest[len(generated_end):]
+    return rest
 
 
 def check_request(request: PolicyRequest) -> None:
@@ -211,6 +277,9 @@ class ChatPrompter:
         eos_ids: the tokens that end a turn.
         vocab_size: token ids must be below it.
         native_tools: pass tools to the template rather than the text protocol.
+        tool_role: without native tools, the template renders ``tool`` messages
+            itself (else they become ``<tool_response>`` user turns, see
+            :func:`text_protocol_message`).
     """
 
     def __init__(
@@ -221,6 +290,7 @@ class ChatPrompter:
         eos_ids: set[int],
         vocab_size: int,
         native_tools: bool,
+        tool_role: bool = False,
     ) -> None:
         self._render = render
         self.encode = encode
@@ -228,6 +298,7 @@ class ChatPrompter:
         self.eos_ids = eos_ids
         self.vocab_size = vocab_size
         self.native_tools = native_tools
+        self.tool_role = tool_role
 
     def renderer(self, tools: list[dict[str, Any]]) -> Render:
         """The template with this request's tools bound (``None`` unless native tools are used)."""
@@ -237,11 +308,14 @@ class ChatPrompter:
     def prepare(self, request: PolicyRequest) -> Prompt:
         """The prompt for a request: the rendered chat, or ``prefix_token_ids`` plus the new turns.
 
+        When the template cannot be continued (:func:`continuation_text` gives
+        ``None``) the whole chat is rendered and ``prefix_reused`` is false.
+
         Raises:
             TypeError / ValueError: a malformed request or prefix.
         """
         check_request(request)
-        messages = prepare_messages(request.messages, request.tools, self.native_tools)
+        messages = prepare_messages(request.messages, request.tools, self.native_tools, self.tool_role)
         render = self.renderer(request.tools)
         prefix = request.prefix_token_ids
         if prefix is not None:
@@ -295,6 +369,7 @@ def hf_chat_prompter(tokenizer: Any, chat_template: str | None, native_tools: bo
         eos_ids=eos_ids,
         vocab_size=len(tokenizer),
         native_tools=template_supports_tools(template) if native_tools is None else native_tools,
+        tool_role=template_has_tool_role(template),
     )
 
 
