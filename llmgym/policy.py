@@ -76,7 +76,11 @@ class Generation:
         logprobs: the log-prob of each generated token under the sampling policy.
         finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``, or ``"abort"`` (the policy's ``abort`` event ended it).
         thinking_tokens: how many generated tokens were reasoning (``<think>``).
-        metadata: backend details (model name, latency...).
+        metadata: backend details (model name, latency...). Keys the rollout reads:
+            ``prefix_reused`` (``False``: the prompt was rendered afresh, so its ids need not
+            extend the previous turn's; a mismatch then drops the episode's token record
+            instead of raising), ``forced_positions`` (indices into ``token_ids`` the
+            policy forced, such as a thinking-budget close: mask 0 in the episode).
     """
 
     message: Message

@@ -108,11 +108,11 @@ def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False,
     if episode.token_ids and not retokenize:
         check_tokens(episode, max_length, vocab_size=len(tokenizer))
         return episode
-    from llmgym.wrappers.prompting import prepare_messages, template_supports_tools
+    from llmgym.wrappers.prompting import prepare_messages, template_has_tool_role, template_supports_tools
 
     template = tokenizer.chat_template
     native = template_supports_tools(template)
-    messages = prepare_messages(chat_messages(episode), episode.tools, native)
+    messages = prepare_messages(chat_messages(episode), episode.tools, native, template_has_tool_role(template))
 
     def render(upto: int, generation_prompt: bool) -> str:
         return tokenizer.apply_chat_template(messages[:upto], tools=episode.tools if native and episode.tools else None,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.wrappers.prompting import ChatPrompter, Prompt, template_supports_tools
+from llmgym.wrappers.prompting import ChatPrompter, Prompt, template_has_tool_role, template_supports_tools
 from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinking
 
 __all__ = ["LlamaCppPolicy"]
@@ -171,6 +171,7 @@ class LlamaCppPolicy(Policy):
             eos_ids=self.eos_ids,
             vocab_size=self.n_vocab,
             native_tools=template_supports_tools(self.chat_template) if native_tools is None else native_tools,
+            tool_role=template_has_tool_role(self.chat_template),  # as hf_chat_prompter: tool results in their own role
         )
         self.native_tools = self.prompter.native_tools
         self.forced_close = self.tokenize(FORCED_CLOSE)
