@@ -28,9 +28,14 @@ frames all leave tests without a correct result; a result line that is
 missing or malformed fails. The tests are not files the program can read or
 edit: llmgym's sources, where the hand-written tests live, are hidden inside
 the sandbox. Special-casing the visible examples fails, because the hidden
-inputs are drawn apart from them (never equal to one). A ``pass`` body
-returns None. The visible pass rate pays nothing, so fitting the examples
-is worth nothing by itself. ``tests/envs/test_code_tests.py`` checks that
+inputs are drawn apart from them (never equal to one). Memorising examples
+across episodes fails too: every problem, hand-written ones included, draws
+its inputs fresh from the episode's rng (a table of 400 episodes' examples
+scores about 0.06 on new seeds). A ``pass`` body returns None, which passes
+only the tests whose answer is None: ``kth_largest`` on a list with fewer than
+k distinct values, about 0.18 of that family's hidden tests on average (up to
+0.58), about 0.02 over ``mixed`` problems. The visible pass rate pays nothing,
+so fitting the examples is worth nothing by itself. ``tests/envs/test_code_tests.py`` checks that
 such policies score far below the scripted honest solver.
 """
 
@@ -56,10 +61,10 @@ class CodeTestsEnv(LLMEnv):
 
     Args:
         source: ``"generated"``, ``"handwritten"`` or ``"mixed"`` problems.
-        n_hidden: hidden tests per problem (hand-written problems have fewer).
+        n_hidden: hidden tests per problem.
         max_turns: turn budget.
         sandbox_backend: ``"subprocess"``, ``"docker"`` or ``"auto"``.
-        per_test_timeout_s: time one test may take.
+        per_test_timeout_s: time one test may take (by a clock the solution cannot stop or change).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
     Sandboxes (warm pools shared by the process's CodeTests envs, one for the

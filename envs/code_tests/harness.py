@@ -3,7 +3,9 @@
 Holds :func:`grading_program` (the program sent to the sandbox) and
 :func:`grade` (run it and compare on the host). The design keeps every
 expected output out of the sandbox: the program receives only the inputs,
-calls the candidate function on each under a per-test alarm, and writes each
+calls the candidate function on each under a per-test alarm (a test that
+took longer by ``time.monotonic``, bound before the solution loads, counts as
+timed out even when the solution ignored the alarm), and writes each
 return value as JSON on a line tagged with a random nonce. The host then
 compares those values with the reference outputs. So a candidate that exits
 early, prints "passed", patches builtins, or reads the harness's frames
@@ -23,15 +25,15 @@ from llmgym.sandbox import ExecutionResult, Sandbox
 __all__ = ["CaseOutcome", "GradeReport", "grading_program", "grade"]
 
 _TEMPLATE = '''\
-import json as _json, os as _os, signal as _signal
+import json as _json, os as _os, signal as _signal, time as _time
 _out, _write, _dumps, _setitimer = _os.dup(1), _os.write, _json.dumps, _signal.setitimer
+_monotonic, _install = _time.monotonic, _signal.signal
 def _emit(text):
     _write(_out, (text + "\\n").encode("utf-8", "replace"))
 class _Timeout(BaseException):
     pass
 def _on_alarm(signum, frame):
     raise _Timeout("test took longer than {per_test_s} s")
-_signal.signal(_signal.SIGALRM, _on_alarm)
 _NONCE = {nonce!r}
 _CASES = _json.loads({cases!r})
 _namespace = {{"__name__": "solution"}}
@@ -48,9 +50,13 @@ except BaseException as _error:
     _os._exit(0)
 for _index, _args in enumerate(_CASES):
     try:
+        _install(_signal.SIGALRM, _on_alarm)  # again per test: the solution may have ignored the alarm
+        _started = _monotonic()
         _setitimer(_signal.ITIMER_REAL, {per_test_s})
         _value = _function(*_args)
         _setitimer(_signal.ITIMER_REAL, 0)
+        if _monotonic() - _started > {per_test_s}:  # the alarm is the fast path; this clock decides
+            raise _Timeout("test took longer than {per_test_s} s")
         _emit(_NONCE + " " + str(_index) + " ok " + _dumps(_value))
     except BaseException as _error:
         _setitimer(_signal.ITIMER_REAL, 0)

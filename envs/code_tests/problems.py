@@ -201,6 +201,7 @@ def _generated(rng: np.random.Generator, n_visible: int, n_hidden: int) -> CodeP
     return CodeProblem(family.function, family.function, _with_examples(spec, family.function, visible), visible, hidden)
 
 
+_HANDWRITTEN_EDGES = 3  # fixed edge-case inputs among a hand-written problem's hidden tests
 _CANDIDATES = 120  # inputs drawn per problem to choose the visible examples from
 
 
@@ -275,8 +276,20 @@ def make_problem(rng: np.random.Generator, source: str = "mixed", n_visible: int
     if not handwritten:
         return _generated(rng, n_visible, n_hidden)
     entry = HANDWRITTEN[int(rng.integers(len(HANDWRITTEN)))]
-    cases = [(list(args), normalize(entry.reference(*args))) for args in entry.inputs]
-    order = rng.permutation(len(cases))
-    visible = [cases[i] for i in order[:n_visible]]
-    hidden = [cases[i] for i in order[n_visible:]]
-    return CodeProblem(entry.function, entry.function, _with_examples(entry.spec, entry.function, visible), visible, hidden)
+    # Fresh inputs from the episode's rng, plus a few fixed edge cases that are never shown: a table of
+    # past episodes' examples cannot cover the hidden tests.
+    edges = [list(entry.inputs[int(i)]) for i in rng.permutation(len(entry.inputs))[:_HANDWRITTEN_EDGES]]
+    seen: set[str] = set()
+    visible: list[list[Any]] = []
+    hidden: list[list[Any]] = []
+    for _ in range((n_visible + n_hidden) * 20):
+        if len(visible) == n_visible and len(hidden) == n_hidden:
+            break
+        args = edges.pop() if len(visible) == n_visible and edges else list(entry.make_input(rng))
+        if json.dumps(args) not in seen:  # the hidden tests are never the visible ones, nor repeated
+            seen.add(json.dumps(args))
+            (visible if len(visible) < n_visible else hidden).append(args)
+    visible_cases = [(args, normalize(entry.reference(*args))) for args in visible]
+    hidden_cases = [(args, normalize(entry.reference(*args))) for args in hidden]
+    return CodeProblem(entry.function, entry.function, _with_examples(entry.spec, entry.function, visible_cases),
+                       visible_cases, hidden_cases)

@@ -33,9 +33,9 @@ one) is wrong, so neither listing every name nor a short hedge ("Keltia
 Varonia Dorunia" for a question with three possible countries) pays.
 
 How it could be gamed, and why that does not pay: reading every passage to
-farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of ~80
-reads; stuffing the answer with many candidates fails the length rule;
-a short hedge naming two or more candidates is wrong; guessing a name from the
+farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of the 56
+reads (8 cities, 14 people and 6 organisations, two passages each); stuffing
+the answer with many candidates fails the length rule; a short hedge naming two or more candidates is wrong; guessing a name from the
 question is wrong. ``tests/envs/test_wiki_search.py``
 checks that such policies score clearly below the scripted honest solver.
 """
