@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 __all__ = ["Episode", "save_jsonl", "load_jsonl", "iter_jsonl", "JSONLWriter", "LOGPROB_FLOOR", "floor_logprobs"]
 
 #: What a log-prob that is not a finite number (``-inf`` for a token the policy gave probability 0)
@@ -170,12 +172,17 @@ def _dumps(data: dict[str, Any]) -> str:
     return text
 
 
-def _number(value: Any) -> int | float | None:
-    """What ``json`` calls for a type it does not know: a numpy scalar (``np.float32``) becomes a plain number.
+def _number(value: Any) -> bool | int | float | list[Any] | None:
+    """What ``json`` calls for a type it does not know: a numpy scalar (``np.float32``, ``np.bool_``)
+    becomes a plain value, a numpy array a (nested) list.
 
     Raises:
-        TypeError: ``value`` is not a number.
+        TypeError: ``value`` is not a number, a numpy bool or a numpy array.
     """
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return _finite(value.tolist())
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):

@@ -10,7 +10,7 @@ A plugin that fails to load gives a warning naming it and never breaks
 from __future__ import annotations
 
 import difflib
-import importlib
+import sys
 import warnings
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -23,12 +23,20 @@ __all__ = ["register", "load_plugins", "list_envs", "describe", "close_matches",
 ENTRY_POINT_GROUP = "llmgym.envs"
 
 _descriptions: dict[str, str] = {}
-_plugin_ids: dict[str, str] = {}
-_loaded = False
+_plugin_ids: dict[str, str] = {}  # env id -> name of the plugin that registered it
+_pending: dict[tuple[str, str], EntryPoint] = {}  # plugins still to run (new, failed, or half-imported)
+_done: set[tuple[str, str]] = set()  # (name, value) of the plugins that ran
+_warned: dict[str, str] = {}  # plugin name -> the failure last warned about
+_scanned = False
+_running = False
+_current_plugin: str | None = None  # the plugin running now, named in conflict warnings
 
 
 def register(id: str, entry_point: str, description: str = "", **kwargs: Any) -> None:
     """Register an environment with Gymnasium and remember its description.
+
+    An id already registered is kept: the same ``entry_point`` again does nothing,
+    another one gets a ``RuntimeWarning`` (naming the plugin, when a plugin is running).
 
     Args:
         id: a versioned id, ``namespace/Name-vN``.
@@ -49,47 +57,105 @@ def register(id: str, entry_point: str, description: str = "", **kwargs: Any) ->
             f'use the env\'s turn budget: kwargs={{"max_turns": {kwargs["max_episode_steps"]}}}'
         )
     if id in gym.registry:
-        return  # registering twice (a re-run plugin) is harmless
+        if gym.spec(id).entry_point == entry_point:  # the same env again (a package registering at import too)
+            if _current_plugin is not None:
+                _plugin_ids.setdefault(id, _current_plugin)
+        elif _current_plugin is not None:
+            _warn_conflict(id, _current_plugin)
+        else:
+            warnings.warn(
+                f"llmgym: {id!r} is already registered (entry point {gym.spec(id).entry_point!r}); kept it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return
     gym.register(id=id, entry_point=entry_point, **kwargs)
     if description:
         _descriptions[id] = description
 
 
 def load_plugins(force: bool = False) -> list[str]:
-    """Run every ``llmgym.envs`` entry point once; returns the names that failed.
+    """Run each ``llmgym.envs`` entry point until it has run once; returns the names that failed.
 
     An entry point may name a callable (called with no arguments) or a module
-    (importing it registers its environments).
+    (importing it registers its environments). A plugin that has run is never run
+    again; one that failed, or whose package was still being imported (it imported
+    llmgym at its top), is tried again by the next call: ``list_envs`` and the CLI
+    call this. A failure is warned about once.
+
+    Args:
+        force: look for newly installed entry points even when every known one has run.
     """
-    global _loaded
-    if _loaded and not force:
-        return []
-    _loaded = True
-    failed = []
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value.split(":")[0] != "llmgym.envs", e.name)):
-        before = set(gym.registry)
-        try:
-            _run(entry)
-        except (Exception, SystemExit) as err:  # a broken plugin must not break llmgym (nor exit it)
-            failed.append(entry.name)
+    global _scanned, _running
+    if _running or (_scanned and not force and not _pending):
+        return []  # a plugin that calls list_envs() must not run the plugins again
+    _running = True
+    try:
+        if force or not _scanned:
+            for entry in entry_points(group=ENTRY_POINT_GROUP):
+                if (entry.name, entry.value) not in _done:
+                    _pending[(entry.name, entry.value)] = entry
+            _scanned = True
+        return [name for name in map(_try, sorted(_pending.values(), key=_builtin_first)) if name]
+    finally:
+        _running = False
+
+
+def _builtin_first(entry: EntryPoint) -> tuple[bool, str]:
+    return entry.value.split(":")[0] != "llmgym.envs", entry.name
+
+
+def _try(entry: EntryPoint) -> str | None:
+    """Run one plugin; its name if it failed, None if it ran or must wait for its own import to finish."""
+    global _current_plugin
+    if _half_imported(entry.module):
+        return None  # its package imported llmgym at its top and is half-imported: try again later
+    before = dict(gym.registry)
+    _current_plugin = entry.name
+    try:
+        target = entry.load()
+        if callable(target):
+            target()
+    except (Exception, SystemExit) as err:  # a broken plugin must not break llmgym (nor exit it)
+        message = f"{type(err).__name__}: {err}"
+        if _warned.get(entry.name) != message:
+            _warned[entry.name] = message
             warnings.warn(
-                f"llmgym: environment plugin {entry.name!r} ({entry.value}) failed to load: "
-                f"{type(err).__name__}: {err}",
+                f"llmgym: environment plugin {entry.name!r} ({entry.value}) failed to load: {message}",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=4,
             )
-            continue
-        for env_id in set(gym.registry) - before:
+        return entry.name
+    finally:
+        _current_plugin = None
+    del _pending[(entry.name, entry.value)]
+    _done.add((entry.name, entry.value))
+    for env_id, spec in gym.registry.items():
+        if env_id in before and before[env_id] is not spec and _plugin_ids.get(env_id) != entry.name:
+            gym.registry[env_id] = before[env_id]  # a plugin never takes over an id registered before it
+            _warn_conflict(env_id, entry.name)
+        elif env_id not in before:
             _plugin_ids[env_id] = entry.name
-    return failed
+    return None
 
 
-def _run(entry: EntryPoint) -> None:
-    target = entry.load()
-    if callable(target):
-        target()
-    elif entry.attr is None:
-        importlib.reload(target)
+def _half_imported(module: str) -> bool:
+    """Whether ``module`` or a package above it, other than llmgym (whose import runs the plugins), is being imported now."""
+    parts = module.split(".")
+    names = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    names = (name for name in names if name != "llmgym")
+    return any(getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False) for name in names)
+
+
+def _warn_conflict(env_id: str, plugin: str) -> None:
+    owner = _plugin_ids.get(env_id)
+    owner = "llmgym" if owner is None or env_id.startswith("llmgym/") else f"plugin {owner!r}"
+    warnings.warn(
+        f"llmgym: environment plugin {plugin!r} registered {env_id!r}, which {owner} already registered; "
+        f"kept {owner}'s. Give the plugin's environment an id in its own namespace.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def list_envs() -> list[str]:

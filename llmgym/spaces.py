@@ -4,15 +4,18 @@ Holds :class:`Text`, a Gymnasium ``Text`` space that contains any Python
 string up to ``max_length`` characters: prose, unicode, emoji and the empty
 reply. Gymnasium's own ``spaces.Text`` defaults to 62 alphanumerics and
 ``min_length=1``, so an LLM's reply is almost never "contained" in it.
+Gymnasium's ``flatten``/``flatdim``/``unflatten``/``flatten_space`` refuse it
+with a ``ValueError``: turn text into numbers with a wrapper (docs/interop.md).
 """
 
 from __future__ import annotations
 
 import string
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.spaces.utils import flatdim, flatten, flatten_space, unflatten
 
 __all__ = ["Text", "PRINTABLE"]
 
@@ -36,6 +39,8 @@ class Text(spaces.Text):
         >>> _ = space.seed(0)
         >>> isinstance(space.sample(), str)
         True
+        >>> Text(20) == Text(20, charset="abc")
+        False
     """
 
     def __init__(self, max_length: int = 65536, *, charset: str = PRINTABLE, seed: int | None = None):
@@ -57,8 +62,32 @@ class Text(spaces.Text):
         chars = np.array(list(self.characters))
         return "".join(self.np_random.choice(chars, size=length))
 
+    @property
+    def is_np_flattenable(self) -> bool:
+        """False: a string of any characters has no fixed-size numeric form."""
+        return False
+
     def __repr__(self) -> str:
-        return f"llmgym.Text(max_length={self.max_length})"
+        charset = "" if self.character_set == frozenset(PRINTABLE) else f", charset={self.characters!r}"
+        return f"llmgym.Text(max_length={self.max_length}{charset})"
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, Text) and other.max_length == self.max_length
+        return (
+            isinstance(other, Text)
+            and other.max_length == self.max_length
+            and other.character_set == self.character_set
+        )
+
+
+def _refuse_flatten(space: Text, *args: Any) -> NoReturn:
+    # Gymnasium's Text flattening indexes each character in the charset; ours contains
+    # any character, so that would fail on the first emoji (or on any reply at all).
+    raise ValueError(
+        f"{space!r} cannot be flattened to numbers: it contains strings of any characters. "
+        "Turn text into numbers first, e.g. with llmgym.wrappers.sb3.TextEmbeddingObservation "
+        "(observations) or CandidateActions (actions); see docs/interop.md"
+    )
+
+
+for _function in (flatdim, flatten, flatten_space, unflatten):
+    _function.register(Text, _refuse_flatten)

@@ -71,6 +71,12 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None, max_output_chars: int = 8192):
         self.fn = fn
         self.name = name or fn.__name__
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"tool {self.name!r}: async functions are not supported (step() is synchronous and would "
+                "get an un-awaited coroutine); write a plain def that does the work, or serve the tool "
+                "from an MCP server (llmgym.mcp runs the event loop for you)"
+            )
         self.max_output_chars = max_output_chars
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
         self.description = " ".join(
@@ -85,6 +91,8 @@ class Tool:
         for param in params:
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {self.name!r}: *args/**kwargs are not supported; name every argument")
+            if param.kind is param.POSITIONAL_ONLY:  # tools are called with keyword arguments
+                raise TypeError(f"tool {self.name!r}: positional-only argument {param.name!r} is not supported; drop the '/'")
             if param.name not in hints:
                 raise TypeError(f"tool {self.name!r}: argument {param.name!r} needs a type hint")
             hints[param.name] = _json_scalars(hints[param.name])
@@ -252,6 +260,10 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_o
     """Make a function (or an environment method) a :class:`Tool`.
 
     Works bare (``@tool``) or with options (``@tool(name="search")``).
+
+    Raises:
+        TypeError: ``fn`` is async, takes ``*args``, ``**kwargs`` or positional-only
+            arguments, or has an argument without a type hint.
     """
     if fn is None:
         return lambda f: Tool(f, name=name, max_output_chars=max_output_chars)

@@ -34,6 +34,7 @@ import gymnasium as gym
 
 from llmgym.env import LLMEnv
 from llmgym.episode import Episode
+from llmgym.parsing import TOOL_CALL_OPEN, parse_text_tool_calls
 
 __all__ = ["trl_environment", "trl_dataset", "episodes_to_messages", "save_messages_jsonl", "LLMGymEnvironment"]
 
@@ -172,6 +173,11 @@ def episodes_to_messages(episodes: Iterable[Episode], arguments_as: str = "dict"
         arguments_as: ``"dict"`` (what transformers chat templates and TRL
             expect in ``tool_calls``) or ``"json"`` (the OpenAI wire format, a string).
 
+    Every call is in ``tool_calls``, once: an assistant turn written in the text
+    protocol loses its ``<tool_call>`` blocks from ``content`` (the env recorded
+    them, parsed, in ``tool_calls``). ``trainers.sft.export_messages`` keeps the
+    other form, for templates without tools: blocks in the text, no ``tool_calls``.
+
     Raises:
         ValueError: an unknown ``arguments_as``.
 
@@ -191,6 +197,8 @@ def episodes_to_messages(episodes: Iterable[Episode], arguments_as: str = "dict"
         for message in episode.messages:
             message = dict(message)
             if message.get("tool_calls"):
+                if TOOL_CALL_OPEN in (message.get("content") or ""):  # text protocol: the env parsed the calls
+                    message["content"] = parse_text_tool_calls(message["content"])[0]  # keep each call once
                 message["tool_calls"] = [_convert_call(call, arguments_as) for call in message["tool_calls"]]
             messages.append(message)
         rows.append({
