@@ -71,7 +71,8 @@ def test_code_tests_feedback_writes_values_in_python_as_the_prompt_does():
     env = gym.make("llmgym/CodeTests-v0")
     obs, _ = env.reset(seed=3)  # is_balanced: the examples read "== False"
     assert "== False" in obs
-    code = "def is_balanced(text):\n    return None if '[' in text else text == 'abc)'\n"
+    # seed 3's examples: '(([])[]) b[]' (True), 'b}{}][]' (False), '[[]}' (False)
+    code = "def is_balanced(text):\n    return None if text.startswith('b') else not text.startswith('(')\n"
     obs = env.step("<tool_call>" + json.dumps({"name": "run_examples", "arguments": {"code": code}}) + "</tool_call>")[0]
     env.close()
     assert "expected False, got None" in obs and "expected False, got True" in obs
