@@ -31,7 +31,7 @@ import numpy as np
 
 from llmgym.episode import Episode
 
-__all__ = ["Advantages", "compute_advantages", "merge_advantage_stats", "turn_spans_of"]
+__all__ = ["Advantages", "compute_advantages", "cut_short", "merge_advantage_stats", "turn_spans_of"]
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Advantages:
         outcome: per episode, the outcome advantage ``A_i``.
         turn: per episode, the turn advantages ``A_{i,t}``, one per turn.
         keep: per episode, whether it enters the loss (its group has signal
-            and it is not a masked truncated episode).
+            and it is not masked as :func:`cut_short`).
         groups: how many groups the batch holds.
         zero_signal_groups: how many of them carry no signal.
         stats: summary numbers for logging.
@@ -81,6 +81,23 @@ def turn_spans_of(episode: Episode) -> list[tuple[int, int]]:
     return spans
 
 
+def cut_short(episode: Episode) -> bool:
+    """Whether ``mask_truncated`` leaves ``episode`` out of the loss (DAPO's overlong filtering).
+
+    True when the env truncated it, or when its last reply was cut at ``max_new_tokens``
+    (finish reason ``"length"``): for a single-turn env the latter is the only way an
+    episode runs over.
+
+    Example:
+        >>> cut_short(Episode("x", metadata={"finish_reasons": ["stop", "length"]}))
+        True
+        >>> cut_short(Episode("x", metadata={"finish_reasons": ["length", "stop"]}))
+        False
+    """
+    reasons = episode.metadata.get("finish_reasons") or []
+    return bool(episode.truncated) or (bool(reasons) and reasons[-1] == "length")
+
+
 def _scale(values: np.ndarray, mode: str, batch_std: float, eps: float) -> float:
     """The divisor of the centred values: ``std + eps``, or exactly 1 for ``"none"``."""
     if mode == "none":
@@ -110,7 +127,8 @@ def compute_advantages(
             and ``mask`` from a token-returning policy.
         scale_rewards: ``"group"``, ``"batch"`` or ``"none"`` (see the module docstring).
         turn_lambda: weight of the turn-level advantage.
-        mask_truncated: leave truncated episodes out of the loss.
+        mask_truncated: leave episodes the env truncated, or whose last reply was cut at
+            ``max_new_tokens`` (:func:`cut_short`), out of the loss.
         eps: added to the scale before dividing.
         batch_rewards: the turn rewards of every episode of the whole batch, for
             ``scale_rewards="batch"`` when ``episodes`` are only a share of it (one
@@ -194,7 +212,7 @@ def compute_advantages(
             if t < len(turn[index]):
                 values[start:end] += turn_lambda * turn[index][t] * mask[start:end]
         token_advantages.append(values)
-        if mask_truncated and episode.truncated:
+        if mask_truncated and cut_short(episode):
             keep[index] = False
 
     kept = [a[np.asarray(e.mask, dtype=bool)] for a, e, k in zip(token_advantages, episodes, keep) if k]

@@ -51,7 +51,7 @@ import torch.distributed as dist
 from llmgym.episode import Episode
 from llmgym.policy import SamplingParams
 from llmgym.rollout import rollout
-from llmgym.trainers.advantages import Advantages, compute_advantages, merge_advantage_stats
+from llmgym.trainers.advantages import Advantages, compute_advantages, cut_short, merge_advantage_stats
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
 from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
@@ -101,6 +101,12 @@ class GRPOTrainer:
     def __init__(self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False):
         self.config = config
         self.rank, self.world = init_distributed(need_group=config.fsdp)
+        if config.fsdp and config.prompts_per_step < self.world:
+            # a rank without seeds never generates inside full_weights() and its FSDP collectives then mismatch (a hang)
+            raise ValueError(
+                f"prompts_per_step={config.prompts_per_step} is smaller than the {self.world} ranks; with fsdp = true every "
+                f"rank needs a seed: set prompts_per_step >= {self.world}"
+            )
         self.device = resolve_device(config.device)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
@@ -113,6 +119,8 @@ class GRPOTrainer:
         probe = gym.make(self.env_id, **self._env_kwargs())
         self.max_turns = int(getattr(probe.unwrapped, "max_turns", 1))
         probe.close()
+        if self.curriculum is not None:
+            self._check_curriculum_levels()
         self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
 
         load_device = "cpu" if config.fsdp else str(self.device)  # FSDP moves each shard to the device as it shards
@@ -155,6 +163,17 @@ class GRPOTrainer:
         self.policy = self._make_policy()
         self.prefetcher = RolloutPrefetcher(lambda step, seeds: self._rollout(seeds, step, first_group=0)) if config.async_generation else None
         self._sampler_state_before_prefetch: dict[str, Any] | None = None
+        self._drawn_seeds: list[int] = []  # the newest draw of env seeds, all ranks' shares
+
+    def _check_curriculum_levels(self) -> None:
+        """Make (and close) an env at every curriculum level, so a bad level is a config error now, not after a promotion."""
+        kwarg = self.config.curriculum_kwarg
+        for level in self.config.curriculum_levels[1:]:  # the first level's env is the probe above
+            try:
+                gym.make(self.env_id, **{**self.config.env_kwargs, kwarg: level}).close()
+            except (ValueError, TypeError, gym.error.Error) as err:
+                message = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise ValueError(f"curriculum_levels: {kwarg}={level!r} is refused by {self.env_id}: {message}") from None
 
     # -- the loop -------------------------------------------------------------------
 
@@ -182,6 +201,8 @@ class GRPOTrainer:
                 if config.base_url is not None:
                     if self.prefetcher:
                         self.prefetcher.wait()  # the server must not swap adapters under the prefetch's requests
+                        if self.world > 1:
+                            dist.barrier()  # ... of any rank: rank 0 pushes only once every rank's prefetch is done
                     self._push_adapter()
                 metrics = {"step": self.step, "episodes_seen": self.episodes_seen, **sampling_stats, **train_stats}
                 metrics["time/generation_s"] = generated - started
@@ -232,6 +253,7 @@ class GRPOTrainer:
     def _local_seeds(self) -> list[int]:
         """Draw the next step's env seeds (the same draw on all ranks); returns this rank's share."""
         seeds = self.seed_sampler.choice(self.config.seed_pool, size=self.config.prompts_per_step, replace=False).tolist()
+        self._drawn_seeds = seeds  # the step's seeds on every rank: resampling never plays one of them again
         return seeds[self.rank :: self.world]
 
     def _collect(self, step: int, prefetched: list[Episode] | None = None) -> tuple[list[Episode], Advantages, dict[str, float]]:
@@ -245,19 +267,23 @@ class GRPOTrainer:
         errors = sum(1 for e in episodes if _unusable(e))
         episodes = [e for e in episodes if not _unusable(e)]
         advantages = self._advantages(episodes)
-        zero_signal_first, replaced = advantages.zero_signal_groups, 0
+        zero_signal_first, groups_first, replaced = advantages.zero_signal_groups, advantages.groups, 0
         first_rates = _gather(group_solve_rates(episodes, config.solve_threshold), self.world)  # before resampling
+        used = set(getattr(self, "_drawn_seeds", [])) | {e.seed for e in episodes}  # (tests build trainers bare)
         for attempt in range(config.resample_zero_signal):
-            empty = {e.group for e, keep in zip(episodes, advantages.keep) if not keep and not (config.mask_truncated and e.truncated)}
-            if not empty:
+            empty = sorted({e.group for e, keep in zip(episodes, advantages.keep)
+                            if not keep and not (config.mask_truncated and cut_short(e))})
+            fresh = _fresh_seeds(resample_rng, config.seed_pool, len(empty), used)
+            if not fresh:
                 break
-            fresh = resample_rng.integers(0, config.seed_pool, size=len(empty)).tolist()
+            used.update(fresh)
+            replaced_groups = set(empty[: len(fresh)])  # a nearly exhausted seed pool replaces only some
             next_group = 1 + max((e.group for e in episodes), default=-1)
             played = self._rollout(fresh, step, next_group, attempt + 1)
             errors += sum(1 for e in played if _unusable(e))
             new = [e for e in played if not _unusable(e)]
-            episodes = [e for e in episodes if e.group not in empty] + new
-            replaced += len(empty)
+            episodes = [e for e in episodes if e.group not in replaced_groups] + new
+            replaced += len(fresh)
             advantages = self._advantages(episodes)
         everyone = _gather(episodes, self.world)
         if self.world > 1 and config.scale_rewards == "batch":  # the std of the whole batch, not of this rank's share
@@ -269,7 +295,9 @@ class GRPOTrainer:
             "episodes/errors": float(_sum_ranks(errors, self.world)),
             "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
             "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
+            # both of the first sampling (before resampling): how often the policy's groups carry no signal
             "groups/zero_signal": float(_sum_ranks(zero_signal_first, self.world)),
+            "groups/zero_signal_fraction": _sum_ranks(zero_signal_first, self.world) / max(_sum_ranks(groups_first, self.world), 1.0),
             "groups/resampled": float(_sum_ranks(replaced, self.world)),
             "groups/all_solved": float(sum(rate == 1.0 for rate in first_rates)),
             "groups/all_failed": float(sum(rate == 0.0 for rate in first_rates)),
@@ -521,6 +549,21 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         return torch.device("cpu")
     return torch.device(name)
+
+
+def _fresh_seeds(rng: np.random.Generator, pool: int, count: int, used: set[int]) -> list[int]:
+    """Up to ``count`` distinct seeds of ``[0, pool)`` not in ``used`` (fewer when the pool runs out)."""
+    if count <= 0:
+        return []
+    if pool <= 4 * (len(used) + count):  # a small pool: choose among what is left
+        left = [seed for seed in range(pool) if seed not in used]
+        return [int(seed) for seed in rng.choice(left, size=min(count, len(left)), replace=False)] if left else []
+    fresh: list[int] = []
+    while len(fresh) < count:  # most of the pool is unused: a rejected draw is rare
+        seed = int(rng.integers(0, pool))
+        if seed not in used and seed not in fresh:
+            fresh.append(seed)
+    return fresh
 
 
 def _gather(episodes: list[Episode], world: int) -> list[Episode]:
