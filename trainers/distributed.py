@@ -38,12 +38,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from llmgym.episode import Episode
 from llmgym.trainers.batch import EpisodeBatch
 from llmgym.trainers.checkpoint import _prune_checkpoints, _replace_checkpoint, quiet_hf_progress
 
 __all__ = [
     "init_distributed", "shard_model", "is_sharded", "local_parameter_count", "full_weights", "pad_micro_batches",
     "global_grad_norm", "full_state_dict", "save_full_weights", "save_sharded_checkpoint", "load_sharded_checkpoint",
+    "gather_episodes", "gather_objects", "sum_ranks",
 ]
 
 SHARDED_FOLDER = "sharded"
@@ -269,3 +271,30 @@ def load_sharded_checkpoint(folder: str | os.PathLike[str], model: nn.Module, op
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((folder / "trainer_state.json").read_text())
+
+
+def gather_episodes(episodes: list[Episode], world: int) -> list[Episode]:
+    """Every rank's episodes, in rank order."""
+    if world == 1:
+        return list(episodes)
+    parts: list[list[Episode]] = [[] for _ in range(world)]
+    dist.all_gather_object(parts, episodes)
+    return [e for part in parts for e in part]
+
+
+def gather_objects(value: Any, world: int) -> list[Any]:
+    """``value`` from every rank, in rank order."""
+    if world == 1:
+        return [value]
+    values: list[Any] = [None] * world
+    dist.all_gather_object(values, value)
+    return values
+
+
+def sum_ranks(value: float, world: int) -> float:
+    """``value`` summed over the ranks."""
+    if world == 1:
+        return float(value)
+    tensor = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor[0])

@@ -57,12 +57,12 @@ from llmgym.trainers.checkpoint import check_resume_config, latest_checkpoint, l
 from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
 from llmgym.trainers.distributed import (
-    full_weights, global_grad_norm, init_distributed, load_sharded_checkpoint, local_parameter_count, pad_micro_batches,
-    save_full_weights, save_sharded_checkpoint, shard_model,
+    full_weights, gather_episodes, gather_objects, global_grad_norm, init_distributed, load_sharded_checkpoint,
+    local_parameter_count, pad_micro_batches, save_full_weights, save_sharded_checkpoint, shard_model, sum_ranks,
 )
 from llmgym.trainers.losses import TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb, plot_metrics, reward_stats
-from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher
+from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher, overlap_stats
 
 __all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id", "resolve_device", "add_lora"]
 
@@ -211,7 +211,7 @@ class GRPOTrainer:
                 metrics["time/optimizer_end_s"] = optimized - run_start
                 metrics["tokens_per_s"] = metrics["tokens/total"] / metrics["time/step_s"]
                 if self.prefetcher:
-                    metrics.update(_overlap_stats(prefetched, self.step, run_start, previous_train))
+                    metrics.update(overlap_stats(prefetched, self.step, run_start, previous_train))
                     previous_train = (generated, optimized)
                 metrics.update(peak_memory_mb())
                 if self.rank == 0:
@@ -226,7 +226,7 @@ class GRPOTrainer:
                 progress[0].stop()
         if config.fsdp:
             folder = save_full_weights(self.model, self.tokenizer, self.out / "final")
-            shards = _gather_objects(local_parameter_count(self.model), self.world)
+            shards = gather_objects(local_parameter_count(self.model), self.world)
             if self.rank == 0:
                 total = sum(p.numel() for p in self.model.parameters())
                 (folder / "fsdp_shards.json").write_text(json.dumps({"local_parameters": shards, "parameters": total}))
@@ -268,7 +268,7 @@ class GRPOTrainer:
         episodes = [e for e in episodes if not _unusable(e)]
         advantages = self._advantages(episodes)
         zero_signal_first, groups_first, replaced = advantages.zero_signal_groups, advantages.groups, 0
-        first_rates = _gather(group_solve_rates(episodes, config.solve_threshold), self.world)  # before resampling
+        first_rates = gather_episodes(group_solve_rates(episodes, config.solve_threshold), self.world)  # before resampling
         used = set(getattr(self, "_drawn_seeds", [])) | {e.seed for e in episodes}  # (tests build trainers bare)
         for attempt in range(config.resample_zero_signal):
             empty = sorted({e.group for e, keep in zip(episodes, advantages.keep)
@@ -285,24 +285,24 @@ class GRPOTrainer:
             episodes = [e for e in episodes if e.group not in replaced_groups] + new
             replaced += len(fresh)
             advantages = self._advantages(episodes)
-        everyone = _gather(episodes, self.world)
+        everyone = gather_episodes(episodes, self.world)
         if self.world > 1 and config.scale_rewards == "batch":  # the std of the whole batch, not of this rank's share
             advantages = self._advantages(episodes, batch_rewards=[e.turn_rewards for e in everyone])
         stats = reward_stats(everyone)
-        stats.update(merge_advantage_stats(_gather_objects(advantages.stat_sums, self.world)))  # the global batch's
+        stats.update(merge_advantage_stats(gather_objects(advantages.stat_sums, self.world)))  # the global batch's
         stats.update({
             "episodes/global": float(len(everyone)),
-            "episodes/errors": float(_sum_ranks(errors, self.world)),
+            "episodes/errors": float(sum_ranks(errors, self.world)),
             "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
             "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
             # both of the first sampling (before resampling): how often the policy's groups carry no signal
-            "groups/zero_signal": float(_sum_ranks(zero_signal_first, self.world)),
-            "groups/zero_signal_fraction": _sum_ranks(zero_signal_first, self.world) / max(_sum_ranks(groups_first, self.world), 1.0),
-            "groups/resampled": float(_sum_ranks(replaced, self.world)),
+            "groups/zero_signal": float(sum_ranks(zero_signal_first, self.world)),
+            "groups/zero_signal_fraction": sum_ranks(zero_signal_first, self.world) / max(sum_ranks(groups_first, self.world), 1.0),
+            "groups/resampled": float(sum_ranks(replaced, self.world)),
             "groups/all_solved": float(sum(rate == 1.0 for rate in first_rates)),
             "groups/all_failed": float(sum(rate == 0.0 for rate in first_rates)),
-            "tokens/total": float(_sum_ranks(sum(len(e.token_ids) for e in episodes), self.world)),
-            "tokens/generated": float(_sum_ranks(sum(sum(e.mask) for e in episodes), self.world)),
+            "tokens/total": float(sum_ranks(sum(len(e.token_ids) for e in episodes), self.world)),
+            "tokens/generated": float(sum_ranks(sum(sum(e.mask) for e in episodes), self.world)),
         })
         if self.curriculum is not None:
             stats.update(self.curriculum.update(first_rates))  # the next step plays the new level
@@ -564,46 +564,6 @@ def _fresh_seeds(rng: np.random.Generator, pool: int, count: int, used: set[int]
         if seed not in used and seed not in fresh:
             fresh.append(seed)
     return fresh
-
-
-def _gather(episodes: list[Episode], world: int) -> list[Episode]:
-    if world == 1:
-        return list(episodes)
-    parts: list[list[Episode]] = [[] for _ in range(world)]
-    dist.all_gather_object(parts, episodes)
-    return [e for part in parts for e in part]
-
-
-def _gather_objects(value: Any, world: int) -> list[Any]:
-    """``value`` from every rank, in rank order."""
-    if world == 1:
-        return [value]
-    values: list[Any] = [None] * world
-    dist.all_gather_object(values, value)
-    return values
-
-
-def _overlap_stats(prefetched: Prefetched | None, step: int, run_start: float,
-                   previous_train: tuple[float, float] | None) -> dict[str, float]:
-    """Staleness of the step's prefetched episodes and how long their generation overlapped the previous step's training."""
-    if prefetched is None:  # the first step (or the first after a resume) generates in the loop
-        return {"async/staleness": 0.0, "async/overlap_s": 0.0, "async/wait_s": 0.0}
-    overlap = 0.0
-    if previous_train is not None:
-        overlap = max(0.0, min(prefetched.finished, previous_train[1]) - max(prefetched.started, previous_train[0]))
-    return {
-        "async/staleness": float(step - 1 - prefetched.policy_version),  # trained by weights of step - 1
-        "async/overlap_s": overlap, "async/wait_s": prefetched.waited_s,
-        "async/generation_start_s": prefetched.started - run_start, "async/generation_end_s": prefetched.finished - run_start,
-    }
-
-
-def _sum_ranks(value: float, world: int) -> float:
-    if world == 1:
-        return float(value)
-    tensor = torch.tensor([float(value)], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor[0])
 
 
 def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
