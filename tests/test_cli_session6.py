@@ -294,3 +294,22 @@ def test_check_takes_env_kwargs_like_the_other_commands(capsys):
 def test_check_with_kwargs_the_env_refuses_is_a_usage_error(kwargs, capsys):
     assert main(["check", WORDLE, "--env-kwargs", kwargs]) == 2  # was "FAIL make", exit 1: as if the env were broken
     assert "does not take these --env-kwargs" in _one_line_error(capsys)
+
+
+def test_list_names_the_extra_a_multiagent_game_needs(monkeypatch):
+    # a fresh `pip install -e ".[local]"` has no pettingzoo: the row said "(cannot load: ModuleNotFoundError)"
+    import builtins
+
+    from llmgym.cli.list_envs import _describe_multiagent
+
+    real_import = builtins.__import__
+
+    def no_pettingzoo(name, *args, **kwargs):
+        if name == "pettingzoo" or name.startswith("pettingzoo."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    for module in [m for m in sys.modules if m.startswith(("pettingzoo", "llmgym.envs.multiagent.", "envs.multiagent."))]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setattr(builtins, "__import__", no_pettingzoo)
+    assert _describe_multiagent("llmgym/ma-TicTacToe-v0") == '(needs pettingzoo (pip install "llmgym[multiagent]"))'

@@ -44,6 +44,10 @@ def _describe_multiagent(env_id: str) -> str:
 
     try:
         module = importlib.import_module(MULTIAGENT_ENVS[env_id].partition(":")[0])
+    except ModuleNotFoundError as err:  # the extra is not installed: say which one
+        missing = (err.name or "").partition(".")[0]
+        extra = ' (pip install "llmgym[multiagent]")' if missing == "pettingzoo" else ""
+        return f"(needs {missing or 'a module that is not installed'}{extra})"
     except Exception as err:  # one game that cannot load must not hide the list
         return f"(cannot load: {type(err).__name__})"
     text = (module.__doc__ or "").strip()
