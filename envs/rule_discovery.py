@@ -94,8 +94,6 @@ class RuleDiscoveryEnv(LLMEnv):
     ):
         if not isinstance(difficulty, str) or difficulty not in LEVELS:  # a list or dict is unhashable: TypeError
             raise ValueError(f"difficulty must be one of {', '.join(LEVELS)}, got {difficulty!r}")
-        if max_turns is not None and max_turns < 1:  # 0 must not quietly become the level's budget
-            raise ValueError(f"max_turns must be >= 1 (or None for the level's budget), got {max_turns}")
         self.difficulty = difficulty
         self.fixed_max_turns = max_turns
         super().__init__(max_turns=self._turn_budget(difficulty), max_tool_calls=max_tool_calls, **kwargs)

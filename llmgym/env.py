@@ -60,14 +60,15 @@ class LLMEnv(gym.Env[str, str], ABC):
     ):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        for name, value, least in (("max_turns", max_turns, 1), ("max_tokens", max_tokens, 1),
-                                   ("max_action_chars", max_action_chars, 1), ("max_tool_calls", max_tool_calls, 1)):
-            if value is None and name == "max_tokens":
+        budgets = {"max_turns": max_turns, "max_tokens": max_tokens, "max_action_chars": max_action_chars,
+                   "max_tool_calls": max_tool_calls}
+        for name, value in budgets.items():
+            if value is None and name == "max_tokens":  # no token budget
                 continue
-            if type(value) is not int and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
-                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-            if value < least:
-                raise ValueError(f"{name} must be >= {least}, got {value}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.max_action_chars = max_action_chars

