@@ -53,11 +53,12 @@ class GRPOConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make`` (``max_turns``...)."""
     model: str = "smollm2"
-    """``load_model`` name or path (``smollm2``, a local checkpoint); ``tiny-random`` builds a tiny random Llama."""
+    """``load_model`` name or path (``smollm2``, a local checkpoint); ``tiny-random`` builds a tiny random Llama
+    (always the weights of ``TINY_RANDOM_SEED``, as ``llmgym serve --model tiny-random`` builds them)."""
     out: str = "runs/grpo"
     """Run folder: metrics.jsonl, checkpoints/, reward plot, final weights."""
     seed: int = 0
-    """Seeds the env-seed sampler, torch and the LoRA init; same seed, same run."""
+    """Seeds the env-seed sampler, torch and the LoRA init; same seed, same run. Not ``tiny-random``'s weights."""
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``..."""
 
@@ -222,7 +223,7 @@ class SFTConfig:
     episodes: str = ""
     """Episodes JSONL to learn from (``llmgym eval`` output, a teacher's episodes...)."""
     model: str = "smollm2"
-    """``load_model`` name or path; ``tiny-random`` builds a tiny random Llama."""
+    """``load_model`` name or path; ``tiny-random`` builds a tiny random Llama (always ``TINY_RANDOM_SEED``'s weights)."""
     out: str = "runs/sft"
     """Run folder: metrics.jsonl and the final weights."""
     min_reward: float | None = None
@@ -256,7 +257,7 @@ class SFTConfig:
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``..."""
     seed: int = 0
-    """Shuffling and init seed."""
+    """Shuffling and init seed (the LoRA init; not ``tiny-random``'s weights)."""
     progress: bool = True
     """Show a rich progress bar."""
 

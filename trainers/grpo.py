@@ -75,12 +75,16 @@ def resolve_env_id(env_id: str) -> str:
     return env_id
 
 
-def load_policy_model(name: str, seed: int, device: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: ``tiny-random`` builds a tiny random Llama, anything else goes to ``load_model``."""
-    from llmgym.wrappers.models import load_model, tiny_random_model
+def load_policy_model(name: str, device: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: ``tiny-random`` builds a tiny random Llama, anything else goes to ``load_model``.
 
-    if name == "tiny-random":
-        return tiny_random_model(seed, device=device)
+    The tiny Llama's weights are always those of ``TINY_RANDOM_SEED``, not the run's seed: the weights
+    ``llmgym serve --model tiny-random`` decodes with, where a run with ``base_url`` generates.
+    """
+    from llmgym.wrappers.models import TINY_RANDOM, TINY_RANDOM_SEED, load_model, tiny_random_model
+
+    if name == TINY_RANDOM:
+        return tiny_random_model(TINY_RANDOM_SEED, device=device)
     return load_model(name, device=device)
 
 
@@ -125,7 +129,7 @@ class GRPOTrainer:
 
         load_device = "cpu" if config.fsdp else str(self.device)  # FSDP moves each shard to the device as it shards
         if model is None:
-            model, tokenizer = load_policy_model(config.model, config.seed, load_device)
+            model, tokenizer = load_policy_model(config.model, load_device)
         elif tokenizer is None:
             raise TypeError("GRPOTrainer(model=...) also needs tokenizer=")
         model.to(load_device)

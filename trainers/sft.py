@@ -242,7 +242,7 @@ class SFTTrainer:
         except OSError as err:  # a file in the way: say so now, not after the model load
             raise OSError(f"cannot create the run folder {config.out}: {err.strerror or err}") from None
         if model is None:
-            model, tokenizer = load_policy_model(config.model, config.seed, str(self.device))
+            model, tokenizer = load_policy_model(config.model, str(self.device))
         elif tokenizer is None:
             raise TypeError("SFTTrainer(model=...) also needs tokenizer=")
         model.to(self.device)

@@ -18,7 +18,7 @@ weight (``is_cap`` in :class:`~llmgym.trainers.config.GRPOConfig`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -99,12 +99,39 @@ class Int8Linears:
                                            scale32_flat[row : row + n]))
             offset, row = offset + n * k, row + n
         self._buffer = torch.empty(max(_CHUNK, max(k for _, k in shapes)), dtype=torch.float32)
+        self._by_linear = {id(layer.linear): layer for layer in self.layers}
         self.refresh()
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the int8 weights and their scales."""
         return sum(layer.q.nbytes + layer.scale.nbytes for layer in self.layers)
+
+    def fused(self, linears: list[nn.Module]) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """One kernel call for Linear layers that read the same input: their outputs, concatenated.
+
+        The copies are allocated in module order, so a layer's q/k/v (or
+        gate/up) weights lie side by side and one view spans them. ``None``
+        when they do not (or a layer has a bias, or no copy).
+        """
+        layers = [self._by_linear.get(id(linear)) for linear in linears]
+        if not layers or any(layer is None or layer.linear.bias is not None for layer in layers):
+            return None
+        for before, after in zip(layers, layers[1:]):
+            if (after.q.storage_offset() != before.q.storage_offset() + before.q.numel()
+                    or after.scale.storage_offset() != before.scale.storage_offset() + before.scale.numel()
+                    or after.q.shape[1] != before.q.shape[1]):
+                return None
+        first = layers[0]
+        rows, width = sum(layer.q.shape[0] for layer in layers), first.q.shape[1]
+        q = torch.as_strided(first.q, (rows, width), (width, 1))
+        scale = torch.as_strided(first.scale, (rows,), (1,))
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, width).to(torch.bfloat16), q, scale).to(x.dtype)
+            return out.view(*x.shape[:-1], rows)
+
+        return forward
 
     @torch.no_grad()
     def refresh(self) -> None:

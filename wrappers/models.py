@@ -39,6 +39,7 @@ __all__ = [
     "MODEL_ALIASES",
     "BACKENDS",
     "TINY_RANDOM",
+    "TINY_RANDOM_SEED",
     "default_gguf_path",
     "resolve_gguf",
     "cache_dir",
@@ -62,6 +63,9 @@ MODEL_ALIASES = {
 BACKENDS = ("llama.cpp", "transformers", "vllm")
 #: The model name :func:`load_policy` (and ``llmgym serve``/``eval``/``train``) takes for :func:`tiny_random_model`.
 TINY_RANDOM = "tiny-random"
+#: The seed of the weights the name ``tiny-random`` stands for, everywhere: ``llmgym serve``, ``eval`` and both
+#: trainers, whatever a run's own seed, so a trainer that generates on a tiny-random server holds the server's weights.
+TINY_RANDOM_SEED = 0
 
 _INSTALL_HINT = 'pip install "llmgym[local]"'
 _SOURCE_FILE = "llmgym-source.json"
@@ -321,14 +325,14 @@ def load_tokenizer() -> Any:
     return _cached_tokenizer(str(target))
 
 
-def tiny_random_model(seed: int = 0, *, hidden_size: int = 64, num_layers: int = 2, device: str = "cpu") -> tuple[Any, Any]:
+def tiny_random_model(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num_layers: int = 2, device: str = "cpu") -> tuple[Any, Any]:
     """A tiny randomly initialised Llama that speaks the SmolLM2 tokenizer's vocabulary.
 
     For fast tests (the policy, the rollout engine, the trainers): the same
     seed gives the same weights, and the global torch RNG is left untouched.
 
     Args:
-        seed: seeds the weight initialisation.
+        seed: seeds the weight initialisation (the model name ``tiny-random`` is always :data:`TINY_RANDOM_SEED`).
         hidden_size: width (4 attention heads, 2 of them key/value heads).
         num_layers: number of decoder layers.
         device: where to put the model.
@@ -358,14 +362,14 @@ def tiny_random_model(seed: int = 0, *, hidden_size: int = 64, num_layers: int =
     return model.to(device).eval(), tokenizer
 
 
-def tiny_random_gguf(seed: int = 0, *, hidden_size: int = 64, num_layers: int = 2) -> Path:
+def tiny_random_gguf(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num_layers: int = 2) -> Path:
     """A GGUF file holding a tiny random Llama with the SmolLM2 tokenizer and chat template.
 
     For fast tests of the llama.cpp backend. Written once into :func:`cache_dir`
     (copying the tokenizer out of the bundled GGUF takes seconds) and reused.
 
     Args:
-        seed: seeds the weights.
+        seed: seeds the weights (numpy's generator: not the weights :func:`tiny_random_model` draws for the same seed).
         hidden_size: width (4 attention heads, 2 of them key/value heads).
         num_layers: number of decoder layers.
     """
@@ -447,7 +451,7 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
             or ``"vllm"`` (in-process vLLM, GPU).
         model: model name or path for the backend; ``None`` = SmolLM2-135M-Instruct;
             ``"tiny-random"`` = :func:`tiny_random_model` (transformers) or
-            :func:`tiny_random_gguf` (llama.cpp), seed 0, for trying things in seconds.
+            :func:`tiny_random_gguf` (llama.cpp) of :data:`TINY_RANDOM_SEED`, for trying things in seconds.
         **kwargs: passed to the policy class.
 
     Raises:

@@ -106,6 +106,11 @@ class TransformersPolicy(Policy):
         generate_inline: decode on the event loop's thread instead of a worker
             thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
             CPU model the same thread also trains, as in the GRPO trainer.
+        fast_decode: decode a plain Llama model on the CPU with
+            :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` (a static
+            key/value cache; the same logits up to float rounding, ~25% less
+            time per token for SmolLM2-135M); ``False`` runs the transformers
+            forward at every step. Other models always do.
 
     Attributes:
         abort: a ``threading.Event``; set from another thread, it ends the
@@ -138,6 +143,7 @@ class TransformersPolicy(Policy):
         native_tools: bool | None = None,
         rollout_precision: str = "fp32",
         generate_inline: bool = False,
+        fast_decode: bool = True,
     ) -> None:
         if model is None or isinstance(model, str) or hasattr(model, "__fspath__"):
             from llmgym.wrappers.models import load_model
@@ -162,6 +168,7 @@ class TransformersPolicy(Policy):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
         self.rollout_precision = rollout_precision
+        self.fast_decode = fast_decode
         self._int8: Any = None  # int8 copies of the current weights, built on the first generation after a change
         if rollout_precision == "int8" and self.device.type != "cpu":
             raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
@@ -190,6 +197,22 @@ class TransformersPolicy(Policy):
 
             self._int8 = Int8Linears(self.model)
         return self._int8.active()
+
+    def _fast_decoder_reason(self) -> str | None:
+        """Why decoding does not use :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` (``None`` when it does)."""
+        if not self.fast_decode:
+            return "fast_decode=False"
+        from llmgym.wrappers.llama_decode import LlamaDecoder
+
+        return LlamaDecoder.unsupported(self.model)
+
+    def _fast_decoder(self) -> Any:
+        """A :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` for this model, or ``None`` (see ``fast_decode``)."""
+        if self._fast_decoder_reason() is not None:
+            return None
+        from llmgym.wrappers.llama_decode import LlamaDecoder
+
+        return LlamaDecoder(self.model, fuse=self._int8.fused if self.rollout_precision == "int8" else None)
 
     @property
     def _context_limit(self) -> int | None:
@@ -283,6 +306,10 @@ class TransformersPolicy(Policy):
             source = torch.tensor(copies)
             cache.batch_select_indices(source.to(device))
             logits, attention = logits[source], attention[source.to(device)]
+        decoder = self._fast_decoder()
+        if decoder is not None:
+            decoder.start(cache, max(row.max_tokens for row in rows))
+            cache = None
         active = list(range(len(rows)))  # rows still generating, in cache order
         while True:
             tokens = _next_tokens([rows[index] for index in active], logits)
@@ -297,12 +324,18 @@ class TransformersPolicy(Policy):
             if not keep:
                 return rows
             if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
-                cache.batch_select_indices(torch.tensor(keep, device=device))
+                if decoder is not None:
+                    decoder.select(keep)
+                else:
+                    cache.batch_select_indices(torch.tensor(keep, device=device))
                 attention = attention[keep]
                 active = [active[slot] for slot in keep]
             step = torch.tensor([[rows[index].tokens[-1]] for index in active], dtype=torch.long, device=device)
             attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=-1)
             positions = attention.sum(-1, keepdim=True) - 1
+            if decoder is not None:
+                logits = decoder.step(step[:, 0], positions[:, 0], attention).float()
+                continue
             output = self.model(
                 input_ids=step, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
             )

@@ -25,10 +25,13 @@ grading): expected outputs never enter the sandbox, only inputs do, and the
 host compares the returned values, so ``sys.exit(0)``, ``os._exit``, printing
 "passed", monkeypatching builtins or ``json``, and reading the harness's
 frames all leave tests without a correct result; a result line that is
-missing or malformed fails. The tests are not files the program can read or
-edit: llmgym's sources, where the hand-written tests live, are hidden inside
-the sandbox. Special-casing the visible examples fails, because the hidden
-inputs are drawn apart from them (never equal to one). Memorising examples
+missing or malformed fails. Each test is a sandbox run of its own, timed and
+killed by the sandbox from outside it, so nothing the solution changes in its
+own process (the harness's frames and globals included) stretches a test's
+time limit. The tests are not files the program can read or edit: llmgym's
+sources, where the hand-written tests live, are hidden inside the sandbox.
+Special-casing the visible examples fails, because the hidden inputs are
+drawn apart from them (never equal to one). Memorising examples
 across episodes fails too: every problem, hand-written ones included, draws
 its inputs fresh from the episode's rng (a table of 400 episodes' examples
 scores about 0.06 on new seeds). A ``pass`` body returns None, which passes
@@ -64,7 +67,8 @@ class CodeTestsEnv(LLMEnv):
         n_hidden: hidden tests per problem.
         max_turns: turn budget.
         sandbox_backend: ``"subprocess"``, ``"docker"`` or ``"auto"``.
-        per_test_timeout_s: time one test may take (by a clock the solution cannot stop or change).
+        per_test_timeout_s: wall time one test may take, loading the code included (each test is a sandbox run of
+            its own, timed by the sandbox from outside it: a clock the solution cannot stop or change).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
     Sandboxes (warm pools shared by the process's CodeTests envs, one for the
@@ -181,9 +185,7 @@ def _describe(report: GradeReport, function: str) -> str:
         mark = "PASS" if outcome.passed else "FAIL"
         lines.append(f"{mark} {call}: expected {outcome.expected!r}, got {outcome.got}")
     lines.append(f"{report.passed}/{len(report.outcomes)} examples passed.")
-    run = report.run
-    if run is not None and run.error and not run.ok and not report.load_error:
-        lines.append(f"Run problem: {run.error}")
-    if run is not None and run.stderr.strip():
-        lines.append("stderr:\n" + run.stderr.strip()[-1500:])
+    stderr = "".join(run.stderr for run in report.runs).strip()  # one run per example; a run's problem is in its line
+    if stderr:
+        lines.append("stderr:\n" + stderr[-1500:])
     return "\n".join(lines)

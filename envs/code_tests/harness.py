@@ -1,15 +1,17 @@
 """Running a candidate solution on test inputs in the sandbox, and grading it on the host.
 
 Holds :func:`grading_program` (the program sent to the sandbox) and
-:func:`grade` (run it and compare on the host). The design keeps every
-expected output out of the sandbox: the program receives only the inputs,
-calls the candidate function on each under a per-test alarm (a test that
-took longer by ``time.monotonic``, bound before the solution loads, counts as
-timed out even when the solution ignored the alarm), and writes each
-return value as JSON on a line tagged with a random nonce. The host then
-compares those values with the reference outputs. So a candidate that exits
-early, prints "passed", patches builtins, or reads the harness's frames
-gains nothing: results that are missing, malformed or wrong count as failed.
+:func:`grade` (run it and compare on the host). Every test is a sandbox run
+of its own: the program receives only that test's inputs, loads the
+solution, calls the candidate function once, and writes the return value as
+JSON on a line tagged with a random nonce. Neither the verdict nor the clock
+lives in the process the solution runs in: the sandbox times each run from
+outside it and kills it at ``per_test_s`` (loading the solution counts), and
+the host compares the value with the reference output. So a candidate that
+exits early, prints "passed", patches builtins, or rewrites the harness's
+frames and globals (its clock, its start time, its alarm) gains nothing:
+results that are missing, malformed, wrong or late count as failed, and no
+state carries over from one test to the next.
 """
 
 from __future__ import annotations
@@ -25,17 +27,11 @@ from llmgym.sandbox import ExecutionResult, Sandbox
 __all__ = ["CaseOutcome", "GradeReport", "grading_program", "grade"]
 
 _TEMPLATE = '''\
-import json as _json, os as _os, signal as _signal, time as _time
-_out, _write, _dumps, _setitimer = _os.dup(1), _os.write, _json.dumps, _signal.setitimer
-_monotonic, _install = _time.monotonic, _signal.signal
-def _emit(text):
-    _write(_out, (text + "\\n").encode("utf-8", "replace"))
-class _Timeout(BaseException):
-    pass
-def _on_alarm(signum, frame):
-    raise _Timeout("test took longer than {per_test_s} s")
-_NONCE = {nonce!r}
-_CASES = _json.loads({cases!r})
+import json as _json, os as _os
+_out, _write, _dumps = _os.dup(1), _os.write, _json.dumps
+_ARGS = _json.loads({args!r})
+def _emit(kind, text):
+    _write(_out, ({nonce!r} + " " + kind + " " + text + "\\n").encode("utf-8", "replace"))
 _namespace = {{"__name__": "solution"}}
 try:
     with open("solution.py", encoding="utf-8") as _file:
@@ -46,21 +42,12 @@ try:
     if not callable(_function):
         raise TypeError({function!r} + " is not a function")
 except BaseException as _error:
-    _emit(_NONCE + " load " + _json.dumps(type(_error).__name__ + ": " + str(_error)[:300]))
+    _emit("load", _dumps(type(_error).__name__ + ": " + str(_error)[:300]))
     _os._exit(0)
-for _index, _args in enumerate(_CASES):
-    try:
-        _install(_signal.SIGALRM, _on_alarm)  # again per test: the solution may have ignored the alarm
-        _started = _monotonic()
-        _setitimer(_signal.ITIMER_REAL, {per_test_s})
-        _value = _function(*_args)
-        _setitimer(_signal.ITIMER_REAL, 0)
-        if _monotonic() - _started > {per_test_s}:  # the alarm is the fast path; this clock decides
-            raise _Timeout("test took longer than {per_test_s} s")
-        _emit(_NONCE + " " + str(_index) + " ok " + _dumps(_value))
-    except BaseException as _error:
-        _setitimer(_signal.ITIMER_REAL, 0)
-        _emit(_NONCE + " " + str(_index) + " error " + _dumps(type(_error).__name__ + ": " + str(_error)[:200]))
+try:
+    _emit("ok", _dumps(_function(*_ARGS)))
+except BaseException as _error:
+    _emit("error", _dumps(type(_error).__name__ + ": " + str(_error)[:200]))
 _os._exit(0)
 '''
 
@@ -77,11 +64,12 @@ class CaseOutcome:
 
 @dataclass
 class GradeReport:
-    """All tests of one run, plus the run itself."""
+    """All tests of one grading, plus the sandbox run of each."""
 
     outcomes: list[CaseOutcome] = field(default_factory=list)
     load_error: str = ""
-    run: ExecutionResult | None = None
+    runs: list[ExecutionResult] = field(default_factory=list)
+    """One per test, in order; fewer when the solution failed to load (the remaining tests were not run)."""
 
     @property
     def passed(self) -> int:
@@ -94,13 +82,16 @@ class GradeReport:
         return self.passed / len(self.outcomes) if self.outcomes else 0.0
 
 
-def grading_program(function: str, inputs: list[list[Any]], nonce: str, per_test_s: float = 1.0) -> str:
-    """The sandbox program that calls ``function`` from ``solution.py`` on each input."""
-    return _TEMPLATE.format(nonce=nonce, cases=json.dumps(inputs), function=function, per_test_s=float(per_test_s))
+def grading_program(function: str, args: list[Any], nonce: str) -> str:
+    """The sandbox program that calls ``function`` from ``solution.py`` on one test's ``args``."""
+    return _TEMPLATE.format(nonce=nonce, args=json.dumps(args), function=function)
 
 
 def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any], Any]], per_test_s: float = 1.0) -> GradeReport:
-    """Run ``code`` on the cases' inputs in ``sandbox``; compare its outputs with the expected ones here.
+    """Run ``code`` on each case's inputs in ``sandbox``, a run per case; compare its outputs with the expected ones here.
+
+    A test's run, loading ``code`` included, may take ``per_test_s`` of wall
+    time by the sandbox's clock; a run that takes longer is killed and fails.
 
     Example:
         >>> from llmgym.sandbox import SubprocessSandbox
@@ -110,33 +101,42 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
         (1, '10')
     """
     nonce = secrets.token_hex(8)
-    program = grading_program(function, [list(args) for args, _ in cases], nonce, per_test_s)
-    limits = sandbox.limits.replace(wall_time_s=per_test_s * len(cases) + 3.0, cpu_time_s=per_test_s * len(cases) + 2.0)
-    run = sandbox.run(program, files={"solution.py": code}, limits=limits)
-    report = GradeReport([CaseOutcome(list(args), expected) for args, expected in cases], run=run)
-    for line in run.stdout.splitlines():
-        parts = line.split(" ", 3)
-        if len(parts) < 3 or parts[0] != nonce:
-            continue
-        if parts[1] == "load":
-            report.load_error = _loads(" ".join(parts[2:]))
-            continue
-        if not (parts[1].isascii() and parts[1].isdigit()) or int(parts[1]) >= len(cases) or len(parts) < 4:  # "²".isdigit()
-            continue
-        outcome = report.outcomes[int(parts[1])]
-        if outcome.got != "no result":  # the first result of a test stands; no later line can overwrite it
-            continue
-        if parts[2] == "ok":
+    limits = sandbox.limits.replace(wall_time_s=per_test_s, cpu_time_s=per_test_s + 1.0)  # CPU: a backstop to the wall clock
+    report = GradeReport([CaseOutcome(list(args), expected) for args, expected in cases])
+    for outcome in report.outcomes:
+        run = sandbox.run(grading_program(function, outcome.args, nonce), files={"solution.py": code}, limits=limits)
+        report.runs.append(run)
+        kind, text = _result_line(run.stdout, nonce)
+        if run.timed_out:  # by the sandbox's clock, out of the program's reach; whatever it printed first does not count
+            outcome.got = f"took longer than {per_test_s:g} s"
+        elif kind == "load":  # the same code fails to load on every test: leave the rest unrun
+            report.load_error = _loads(text)
+            break
+        elif kind == "ok":
             try:
-                value = loads_json(parts[3])  # json.loads's result; an over-long integer is a JSONDecodeError too
+                value = loads_json(text)  # json.loads's result; an over-long integer is a JSONDecodeError too
             except (json.JSONDecodeError, RecursionError):  # nested deeper than the host reads: this test fails, not the run
                 outcome.got = "unreadable output"
                 continue
             outcome.got = repr(value)  # Python, as the examples in the prompt are written (False, None, 'text')
             outcome.passed = value == outcome.expected and type(value) is type(outcome.expected)
-        else:
-            outcome.got = f"raised {_loads(parts[3])}"
+        elif kind == "error":
+            outcome.got = f"raised {_loads(text)}"
+        elif run.error:
+            outcome.got = f"no result: {run.error}"
     return report
+
+
+def _result_line(stdout: str, nonce: str) -> tuple[str, str]:
+    """``(kind, json text)`` of the run's first line tagged with ``nonce``; ``("", "")`` when there is none.
+
+    The first stands: a line the solution printed earlier under the nonce can only hold a value it could have returned.
+    """
+    for line in stdout.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] == nonce and parts[1] in ("load", "ok", "error"):
+            return parts[1], parts[2]
+    return "", ""
 
 
 def _loads(text: str) -> str:

@@ -63,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--scale-rewards", choices=["group", "batch", "none"], help="advantage scaling")
     grpo.add_argument("--temperature", type=float, help="sampling temperature")
     grpo.add_argument("--micro-batch-size", type=int, help="episodes per forward/backward")
-    grpo.add_argument("--seed", type=int, help="run seed")
+    grpo.add_argument("--seed", type=int, help="run seed (not the weights of --model tiny-random, always seed 0)")
     grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
     grpo.add_argument("--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step")

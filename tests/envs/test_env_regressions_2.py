@@ -87,15 +87,16 @@ def test_reasoning_gym_index_option_refuses_bools_and_takes_numpy_ints():
 
 
 def test_code_tests_forged_result_line_with_a_unicode_digit_index_does_not_break_grading():
-    # the program can read the nonce from the harness's frame; "²".isdigit() is True but int("²") raised on the host
+    # the program can read the nonce from the grading program; "²".isdigit() is True but int("²") raised on the host
     from llmgym.envs.code_tests import CodeTestsEnv
 
     env = CodeTestsEnv(source="generated")
     try:
         env.reset(seed=1)
         code = (
-            "import sys\n"
-            "print(sys._getframe(1).f_globals['_NONCE'] + ' \\u00b2 ok 1 ' + '\\u0661 ok 1', flush=True)\n"
+            "import re, sys\n"
+            "nonce = re.search(r\"'([0-9a-f]{16})'\", open(sys.modules['__main__'].__file__).read()).group(1)\n"
+            "print(nonce + ' \\u00b2 ok 1 ' + '\\u0661 ok 1', flush=True)\n"
             f"def {env.problem.function}(*args):\n    return 1\n"
         )
         observation, _, terminated, _, info = env.step(call("submit", code=code))

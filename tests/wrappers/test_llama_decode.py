@@ -1,0 +1,85 @@
+"""LlamaDecoder: the static-cache decoding step gives the transformers forward's tokens and log-probs."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
+from llmgym.wrappers import llama_decode  # noqa: E402
+from llmgym.wrappers.int8_rollout import Int8Linears  # noqa: E402
+from llmgym.wrappers.llama_decode import LlamaDecoder  # noqa: E402
+from llmgym.wrappers.models import tiny_random_model  # noqa: E402
+from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_random_model(seed=0)
+
+
+def requests() -> list[PolicyRequest]:
+    """Prompts of different lengths (left padding) and budgets (rows leave the batch at different steps)."""
+    texts = ["hi", "Tell me a long story about a cat and a dog who meet in a park.", "Name a fruit.", "ok"]
+    return [PolicyRequest([{"role": "user", "content": text}], [], SamplingParams(max_tokens=budget, seed=seed))
+            for seed, (text, budget) in enumerate(zip(texts, [12, 5, 9, 1]))]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_fast_decoding_gives_the_transformers_forwards_tokens_and_logprobs(tiny, precision):
+    model, tokenizer = tiny
+    slow = TransformersPolicy(model, tokenizer, rollout_precision=precision, fast_decode=False).generate(requests())
+    fast_policy = TransformersPolicy(model, tokenizer, rollout_precision=precision)
+    assert fast_policy._fast_decoder_reason() is None
+    fast = fast_policy.generate(requests())
+    assert [len(g.token_ids) for g in fast] == [12, 5, 9, 1]
+    for a, b in zip(slow, fast):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert a.finish_reason == b.finish_reason
+
+
+def test_the_cache_grows_past_its_first_allocation(tiny, monkeypatch):
+    model, tokenizer = tiny
+    request = [PolicyRequest([{"role": "user", "content": "hi"}], [], SamplingParams(max_tokens=20, seed=3))]
+    slow = TransformersPolicy(model, tokenizer, fast_decode=False).generate(request)[0]
+    monkeypatch.setattr(llama_decode, "_FIRST_GROWTH", 2)  # room for 2 tokens: grown 4 times on the way to 20
+    fast = TransformersPolicy(model, tokenizer).generate(request)[0]
+    assert fast.token_ids == slow.token_ids and fast.logprobs == pytest.approx(slow.logprobs, abs=1e-4)
+
+
+def test_fused_int8_projections_equal_the_separate_ones(tiny):
+    model, _ = tiny
+    int8 = Int8Linears(model)
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    qkv = int8.fused([attention.q_proj, attention.k_proj, attention.v_proj])
+    gate_up = int8.fused([mlp.gate_proj, mlp.up_proj])
+    x = torch.randn(3, 1, model.config.hidden_size)
+    with torch.no_grad(), int8.active():
+        assert torch.equal(qkv(x), torch.cat([attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)], dim=-1))
+        assert torch.equal(gate_up(x), torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], dim=-1))
+    # weights not side by side in the copies' buffer, or a layer without a copy: no fused call
+    assert int8.fused([attention.v_proj, attention.q_proj]) is None
+    assert int8.fused([attention.q_proj, torch.nn.Linear(4, 4)]) is None
+
+
+def test_models_it_cannot_run_keep_the_transformers_forward(tiny):
+    model, tokenizer = tiny
+    assert "not a plain LlamaForCausalLM" in LlamaDecoder.unsupported(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="cannot run this model"):
+        LlamaDecoder(torch.nn.Linear(2, 2))
+    peft = pytest.importorskip("peft")
+    wrapped = peft.get_peft_model(tiny_random_model(seed=0)[0], peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    policy = TransformersPolicy(wrapped, tokenizer)
+    assert "not a plain LlamaForCausalLM" in policy._fast_decoder_reason()
+    out = policy.generate(requests()[:1])[0]  # the transformers forward, LoRA included
+    assert len(out.token_ids) == 12
+    assert "fast_decode=False" in TransformersPolicy(model, tokenizer, fast_decode=False)._fast_decoder_reason()
+
+
+def test_step_before_start_is_refused(tiny):
+    decoder = LlamaDecoder(tiny[0])
+    with pytest.raises(RuntimeError, match="start"):
+        decoder.step(torch.tensor([1]), torch.tensor([0]), torch.ones(1, 1, dtype=torch.long))
