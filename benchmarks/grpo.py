@@ -28,6 +28,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -245,6 +246,13 @@ def main() -> int:
                 row[f"{key}_tokens_per_s_ratio"] = row[key]["tokens_per_s"] / theirs["tokens_per_s"]
                 row[f"{key}_peak_rss_ratio"] = row[key]["peak_rss_mb"] / theirs["peak_rss_mb"]
         row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
+        # the ratio within each interleaved repeat (both trainers under that repeat's load), then its median
+        for key in ("llmgym", "llmgym_int8"):
+            paired = [ours["tokens_per_s"] / trl["tokens_per_s"] for ours, trl in zip(runs[key], runs["trl"])
+                      if "error" not in ours and "error" not in trl]
+            row[f"{key}_tokens_per_s_ratio_per_repeat"] = paired
+            if paired:
+                row[f"{key}_tokens_per_s_ratio_per_repeat_median"] = statistics.median(paired)
         results[name] = row
         print(name, json.dumps(row, indent=1))
     report = {
