@@ -18,6 +18,8 @@ evaluation before/after with 95% CIs) beside the JSON.
 Usage::
 
     HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py [--steps 8] [--eval-episodes 64]
+    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py --rollout-precision int8 \
+        --results benchmarks/results/grpo_learning_curve_int8.json   # int8 rollout copies, fp32 training
 
 One torch thread (``--threads 1``) is the default: on a shared 2-core machine two
 threads ran a GRPO step 4x slower (OpenMP workers spin waiting for a busy core).
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--rollout-precision", choices=["fp32", "int8"], default="fp32",
+                        help="the training rollouts' weights (evaluation always decodes the fp32 model)")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/grpo_learning_curve")
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts_per_step=args.prompts_per_step, group_size=args.group_size, seed_pool=EVAL_SEED_OFFSET,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, learning_rate=args.learning_rate,
         lora=args.lora, lora_r=16, lora_alpha=32, micro_batch_size=8, save_every=max(args.steps, 1), plot=True,
-        progress=False, torch_threads=args.threads, device="cpu", bf16=False,
+        progress=False, torch_threads=args.threads, device="cpu", bf16=False, rollout_precision=args.rollout_precision,
     )
     trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
     history = trainer.train()
@@ -175,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         "eval": {"episodes": args.eval_episodes, "seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + args.eval_episodes - 1}",
                  "temperature": args.temperature, "sampler_seed": 1234, "max_new_tokens": args.max_new_tokens},
         "train": {k: getattr(config, k) for k in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "temperature",
-                                                  "learning_rate", "lora", "loss_aggregation", "scale_rewards", "beta")},
+                                                  "learning_rate", "lora", "loss_aggregation", "scale_rewards", "beta",
+                                                  "rollout_precision")},
         "before": before, "after": after, "paired_difference": difference,
         "improved": bool(difference["mean"] - difference["ci95"] > 0),
         "curve": [{k: v for k, v in m.items() if k.startswith("reward/") or k in CURVE_KEYS} for m in history],
