@@ -54,11 +54,14 @@ class _Int8Weight:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``linear(x)`` with the int8 weight (``x`` rounded to bf16, the result back to ``x``'s dtype)."""
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        out = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scale).to(x.dtype)
-        if self.linear.bias is not None:
-            out = out + self.linear.bias
-        return out.view(*x.shape[:-1], out.shape[-1])
+        out = _int8_matmul(x, self.q, self.scale)
+        return out if self.linear.bias is None else out + self.linear.bias
+
+
+def _int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x @ (q * scale[:, None]).T`` over ``x``'s last dimension, in bf16 on the kernel, back in ``x``'s dtype."""
+    out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), q, scale).to(x.dtype)
+    return out.view(*x.shape[:-1], q.shape[0])
 
 
 class Int8Linears:
@@ -126,12 +129,7 @@ class Int8Linears:
         rows, width = sum(layer.q.shape[0] for layer in layers), first.q.shape[1]
         q = torch.as_strided(first.q, (rows, width), (width, 1))
         scale = torch.as_strided(first.scale, (rows,), (1,))
-
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, width).to(torch.bfloat16), q, scale).to(x.dtype)
-            return out.view(*x.shape[:-1], rows)
-
-        return forward
+        return lambda x: _int8_matmul(x, q, scale)
 
     @torch.no_grad()
     def refresh(self) -> None:

@@ -2,8 +2,9 @@
 
 Holds :class:`LlamaDecoder`. Decoding a small batch on a CPU is bound by
 reading the weights, but a transformers forward for one token also builds
-cache objects, masks and position tensors layer by layer: on SmolLM2-135M that
-is ~10 of the ~45 ms an int8 decoding step takes. This decoder runs the same
+cache objects, masks and position tensors layer by layer: on SmolLM2-135M the
+model alone took 45 ms for an int8 batch-4 step that this decoder runs in 34
+(inside a policy, prefill and sampling included, 41.2 -> 36.6 ms). This decoder runs the same
 modules (the model's own norms, projections, rotary embedding and activation,
 int8 copies included) on a key/value cache allocated once per batch, with one
 ``scaled_dot_product_attention`` per layer, and with the q/k/v and gate/up
@@ -23,15 +24,16 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import LlamaForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 __all__ = ["LlamaDecoder"]
 
 _FIRST_GROWTH = 256  # cache columns allocated beyond the prompt at first; doubled when a batch decodes further
 
 
-def _torch_has_gqa() -> bool:
-    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    return (major, minor) >= (2, 5)  # scaled_dot_product_attention(enable_gqa=...)
+# scaled_dot_product_attention(enable_gqa=...) came in torch 2.5
+_TORCH_HAS_GQA = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 
 class LlamaDecoder:
@@ -68,15 +70,11 @@ class LlamaDecoder:
     @staticmethod
     def unsupported(model: Any) -> str | None:
         """Why this decoder cannot run ``model`` (``None`` when it can)."""
-        try:
-            from transformers import LlamaForCausalLM
-        except ImportError:  # pragma: no cover - transformers is in the same extra as torch
-            return "transformers is not installed"
         if type(model) is not LlamaForCausalLM:
             return f"{type(model).__name__} is not a plain LlamaForCausalLM"
         if next(model.parameters()).device.type != "cpu":
             return "the model is not on the CPU"
-        if not _torch_has_gqa():
+        if not _TORCH_HAS_GQA:
             return f"torch {torch.__version__} has no grouped-query attention in scaled_dot_product_attention (needs 2.5)"
         return None
 
@@ -114,8 +112,7 @@ class LlamaDecoder:
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
         base = self.model.model
         hidden = base.embed_tokens(tokens[:, None])  # [rows, 1, hidden]
-        cos, sin = base.rotary_emb(hidden, positions[:, None])
-        cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, head_dim]: broadcast over heads
+        cos, sin = base.rotary_emb(hidden, positions[:, None])  # [rows, 1, head_dim]
         mask = attention[:, None, None, : column + 1].bool()
         q_size, kv_size = heads * head_dim, kv_heads * head_dim
         for index, layer in enumerate(self.layers):
@@ -125,8 +122,8 @@ class LlamaDecoder:
                 q, k, v = self.qkv[index](normed).split((q_size, kv_size, kv_size), dim=-1)
             else:
                 q, k, v = attn.q_proj(normed), attn.k_proj(normed), attn.v_proj(normed)
-            q = _rotate(q.view(rows, 1, heads, head_dim).transpose(1, 2), cos, sin)
-            k = _rotate(k.view(rows, 1, kv_heads, head_dim).transpose(1, 2), cos, sin)
+            q, k = apply_rotary_pos_emb(q.view(rows, 1, heads, head_dim).transpose(1, 2),
+                                        k.view(rows, 1, kv_heads, head_dim).transpose(1, 2), cos, sin, unsqueeze_dim=1)
             keys, values = self.keys[index], self.values[index]
             keys[:, :, column] = k[:, :, 0]
             values[:, :, column] = v.view(rows, kv_heads, head_dim)
@@ -156,9 +153,3 @@ def _cache_pairs(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
     return list(zip(cache.key_cache, cache.value_cache))
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The rotary embedding as transformers' Llama applies it (``rotate_half``)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

@@ -108,8 +108,9 @@ class TransformersPolicy(Policy):
             CPU model the same thread also trains, as in the GRPO trainer.
         fast_decode: decode a plain Llama model on the CPU with
             :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` (a static
-            key/value cache; the same logits up to float rounding, ~25% less
-            time per token for SmolLM2-135M); ``False`` runs the transformers
+            key/value cache; the same logits up to float rounding; a batch-4
+            SmolLM2-135M token took 36.6 instead of 41.2 ms with int8 copies,
+            68.3 instead of 71.6 in fp32); ``False`` runs the transformers
             forward at every step. Other models always do.
 
     Attributes:
