@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from llmgym.episode import Episode
-from llmgym.messages import Message, system, tool_result, user
+from llmgym.messages import Message, ToolCall, assistant, encode_json, system, tool_result, user
 from llmgym.parsing import (
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content, without_thinking,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, parse_text_tool_calls, read_single_call,
+    text_protocol_content, without_thinking,
 )
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
 from llmgym.spaces import Text
@@ -162,20 +163,31 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
                                else "no episode has started: call reset() before step()")
-        turn = len(self.turn_contexts) + 1
-        # anything but str or dict: parse_action raises TypeError
-        content = action if isinstance(action, str) else action.get("content") if isinstance(action, dict) else None
-        size = len(content) if isinstance(content, str) else 0
+        # Every step of every episode runs this: it is written for the usual turn (text, one call) without
+        # extra calls or copies; benchmarks/env_step.py measures it against GEM's Wordle.
+        history = self.turn_contexts
+        turn = len(history) + 1
         counted = None  # what the token budget counts, when it is more than the message text
-        if size <= self.max_action_chars:
-            parsed = parse_action(action, id_prefix=f"call_{turn}")
-            if parsed.tool_calls and type(action) is not str and action.get("tool_calls"):
-                # native calls: their arguments are part of the action, for the size limit and the token budget
-                # alike, as they are when written as <tool_call> blocks in the text
-                blocks = text_protocol_content({"tool_calls": parsed.message["tool_calls"]})  # the calls alone
-                said = parsed.message.get("content") or ""
-                counted = content = f"{said}\n{blocks}" if said else blocks  # even when the text has blocks too
-                size = len(content)
+        if isinstance(action, str):
+            content, size = action, len(action)
+            single = read_single_call(action) if size <= self.max_action_chars else None
+            if single is not None:  # the usual turn: text with one tool call, run without the general path's loops
+                return self._single_call_turn(action, turn, *single)
+            if size <= self.max_action_chars:
+                prose, calls, errors = parse_text_tool_calls(action, f"call_{turn}")
+                parsed = ParsedAction(prose, calls, errors, assistant(action, calls))
+        else:  # anything but a dict: parse_action raises TypeError
+            content = action.get("content") if isinstance(action, dict) else None
+            size = len(content) if isinstance(content, str) else 0
+            if size <= self.max_action_chars:
+                parsed = parse_action(action, id_prefix=f"call_{turn}")
+                if parsed.tool_calls and action.get("tool_calls"):
+                    # native calls: their arguments are part of the action, for the size limit and the token budget
+                    # alike, as they are when written as <tool_call> blocks in the text
+                    blocks = text_protocol_content({"tool_calls": parsed.message["tool_calls"]})  # the calls alone
+                    said = parsed.message.get("content") or ""
+                    counted = content = f"{said}\n{blocks}" if said else blocks  # even when the text has blocks too
+                    size = len(content)
         if size > self.max_action_chars:
             parsed = ParsedAction(
                 "", [], [f"your message has {size} characters; the limit is {self.max_action_chars}"],
@@ -186,28 +198,18 @@ class LLMEnv(gym.Env[str, str], ABC):
         messages.append(parsed.message)
         tokens = self.count_tokens(text if counted is None else counted)
         self.tokens_used += tokens
-        format_errors = list(parsed.errors)
+        errors = parsed.errors
+        format_errors = errors[:]
         tool_results: list[tuple[str, ToolResult]] = []
-        replies: list[str] = []
         calls = parsed.tool_calls
+        replies: list[str] = []
         for index, call in enumerate(calls):
-            handler = self.tools.get(call.name)
-            if index >= self.max_tool_calls:
-                result = ToolResult(f"Error: at most {self.max_tool_calls} tool calls per turn", ok=False)
-            elif handler is None:
-                result = ToolResult(f"Error: unknown tool {call.name[:64]!r}; available: {', '.join(self.tools) or 'none'}", ok=False)
-                format_errors.append(result.content)
-            elif self.is_done():
-                result = ToolResult("Error: the task is already over; this call was not run", ok=False)
-            else:
-                result = handler.call(call.arguments)
-                if not result.ok and result.content.startswith(f"Error: invalid arguments for {call.name}"):
-                    format_errors.append(result.content)
+            result = self._run_call(call, index, format_errors)
             tool_results.append((call.name, result))
             messages.append(tool_result(call, result.content))
             replies.append(result.content if len(calls) == 1 else f"[{call.name}] {result.content}")
-        if parsed.errors:
-            feedback = "Format error: " + "; ".join(parsed.errors)
+        if errors:
+            feedback = "Format error: " + "; ".join(errors)
             if TOOL_CALL_OPEN not in feedback:
                 feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
             replies.append(feedback)
@@ -216,8 +218,48 @@ class LLMEnv(gym.Env[str, str], ABC):
             if reply:
                 replies.append(reply)
         observation = self._clip(replies[0] if len(replies) == 1 else "\n".join(replies))
-        if parsed.errors or (not calls and observation):
+        if errors or (not calls and observation):
             messages.append(user(observation))
+        return self._end_turn(turn, text, parsed, tool_results, format_errors, tokens, observation)
+
+    def _single_call_turn(
+        self, action: str, turn: int, prose: str, name: str, arguments: dict[str, Any],
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """:meth:`step` for the usual action, text with one well-formed tool call (:func:`~llmgym.parsing.read_single_call`).
+
+        The same turn as the general path gives (``tests/test_step_fast_path.py`` checks it), without its loops:
+        every step of every episode runs this.
+        """
+        call_id = f"call_{turn}_0"
+        call = ToolCall(name, arguments, call_id)
+        message = {"role": "assistant", "content": action, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": encode_json(arguments)}},  # to_openai()
+        ]}
+        parsed = ParsedAction(prose, [call], [], message)
+        messages = self.messages
+        messages.append(message)
+        tokens = self.count_tokens(action)
+        self.tokens_used += tokens
+        format_errors: list[str] = []
+        handler = self.tools.get(name)
+        if handler is not None and self.max_tool_calls and not self.is_done():  # else _run_call says what is wrong
+            result = handler.call(arguments)
+            if not result.ok and result.content.startswith(f"Error: invalid arguments for {name}"):
+                format_errors.append(result.content)
+        else:
+            result = self._run_call(call, 0, format_errors)
+        observation = result.content
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": observation})
+        if len(observation) > self.observation_space.max_length:
+            observation = self._clip(observation)
+        return self._end_turn(turn, action, parsed, [(name, result)], format_errors, tokens, observation)
+
+    def _end_turn(
+        self, turn: int, text: str, parsed: ParsedAction, tool_results: list[tuple[str, ToolResult]],
+        format_errors: list[str], tokens: int, observation: str,
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Score the turn, record it and return :meth:`step`'s five values."""
+        history = self.turn_contexts
         terminated = bool(self.is_done())
         truncated = not terminated and (
             turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
@@ -225,14 +267,31 @@ class LLMEnv(gym.Env[str, str], ABC):
         thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
         ctx = TurnContext(  # positional, in field order: half the cost of eleven keywords, paid every step
             self, turn, text, parsed, tool_results, format_errors, tokens, thinking,  # env ... thinking_tokens
-            terminated or truncated, terminated, self.turn_contexts[:],  # done, terminated, history
+            terminated or truncated, terminated, history[:],  # done, terminated, history
         )
         reward, components = self.rubric.score(ctx)
-        self.turn_contexts.append(ctx)
+        history.append(ctx)
         self.turn_rewards.append(reward)
         self.turn_components.append(components)
         self._over = terminated or truncated
-        return observation, float(reward), terminated, truncated, self._info(components)
+        info = {"messages": self.messages[:], "tools": self.tool_schemas, "reward_components": components, "turn": turn}
+        return observation, float(reward), terminated, truncated, info
+
+    def _run_call(self, call: ToolCall, index: int, format_errors: list[str]) -> ToolResult:
+        """Run the turn's ``index``-th call, or say why not; argument and name mistakes go to ``format_errors``."""
+        handler = self.tools.get(call.name)
+        if index >= self.max_tool_calls:
+            return ToolResult(f"Error: at most {self.max_tool_calls} tool calls per turn", ok=False)
+        if handler is None:
+            result = ToolResult(f"Error: unknown tool {call.name[:64]!r}; available: {', '.join(self.tools) or 'none'}", ok=False)
+            format_errors.append(result.content)
+            return result
+        if self.is_done():
+            return ToolResult("Error: the task is already over; this call was not run", ok=False)
+        result = handler.call(call.arguments)
+        if not result.ok and result.content.startswith(f"Error: invalid arguments for {call.name}"):
+            format_errors.append(result.content)
+        return result
 
     def render(self) -> str | None:
         """The transcript so far as text (``render_mode="ansi"``)."""

@@ -62,7 +62,7 @@ def _encoder() -> Any:
     return lambda value: "".join(encode(value, 0))
 
 
-_encode = _encoder()
+_encode = encode_json = _encoder()  # encode_json: for llmgym's modules (the step builds messages with it)
 
 
 @dataclass(slots=True)
@@ -135,7 +135,7 @@ def assistant(content: str, tool_calls: list[ToolCall] | None = None) -> Message
     """An assistant message, with ``tool_calls`` when there are any."""
     message: Message = {"role": "assistant", "content": content}
     if tool_calls:
-        message["tool_calls"] = [call.to_openai() for call in tool_calls]
+        message["tool_calls"] = list(map(ToolCall.to_openai, tool_calls))
     return message
 
 

@@ -14,14 +14,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
+
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
-__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "read_single_call", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
+_OPEN_LEN, _CLOSE_LEN = len(TOOL_CALL_OPEN), len(TOOL_CALL_CLOSE)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"(<think>.*?</think>)", re.DOTALL)  # split() keeps the blocks
 
@@ -52,26 +55,60 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         >>> parse_text_tool_calls('<tool_call>{"name": "guess"')[2]
         ['a <tool_call> block is not closed with </tool_call>']
     """
-    if TOOL_CALL_OPEN not in text and TOOL_CALL_CLOSE not in text:
+    single = read_single_call(text)
+    if single is not None:
+        prose, name, arguments = single
+        return prose, [ToolCall(name, arguments, f"{id_prefix}_0")], []
+    start = text.find(TOOL_CALL_OPEN)
+    if start < 0 and TOOL_CALL_CLOSE not in text:
         return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
-    parts = [(text, True)]
-    if _THINK_OPEN in text:
-        # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
-        # content its tool parsers read): <think> blocks, and an unclosed one to the end, stay in the prose, unread
-        parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
-                 for part in _THINK_BLOCK.split(text)]
-        last, read = parts[-1]
-        if read and _THINK_OPEN in last:  # only the last part can hold a <think> that is never closed
-            cut = last.index(_THINK_OPEN)
-            parts[-1:] = [(last[:cut], True), (last[cut:], False)]
+    if _THINK_OPEN not in text:
+        return _scan(text, id_prefix, 0, calls, errors, start)[0].strip(), calls, errors
+    # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
+    # content its tool parsers read): <think> blocks, and an unclosed one to the end, stay in the prose, unread
+    parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
+             for part in _THINK_BLOCK.split(text)]
+    last, read = parts[-1]
+    if read and _THINK_OPEN in last:  # only the last part can hold a <think> that is never closed
+        cut = last.index(_THINK_OPEN)
+        parts[-1:] = [(last[:cut], True), (last[cut:], False)]
     prose_parts, blocks = [], 0
     for part, read in parts:
         if read:
             part, blocks = _scan(part, id_prefix, blocks, calls, errors)
         prose_parts.append(part)
     return "".join(prose_parts).strip(), calls, errors
+
+
+def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
+    """``(prose, name, arguments)`` when ``text`` is the usual action, else ``None``.
+
+    The usual action holds one ``<tool_call>`` block of the form ``{"name": "...", "arguments": {...}}``,
+    no other tool-call tag and no ``<think>``. :func:`parse_text_tool_calls` reads it the same way;
+    this is its shortcut, without the general scan (the parse runs every step).
+
+    Example:
+        >>> read_single_call('Trying crane. <tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
+        ('Trying crane.', 'guess', {'word': 'crane'})
+        >>> read_single_call('<tool_call>{"name": "guess"}</tool_call>') is None  # no arguments: the general parse says so
+        True
+    """
+    start = text.find(TOOL_CALL_OPEN)
+    if start < 0 or _THINK_OPEN in text or text.count(TOOL_CALL_OPEN) != 1 or text.count(TOOL_CALL_CLOSE) != 1:
+        return None
+    end = text.find(TOOL_CALL_CLOSE, start)
+    if end < 0:  # the closing tag comes first
+        return None
+    try:
+        data = from_json(text[start + _OPEN_LEN : end].strip())
+        name, arguments = data["name"], data["arguments"]
+    except (ValueError, TypeError, KeyError, IndexError):  # not JSON, not an object, a key missing
+        return None
+    if type(data) is not dict or len(data) != 2 or type(name) is not str or type(arguments) is not dict:
+        return None
+    return (text[:start] + text[end + _CLOSE_LEN :]).strip(), name, arguments
 
 
 def without_thinking(text: str) -> str:
@@ -90,27 +127,37 @@ def without_thinking(text: str) -> str:
     return text if start < 0 else text[:start]
 
 
-def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
+def _scan(
+    text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str], start: int | None = None,
+) -> tuple[str, int]:
     """Read the ``<tool_call>`` blocks of ``text`` into ``calls`` or ``errors``, numbering them from ``index``.
 
+    ``start`` is where the first ``<tool_call>`` is, when the caller has looked already.
     Returns the prose around them and the next block number.
     """
     prose_parts: list[str] = []
     position = 0
-    while (start := text.find(TOOL_CALL_OPEN, position)) >= 0:  # each <tool_call> up to the first </tool_call> after it
-        end = text.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+    find = text.find
+    if start is None:
+        start = find(TOOL_CALL_OPEN)
+    while start >= 0:  # each <tool_call> up to the first </tool_call> after it
+        end = find(TOOL_CALL_CLOSE, start + _OPEN_LEN)
         if end < 0:
             break
         prose_parts.append(text[position:start])
-        position = end + len(TOOL_CALL_CLOSE)
-        call, error = _read_block(text[start + len(TOOL_CALL_OPEN) : end], f"{id_prefix}_{index}")
-        index += 1
+        position = end + _CLOSE_LEN
+        call, error = _read_block(text[start + _OPEN_LEN : end].strip(), f"{id_prefix}_{index}")
         if call is not None:
             calls.append(call)
         else:
             errors.append(error)
-    prose_parts.append(text[position:])
-    prose = "".join(prose_parts)
+        index += 1
+        start = find(TOOL_CALL_OPEN, position)
+    if not position:
+        prose = text
+    else:
+        prose_parts.append(text[position:])
+        prose = "".join(prose_parts)
     if TOOL_CALL_OPEN in prose:
         errors.append(f"a {TOOL_CALL_OPEN} block is not closed with {TOOL_CALL_CLOSE}")
     elif TOOL_CALL_CLOSE in prose:
@@ -118,8 +165,8 @@ def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: 
     return prose, index
 
 
-def _read_block(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
-    body = raw.strip()
+def _read_block(body: str, call_id: str) -> tuple[ToolCall | None, str]:
+    """One stripped ``<tool_call>`` body as a call, or the error to report: fences, bad JSON, wrong keys or types."""
     if body.startswith("```"):
         fenced = _FENCE.match(body)
         if fenced:

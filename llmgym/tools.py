@@ -132,13 +132,18 @@ class Tool:
         try:
             return self._validate(arguments)
         except pydantic.ValidationError as err:
-            problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in err.errors()[:5])
-            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
+            raise ToolError(self._invalid(err)) from None
+
+    def _invalid(self, err: pydantic.ValidationError) -> str:
+        problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in err.errors()[:5])
+        return f"invalid arguments for {self.name}: {problems}"
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
-        """Validate ``arguments`` and run the tool; never raises for the agent's mistakes."""
-        try:
-            kwargs = self.validate(arguments)
+        """Validate ``arguments`` (as :meth:`validate`) and run the tool; never raises for the agent's mistakes."""
+        try:  # a dict goes straight to the compiled validator: tools are called every step
+            kwargs = self._validate(arguments) if type(arguments) is dict else self.validate(arguments)
+        except pydantic.ValidationError as err:
+            return ToolResult(f"Error: {self._invalid(err)}", ok=False)
         except ToolError as err:
             return ToolResult(f"Error: {err}", ok=False)
         try:  # separate from validation: an error raised inside the body is the tool failing, not bad arguments

@@ -69,16 +69,23 @@ def score_guess(guess: str, answer: str) -> str:
     """
     if guess == answer:
         return "G" * len(answer)
-    spare = [a for g, a in zip(guess, answer) if g != a]  # answer letters not matched by a green
+    if len(set(guess)) == len(guess):  # no repeated letter (most guesses): off its spot, a letter is yellow iff the answer has it
+        return "".join(["G" if g == a else "Y" if g in answer else "x" for g, a in zip(guess, answer)])
     marks = ""
+    spare = None  # answer letters not matched by a green, listed only when a letter may be yellow
     for g, a in zip(guess, answer):
         if g == a:
             marks += "G"
-        elif g in spare:  # left to right: a repeated letter is yellow only while unmatched copies remain
-            spare.remove(g)
-            marks += "Y"
-        else:
+        elif g not in answer:
             marks += "x"
+        else:
+            if spare is None:
+                spare = [a for g, a in zip(guess, answer) if g != a]
+            if g in spare:  # left to right: a repeated letter is yellow only while unmatched copies remain
+                spare.remove(g)
+                marks += "Y"
+            else:
+                marks += "x"
     return marks
 
 
@@ -111,8 +118,11 @@ class WordleEnv(LLMEnv):
         self.answers, self.valid_words = load_words()
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
-        self._greens: set[int] = set()
-        self._letters: set[str] = set()
+        self.solved = False  # True once the word has been guessed
+        self._answer_spots: frozenset[tuple[int, str]] = frozenset()  # (position, letter) of the answer
+        self._answer_letters: frozenset[str] = frozenset()
+        self._greens: set[tuple[int, str]] = set()  # (position, letter) found green
+        self._letters: set[str] = set()  # letters found in the word
         self._new_facts: dict[int, int] = {}  # turn -> facts its guesses revealed
 
     def setup(self, options: dict[str, Any] | None) -> str:
@@ -122,7 +132,9 @@ class WordleEnv(LLMEnv):
         elif not isinstance(answer, str) or answer.lower() not in self.valid_words:
             raise ValueError(f"options['answer'] must be a valid five-letter word, got {answer!r}")
         self.answer = answer.lower()
+        self._answer_spots, self._answer_letters = frozenset(enumerate(self.answer)), frozenset(self.answer)
         self.guesses = []
+        self.solved = False
         self._greens, self._letters = set(), set()
         self._new_facts = {}
         if self.max_turns < self.max_guesses:  # the turn budget binds: say so, or the first reply would be planned for six
@@ -149,28 +161,27 @@ class WordleEnv(LLMEnv):
         feedback = score_guess(word, self.answer)
         turn = len(self.turn_contexts) + 1
         self.guesses.append((word, feedback, turn))
+        self.solved = feedback == _SOLVED
         greens, letters = self._greens, self._letters
         known = len(greens) + len(letters)  # facts: placed letters + letters known to be in the word
-        for i, mark in enumerate(feedback):
-            if mark != "x":
-                letters.add(word[i])
-                if mark == "G":
-                    greens.add(i)
+        greens |= set(enumerate(word)) & self._answer_spots  # the green (position, letter) pairs
+        letters |= set(word) & self._answer_letters  # a letter is green or yellow somewhere iff the answer has it
         new_facts = len(greens) + len(letters) - known
         if new_facts:
             self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
-        left = self.max_guesses - len(self.guesses)
+        made = len(self.guesses)
+        left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
-        if feedback == _SOLVED:
-            return f"{word.upper()} {' '.join(feedback)}\nSolved in {len(self.guesses)} {_plural(len(self.guesses), 'guess', 'guesses')}!"
+        shown = f"{word.upper()} {' '.join(feedback)}"
+        if self.solved:
+            return f"{shown}\nSolved in {made} {'guess' if made == 1 else 'guesses'}!"
         if left == 0:
-            return f"{word.upper()} {' '.join(feedback)}\nOut of guesses. The word was {self.answer.upper()}."
+            return f"{shown}\nOut of guesses. The word was {self.answer.upper()}."
         if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
-            return f"{word.upper()} {' '.join(feedback)}"  # guess in this same reply may still solve it)
-        guesses_left = f"{left} {_plural(left, 'guess', 'guesses')} left"
+            return shown  # guess in this same reply may still solve it)
         if replies < left:  # the turn budget binds: never promise guesses there are no replies for
-            return f"{word.upper()} {' '.join(feedback)}\n{guesses_left} in {replies} {_plural(replies, 'reply', 'replies')}."
-        return f"{word.upper()} {' '.join(feedback)}\n{guesses_left}."
+            return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left in {replies} {_plural(replies, 'reply', 'replies')}."
+        return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left."
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = super().step(action)
@@ -200,11 +211,6 @@ class WordleEnv(LLMEnv):
 
     def is_done(self) -> bool:
         return self.solved or len(self.guesses) >= self.max_guesses
-
-    @property
-    def solved(self) -> bool:
-        """True once the word has been guessed."""
-        return bool(self.guesses) and self.guesses[-1][1] == _SOLVED
 
     def build_rubric(self) -> Rubric:
         return Rubric([
