@@ -195,12 +195,18 @@ def main() -> None:
     per_round = [ours_round["step_us_median"] / gem_round["step_us_median"]
                  for ours_round, gem_round in zip(rounds["llmgym"], rounds["gem"])]
     ratios["step_llmgym_over_gem_per_round_median"] = statistics.median(per_round)
+    # each library's best round: the lower bound timeit's documentation recommends, least moved by other load
+    # (a library's round medians here come in two modes, ~40% apart, from one fresh interpreter to the next)
+    ratios["step_llmgym_over_gem_best_round"] = (min(r["step_us_median"] for r in rounds["llmgym"])
+                                                 / min(r["step_us_median"] for r in rounds["gem"]))
     for name, value in ratios.items():
         print(f"{name:40s} {value:6.2f}x")
     print("step_llmgym_over_gem per round:", ", ".join(f"{r:.2f}x" for r in per_round))
     targets = {
         "make_no_slower_than_gem": ratios["make_cold_llmgym_over_gem"] <= 1.0,
-        "step_within_2x_of_gem": ratios["step_llmgym_over_gem"] <= 2.0,
+        "step_within_2x_of_gem": ratios["step_llmgym_over_gem"] <= 2.0,  # the target: median rounds
+        "step_within_2x_of_gem_per_round_median": ratios["step_llmgym_over_gem_per_round_median"] <= 2.0,
+        "step_within_2x_of_gem_best_round": ratios["step_llmgym_over_gem_best_round"] <= 2.0,
     }
     print("targets:", targets)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -137,6 +137,15 @@ class LLMEnv(gym.Env[str, str], ABC):
         """The rubric that scores each turn (default: none, every reward is 0)."""
         return Rubric([])
 
+    def truncation_note(self) -> str | None:
+        """A last line for the agent when a turn or token budget ends the episode (default: none).
+
+        :meth:`step` adds it to that turn's observation, after the turn is scored, and to the
+        transcript: on the turn's own user message when it has one, else as a user message.
+        Wordle uses it to reveal the word.
+        """
+        return None
+
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` for the token budget and length rewards.
 
@@ -274,6 +283,8 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.turn_rewards.append(reward)
         self.turn_components.append(components)
         self._over = terminated or truncated
+        if truncated:
+            observation = self._add_truncation_note(observation)
         info = {"messages": self.messages[:], "tools": self.tool_schemas, "reward_components": components, "turn": turn}
         return observation, float(reward), terminated, truncated, info
 
@@ -340,6 +351,24 @@ class LLMEnv(gym.Env[str, str], ABC):
             "reward_components": components,
             "turn": len(self.turn_contexts),
         }
+
+    def _add_truncation_note(self, observation: str) -> str:
+        """``observation`` with :meth:`truncation_note` as its last line, said in the transcript too."""
+        note = self.truncation_note()
+        if not note:
+            return observation
+        messages = self.messages
+        last = messages[-1]
+        if last["role"] == "user":  # feedback that was no tool result: the note joins it
+            messages[-1] = user(f"{last['content']}\n{note}")
+        else:
+            messages.append(user(note))
+        text = f"{observation}\n{note}"
+        limit = self.observation_space.max_length
+        if len(text) <= limit:
+            return text
+        marker = "\n[observation truncated]"  # cut in front of the note, which stays whole
+        return f"{observation[: limit - len(note) - 1 - len(marker)]}{marker}\n{note}"
 
     def _clip(self, text: str) -> str:
         limit = self.observation_space.max_length

@@ -106,26 +106,20 @@ class Rubric:
         if duplicates:
             raise ValueError(f"reward names must be unique, repeated: {sorted(duplicates)}")
         self.rewards: tuple[Reward, ...] = tuple(rewards)
-        # dispatch tables built once: scoring runs every step
-        self._every_turn = _plan([r for r in self.rewards if r.when == "turn"])
-        self._last_turn = _plan(list(self.rewards))
+        # dispatch lists built once: scoring runs every step
+        self._every_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards if r.when == "turn")
+        self._last_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards)
 
     def score(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
         """This turn's reward and its components (unweighted values, by name)."""
-        names, fns, weights = self._last_turn if ctx.done else self._every_turn
-        raws = [fn(ctx) for fn in fns]
-        try:
-            values = list(map(float, raws))
-        except (TypeError, ValueError):
-            for name, raw in zip(names, raws):
-                try:
-                    float(raw)
-                except (TypeError, ValueError):
-                    raise TypeError(f"reward {name!r} returned {_show(raw)}; a reward must be a number") from None
-            raise
-        components = dict(zip(names, values))
+        components: dict[str, float] = {}
         total = 0.0
-        for weight, value in zip(weights, values):  # left to right, as the rewards are listed
+        for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
+            raw = fn(ctx)
+            try:
+                value = components[name] = float(raw)
+            except (TypeError, ValueError):
+                raise TypeError(f"reward {name!r} returned {_show(raw)}; a reward must be a number") from None
             total += weight * value
         if not math.isfinite(total):  # an inf or nan component makes the total inf or nan, whatever its weight
             for name, value in components.items():
@@ -137,11 +131,6 @@ class Rubric:
     def weights(self) -> dict[str, float]:
         """Each component's weight, by name."""
         return {r.name: r.weight for r in self.rewards}
-
-
-def _plan(rewards: list[Reward]) -> tuple[tuple[str, ...], tuple[RewardFn, ...], tuple[float, ...]]:
-    """Names, functions and weights of ``rewards``, in order."""
-    return tuple(r.name for r in rewards), tuple(r.fn for r in rewards), tuple(r.weight for r in rewards)
 
 
 def _show(value: Any) -> str:

@@ -37,7 +37,6 @@ from importlib.resources import files
 from typing import Any
 
 from llmgym.env import LLMEnv
-from llmgym.messages import user
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.tools import ToolError, tool
 
@@ -119,9 +118,7 @@ class WordleEnv(LLMEnv):
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
         self.solved = False  # True once the word has been guessed
-        self._answer_spots: frozenset[tuple[int, str]] = frozenset()  # (position, letter) of the answer
-        self._answer_letters: frozenset[str] = frozenset()
-        self._greens: set[tuple[int, str]] = set()  # (position, letter) found green
+        self._greens: set[int] = set()  # positions found green
         self._letters: set[str] = set()  # letters found in the word
         self._new_facts: dict[int, int] = {}  # turn -> facts its guesses revealed
 
@@ -132,7 +129,6 @@ class WordleEnv(LLMEnv):
         elif not isinstance(answer, str) or answer.lower() not in self.valid_words:
             raise ValueError(f"options['answer'] must be a valid five-letter word, got {answer!r}")
         self.answer = answer.lower()
-        self._answer_spots, self._answer_letters = frozenset(enumerate(self.answer)), frozenset(self.answer)
         self.guesses = []
         self.solved = False
         self._greens, self._letters = set(), set()
@@ -164,14 +160,19 @@ class WordleEnv(LLMEnv):
         self.solved = feedback == _SOLVED
         greens, letters = self._greens, self._letters
         known = len(greens) + len(letters)  # facts: placed letters + letters known to be in the word
-        greens |= set(enumerate(word)) & self._answer_spots  # the green (position, letter) pairs
-        letters |= set(word) & self._answer_letters  # a letter is green or yellow somewhere iff the answer has it
+        for i, mark in enumerate(feedback):
+            if mark != "x":
+                letters.add(word[i])
+                if mark == "G":
+                    greens.add(i)
         new_facts = len(greens) + len(letters) - known
         if new_facts:
             self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
         made = len(self.guesses)
         left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
+        if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
+            return f"{word.upper()} {' '.join(feedback)}\n{left} {'guess' if left == 1 else 'guesses'} left."
         shown = f"{word.upper()} {' '.join(feedback)}"
         if self.solved:
             return f"{shown}\nSolved in {made} {'guess' if made == 1 else 'guesses'}!"
@@ -179,24 +180,13 @@ class WordleEnv(LLMEnv):
             return f"{shown}\nOut of guesses. The word was {self.answer.upper()}."
         if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
             return shown  # guess in this same reply may still solve it)
-        if replies < left:  # the turn budget binds: never promise guesses there are no replies for
-            return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left in {replies} {_plural(replies, 'reply', 'replies')}."
-        return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left."
+        # the turn budget binds: never promise guesses there are no replies for
+        return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left in {replies} {_plural(replies, 'reply', 'replies')}."
 
-    def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        observation, reward, terminated, truncated, info = super().step(action)
-        if truncated:  # said once, after every guess of the last reply: never before one of them solves it
-            budget = "turns" if len(self.turn_contexts) >= self.max_turns else "tokens"
-            note = f"Out of {budget}. The word was {self.answer.upper()}."
-            observation = _with_last_line(observation, note, self.observation_space.max_length)
-            # the transcript says it too: on the turn's own user message (feedback that was no tool result), else as one
-            last = self.messages[-1]
-            if last["role"] == "user":
-                self.messages[-1] = user(f"{last['content']}\n{note}")
-            else:
-                self.messages.append(user(note))
-            info["messages"] = list(self.messages)
-        return observation, reward, terminated, truncated, info
+    def truncation_note(self) -> str:
+        # said once, after every guess of the last reply: never before one of them solves it
+        budget = "turns" if len(self.turn_contexts) >= self.max_turns else "tokens"
+        return f"Out of {budget}. The word was {self.answer.upper()}."
 
     def on_text(self, text: str) -> str:
         lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -232,15 +222,6 @@ class WordleEnv(LLMEnv):
         if not self.solved:
             return 0.0
         return (self.max_guesses + 1 - len(self.guesses)) / self.max_guesses
-
-
-def _with_last_line(observation: str, line: str, limit: int) -> str:
-    """``observation`` with ``line`` added at the end, cut in front of it to stay within ``limit`` characters."""
-    text = f"{observation}\n{line}"
-    if len(text) <= limit:
-        return text
-    marker = "\n[observation truncated]"
-    return f"{observation[: limit - len(line) - 1 - len(marker)]}{marker}\n{line}"
 
 
 def _plural(count: int, one: str, many: str) -> str:
