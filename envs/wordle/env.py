@@ -68,15 +68,15 @@ def score_guess(guess: str, answer: str) -> str:
     """
     if guess == answer:
         return "G" * len(answer)
-    if len(set(guess)) == len(guess):  # no repeated letter (most guesses): off its spot, a letter is yellow iff the answer has it
-        return "".join(["G" if g == a else "Y" if g in answer else "x" for g, a in zip(guess, answer)])
     marks = ""
-    spare = None  # answer letters not matched by a green, listed only when a letter may be yellow
+    spare = None  # answer letters not matched by a green, listed only for a letter the guess repeats
     for g, a in zip(guess, answer):
         if g == a:
             marks += "G"
         elif g not in answer:
             marks += "x"
+        elif guess.count(g) == 1:  # guessed once and not here: the answer's copy is elsewhere, unmatched
+            marks += "Y"
         else:
             if spare is None:
                 spare = [a for g, a in zip(guess, answer) if g != a]
