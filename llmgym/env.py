@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from llmgym.episode import Episode
-from llmgym.messages import Message, ToolCall, assistant, encode_json, system, tool_result, user
+from llmgym.messages import Message, ToolCall, assistant, system, tool_result, user
 from llmgym.parsing import (
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, parse_text_tool_calls, read_single_call,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, read_single_call, read_text_tool_calls,
     text_protocol_content, without_thinking,
 )
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
@@ -183,7 +183,7 @@ class LLMEnv(gym.Env[str, str], ABC):
             if single is not None:  # the usual turn: text with one tool call, run without the general path's loops
                 return self._single_call_turn(action, turn, *single)
             if size <= self.max_action_chars:
-                prose, calls, errors = parse_text_tool_calls(action, f"call_{turn}")
+                prose, calls, errors = read_text_tool_calls(action, f"call_{turn}")  # read_single_call said no
                 parsed = ParsedAction(prose, calls, errors, assistant(action, calls))
         else:  # anything but a dict: parse_action raises TypeError
             content = action.get("content") if isinstance(action, dict) else None
@@ -239,26 +239,17 @@ class LLMEnv(gym.Env[str, str], ABC):
         The same turn as the general path gives (``tests/test_step_fast_path.py`` checks it), without its loops:
         every step of every episode runs this.
         """
-        call_id = f"call_{turn}_0"
-        call = ToolCall(name, arguments, call_id)
-        message = {"role": "assistant", "content": action, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": encode_json(arguments)}},  # to_openai()
-        ]}
+        call = ToolCall(name, arguments, f"call_{turn}_0")
+        message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # assistant(), a call fewer
         parsed = ParsedAction(prose, [call], [], message)
         messages = self.messages
         messages.append(message)
         tokens = self.count_tokens(action)
         self.tokens_used += tokens
         format_errors: list[str] = []
-        handler = self.tools.get(name)
-        if handler is not None and self.max_tool_calls and not self.is_done():  # else _run_call says what is wrong
-            result = handler.call(arguments)
-            if not result.ok and result.content.startswith(f"Error: invalid arguments for {name}"):
-                format_errors.append(result.content)
-        else:
-            result = self._run_call(call, 0, format_errors)
+        result = self._run_call(call, 0, format_errors)
         observation = result.content
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": observation})
+        messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # tool_result()
         if len(observation) > self.observation_space.max_length:
             observation = self._clip(observation)
         return self._end_turn(turn, action, parsed, [(name, result)], format_errors, tokens, observation)

@@ -62,7 +62,7 @@ def _encoder() -> Any:
     return lambda value: "".join(encode(value, 0))
 
 
-_encode = encode_json = _encoder()  # encode_json: for llmgym's modules (the step builds messages with it)
+_encode = _encoder()
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from pydantic_core import from_json
 
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
-__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "read_single_call", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "read_single_call", "read_text_tool_calls", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -59,13 +59,17 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
     if single is not None:
         prose, name, arguments = single
         return prose, [ToolCall(name, arguments, f"{id_prefix}_0")], []
-    start = text.find(TOOL_CALL_OPEN)
-    if start < 0 and TOOL_CALL_CLOSE not in text:
+    return read_text_tool_calls(text, id_prefix)
+
+
+def read_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[ToolCall], list[str]]:
+    """:func:`parse_text_tool_calls` without its :func:`read_single_call` shortcut (for a caller that tried it)."""
+    if TOOL_CALL_OPEN not in text and TOOL_CALL_CLOSE not in text:
         return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
     if _THINK_OPEN not in text:
-        return _scan(text, id_prefix, 0, calls, errors, start)[0].strip(), calls, errors
+        return _scan(text, id_prefix, 0, calls, errors)[0].strip(), calls, errors
     # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
     # content its tool parsers read): <think> blocks, and an unclosed one to the end, stay in the prose, unread
     parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
@@ -127,19 +131,15 @@ def without_thinking(text: str) -> str:
     return text if start < 0 else text[:start]
 
 
-def _scan(
-    text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str], start: int | None = None,
-) -> tuple[str, int]:
+def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
     """Read the ``<tool_call>`` blocks of ``text`` into ``calls`` or ``errors``, numbering them from ``index``.
 
-    ``start`` is where the first ``<tool_call>`` is, when the caller has looked already.
     Returns the prose around them and the next block number.
     """
     prose_parts: list[str] = []
     position = 0
     find = text.find
-    if start is None:
-        start = find(TOOL_CALL_OPEN)
+    start = find(TOOL_CALL_OPEN)
     while start >= 0:  # each <tool_call> up to the first </tool_call> after it
         end = find(TOOL_CALL_CLOSE, start + _OPEN_LEN)
         if end < 0:
