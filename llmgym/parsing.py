@@ -105,14 +105,17 @@ def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
     end = text.find(TOOL_CALL_CLOSE, start)
     if end < 0:  # the closing tag comes first
         return None
-    try:
-        data = from_json(text[start + _OPEN_LEN : end].strip())
+    try:  # JSON's own whitespace around the object is read as such; anything else (fences...) fails here
+        data = from_json(text[start + _OPEN_LEN : end])
         name, arguments = data["name"], data["arguments"]
     except (ValueError, TypeError, KeyError, IndexError):  # not JSON, not an object, a key missing
         return None
     if type(data) is not dict or len(data) != 2 or type(name) is not str or type(arguments) is not dict:
         return None
-    return (text[:start] + text[end + _CLOSE_LEN :]).strip(), name, arguments
+    after = end + _CLOSE_LEN
+    if not start and after == len(text):  # the block alone: no prose
+        return "", name, arguments
+    return (text[:start] + text[after:]).strip(), name, arguments
 
 
 def without_thinking(text: str) -> str:

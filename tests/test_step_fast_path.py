@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import llmgym.env
 from llmgym import LLMEnv, Reward, Rubric, tool
 from llmgym.envs.wordle import WordleEnv
-from llmgym.parsing import parse_text_tool_calls, read_single_call
+from llmgym.parsing import read_single_call, read_text_tool_calls
 from llmgym.rubric import format_error, tool_error_rate
 from llmgym.tools import ToolError
 
@@ -92,6 +92,9 @@ ACTIONS = st.one_of(
         '<think>hm</think><tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>',
         '```json\n{"name": "add", "arguments": {"n": 1}}\n```',
         '<tool_call>```json\n{"name": "add", "arguments": {"n": 1}}\n```</tool_call>',
+        # whitespace inside the block: JSON's own (read by the shortcut) and a no-break space (left to the general path)
+        '<tool_call>\n {"name": "add", "arguments": {"n": 1}} \t\n</tool_call>',
+        '<tool_call>\u00a0{"name": "add", "arguments": {"n": 1}}\u2003</tool_call>',
         "crane", "just text", "",
     ]),
 )
@@ -136,11 +139,13 @@ def test_the_shortcut_is_taken_for_the_usual_action(monkeypatch):
     assert len(taken) == 1
 
 
-@given(st.text(max_size=40), st.text(max_size=40))
-def test_read_single_call_agrees_with_the_general_parse(before, after):
-    for text in (before + _block("guess", {"word": after}) + after, before + after, before + "<tool_call>" + after):
+@given(st.text(max_size=40), st.text(max_size=40), st.sampled_from(["", " ", "\n\t", "\u00a0", "\u2003 "]))
+def test_read_single_call_agrees_with_the_general_parse(before, after, space):
+    spaced = f"<tool_call>{space}{json.dumps({'name': 'guess', 'arguments': {'word': after}})}{space}</tool_call>"
+    for text in (before + _block("guess", {"word": after}) + after, before + after, before + "<tool_call>" + after,
+                 spaced, before + spaced):
         single = read_single_call(text)
-        prose, calls, errors = parse_text_tool_calls(text, "c")
+        prose, calls, errors = read_text_tool_calls(text, "c")  # the general parse, without the shortcut
         if single is not None:
             assert errors == [] and len(calls) == 1
             assert single == (prose, calls[0].name, calls[0].arguments)

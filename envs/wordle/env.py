@@ -121,6 +121,8 @@ class WordleEnv(LLMEnv):
         self._greens: set[int] = set()  # positions found green
         self._letters: set[str] = set()  # letters found in the word
         self._new_facts: dict[int, int] = {}  # turn -> facts its guesses revealed
+        # the usual reply's last line by guesses left, written once: guess() answers every step
+        self._guesses_left = [f"\n{n} {_plural(n, 'guess', 'guesses')} left." for n in range(max_guesses + 1)]
 
     def setup(self, options: dict[str, Any] | None) -> str:
         answer = (options or {}).get("answer")
@@ -172,7 +174,7 @@ class WordleEnv(LLMEnv):
         left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
         if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
-            return f"{word.upper()} {' '.join(feedback)}\n{left} {'guess' if left == 1 else 'guesses'} left."
+            return f"{word.upper()} {' '.join(feedback)}{self._guesses_left[left]}"
         shown = f"{word.upper()} {' '.join(feedback)}"
         if self.solved:
             return f"{shown}\nSolved in {made} {'guess' if made == 1 else 'guesses'}!"
