@@ -6,10 +6,10 @@ Measures, for each library's Wordle with the same six guesses per episode:
   the same process;
 - per step (us), median over all steps: step + action parsing + validation +
   reward (+ ``get_observation`` for TextArena, whose step returns no text). Each
-  library plays in its own interpreter, kept up for the whole run; the
-  interpreters take turns of ``--chunk`` episodes, ``--rounds`` times, so they all
-  meet the same load on a shared machine (TextArena, whose step slows as one
-  interpreter plays on, plays a tenth as many episodes);
+  library plays in ``--processes`` interpreters, kept up for the whole run; all
+  the interpreters take turns of ``--chunk`` episodes, ``--rounds`` times, so every
+  library meets the same load on a shared machine (TextArena, whose step slows as
+  one interpreter plays on, plays a tenth as many episodes);
 - full-loop steps/s: reset + six steps, over the same episodes.
 
 Peers are installed in their own venv (``benchmarks/.peers-venv``), never as
@@ -20,7 +20,7 @@ with a stand-in that tags every word a noun, so its answer list is every
 five-letter word of the stand-in corpus. Results go to
 ``benchmarks/results/env_step.json``.
 
-Run: ``python benchmarks/env_step.py [--chunk 10] [--rounds 300]``
+Run: ``python benchmarks/env_step.py [--processes 6] [--chunk 10] [--rounds 100]``
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def step(env, action):
 }
 
 # TextArena's step slows down the more episodes one interpreter plays (median ~0.36 ms over its first 300
-# episodes, ~3.9 ms over 3,000: it keeps state across resets), so it plays a tenth as many: ~300, as before.
+# episodes, ~3.9 ms over 3,000: it keeps state across resets), so it plays a tenth as many.
 EPISODE_SHARE = {"llmgym": 1.0, "textarena": 0.1, "gem": 1.0}
 
 MAKE_PROBE = """
@@ -140,9 +140,7 @@ for line in sys.stdin:  # "run N": play N more episodes; "clear": forget the tim
         loop_ns += pc() - start
         episode += 1
     print("ok", flush=True)
-step_ns.sort()
-print(json.dumps({{"step_us_median": step_ns[len(step_ns) // 2] / 1e3, "step_us_p90": step_ns[int(len(step_ns) * 0.9)] / 1e3,
-                  "loop_steps_per_s": steps / (loop_ns / 1e9), "steps": steps, "episodes": episode}}))
+print(json.dumps({{"step_ns": step_ns, "loop_ns": loop_ns, "steps": steps}}))
 """
 
 
@@ -181,6 +179,8 @@ class Worker:
         env = dict(os.environ, NLTK_DATA=str(NLTK_DATA), PYTHONHASHSEED="0")
         self.process = subprocess.Popen([python, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def wait_ready(self) -> None:
         self._expect("ready")
 
     def run(self, episodes: int) -> None:
@@ -209,26 +209,43 @@ class Worker:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunk", type=int, default=10, help="episodes each library plays per turn of the interleaving")
-    parser.add_argument("--rounds", type=int, default=300, help="turns of the interleaving (each library plays --chunk per round)")
+    parser.add_argument("--rounds", type=int, default=100, help="turns of the interleaving (each library plays --chunk per round)")
+    parser.add_argument("--processes", type=int, default=6, help="interpreters per library, whose step times are pooled")
     parser.add_argument("--warmup", type=int, default=50, help="episodes each library plays before the timing starts")
     parser.add_argument("--make-runs", type=int, default=5, help="fresh interpreters for the make time")
     args = parser.parse_args()
     peer_python = str(ensure_peers())
     load_before = list(os.getloadavg())
     pythons = {lib: sys.executable if lib == "llmgym" else peer_python for lib in LIBS}
-    # Step time: this shared VM runs any one process at one of two speeds ~50-60% apart, switching every few
-    # seconds (llmgym ~11 or ~17 us, GEM ~5.2 or ~8.5 us). Timing each library in its own interpreter one after
-    # the other let that decide the ratio (1.4-2.6x GEM in session 8). Here every library's interpreter stays up
-    # and they take turns a few milliseconds long, so each meets the same slow and fast stretches.
-    workers = {lib: Worker(pythons[lib], STEP_WORKER.format(lib=code, guesses=GUESSES)) for lib, code in LIBS.items()}
+    # Step time. On this shared VM a process runs at one of two speeds ~50-60% apart (llmgym ~11 or ~17 us, GEM
+    # ~5.2 or ~8.5 us): the speed switches every few seconds, and it also differs from one interpreter to the next
+    # (the same code in two interpreters side by side differs by up to ~5%). Timing each library in one fresh
+    # interpreter after the other let that decide the ratio (1.4-2.6x GEM in session 8). Here each library plays
+    # in --processes interpreters that stay up, and all of them take turns a few milliseconds long, so every
+    # library meets the same slow and fast stretches and the interpreters' luck evens out; the step times of a
+    # library's interpreters are pooled.
+    workers = {lib: [Worker(pythons[lib], STEP_WORKER.format(lib=code, guesses=GUESSES)) for _ in range(args.processes)]
+               for lib, code in LIBS.items()}
     chunk = {lib: max(1, round(args.chunk * EPISODE_SHARE[lib])) for lib in LIBS}
-    for lib, worker in workers.items():
-        worker.run(max(1, round(args.warmup * EPISODE_SHARE[lib])))
-        worker.clear()
+    for lib, group in workers.items():
+        for worker in group:
+            worker.wait_ready()
+            worker.run(max(1, round(args.warmup * EPISODE_SHARE[lib])))
+            worker.clear()
     for _ in range(args.rounds):
-        for lib, worker in workers.items():
-            worker.run(chunk[lib])
-    timings = {lib: worker.report() for lib, worker in workers.items()}
+        for index in range(args.processes):
+            for lib, group in workers.items():
+                group[index].run(chunk[lib])
+    timings = {}
+    for lib, group in workers.items():
+        reports = [worker.report() for worker in group]
+        step_ns = sorted(ns for report in reports for ns in report["step_ns"])
+        steps = sum(report["steps"] for report in reports)
+        timings[lib] = {
+            "step_us_median": step_ns[len(step_ns) // 2] / 1e3, "step_us_p90": step_ns[int(len(step_ns) * 0.9)] / 1e3,
+            "loop_steps_per_s": steps / (sum(report["loop_ns"] for report in reports) / 1e9), "steps": steps,
+            "step_us_median_by_process": [statistics.median(report["step_ns"]) / 1e3 for report in reports],
+        }
     results = {}
     for lib, code in LIBS.items():
         makes = [run_probe(pythons[lib], MAKE_PROBE.format(lib=code)) for _ in range(args.make_runs)]
@@ -239,7 +256,8 @@ def main() -> None:
         }
         print(f"{lib:10s} make+reset cold {results[lib]['make_first_reset_cold_ms_median']:8.2f} ms"
               f" warm {results[lib]['make_reset_warm_ms_median']:7.3f} ms   step {results[lib]['step_us_median']:7.2f} us"
-              f" (p90 {results[lib]['step_us_p90']:.2f}, {results[lib]['steps']} steps)"
+              f" (p90 {results[lib]['step_us_p90']:.2f}, {results[lib]['steps']} steps; by interpreter"
+              f" {', '.join(f'{m:.2f}' for m in results[lib]['step_us_median_by_process'])})"
               f"   loop {results[lib]['loop_steps_per_s']:9.0f} steps/s", flush=True)
     ours = results["llmgym"]
     ratios = {
@@ -258,7 +276,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "env_step", "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
-        "python": platform.python_version(), "chunk_episodes": args.chunk, "rounds": args.rounds, "warmup_episodes": args.warmup,
+        "python": platform.python_version(), "chunk_episodes": args.chunk, "rounds": args.rounds, "processes": args.processes, "warmup_episodes": args.warmup,
         "guesses": GUESSES,
         "notes": "TextArena/GEM on a stand-in NLTK words corpus; TextArena's pos_tag replaced (no tagger data offline). "
                  "Step times: the libraries' interpreters take turns of --chunk episodes, --rounds times.",

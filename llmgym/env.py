@@ -174,15 +174,14 @@ class LLMEnv(gym.Env[str, str], ABC):
                                else "no episode has started: call reset() before step()")
         # Every step of every episode runs this: it is written for the usual turn (text, one call) without
         # extra calls or copies; benchmarks/env_step.py measures it against GEM's Wordle.
-        history = self.turn_contexts
-        turn = len(history) + 1
+        turn = len(self.turn_contexts) + 1
         counted = None  # what the token budget counts, when it is more than the message text
         if isinstance(action, str):
             content, size = action, len(action)
-            single = read_single_call(action) if size <= self.max_action_chars else None
-            if single is not None:  # the usual turn: text with one tool call, run without the general path's loops
-                return self._single_call_turn(action, turn, *single)
             if size <= self.max_action_chars:
+                single = read_single_call(action)
+                if single is not None:  # the usual turn: text with one tool call, run without the general path's loops
+                    return self._single_call_turn(action, turn, *single)
                 prose, calls, errors = read_text_tool_calls(action, f"call_{turn}")  # read_single_call said no
                 parsed = ParsedAction(prose, calls, errors, assistant(action, calls))
         else:  # anything but a dict: parse_action raises TypeError

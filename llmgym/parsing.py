@@ -25,6 +25,7 @@ TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
 _OPEN_LEN, _CLOSE_LEN = len(TOOL_CALL_OPEN), len(TOOL_CALL_CLOSE)
+_TAG_END = "tool_call>"  # in both tags
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"(<think>.*?</think>)", re.DOTALL)  # split() keeps the blocks
 
@@ -100,17 +101,18 @@ def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
         True
     """
     start = text.find(TOOL_CALL_OPEN)
-    if start < 0 or _THINK_OPEN in text or text.count(TOOL_CALL_OPEN) != 1 or text.count(TOOL_CALL_CLOSE) != 1:
+    # "tool_call>" twice: the two tags found here and nothing else (a stray one in prose is left to the general path)
+    if start < 0 or text.count(_TAG_END) != 2 or _THINK_OPEN in text:
         return None
     end = text.find(TOOL_CALL_CLOSE, start)
     if end < 0:  # the closing tag comes first
         return None
     try:  # JSON's own whitespace around the object is read as such; anything else (fences...) fails here
         data = from_json(text[start + _OPEN_LEN : end])
-        name, arguments = data["name"], data["arguments"]
+        name, arguments = data["name"], data["arguments"]  # only a dict gets this far: JSON's other values raise
     except (ValueError, TypeError, KeyError, IndexError):  # not JSON, not an object, a key missing
         return None
-    if type(data) is not dict or len(data) != 2 or type(name) is not str or type(arguments) is not dict:
+    if len(data) != 2 or type(name) is not str or type(arguments) is not dict:
         return None
     after = end + _CLOSE_LEN
     if not start and after == len(text):  # the block alone: no prose

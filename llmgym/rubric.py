@@ -121,7 +121,7 @@ class Rubric:
             except (TypeError, ValueError):
                 raise TypeError(f"reward {name!r} returned {_show(raw)}; a reward must be a number") from None
             total += weight * value
-        if not math.isfinite(total):  # an inf or nan component makes the total inf or nan, whatever its weight
+        if total - total:  # not 0.0: the total is inf or nan, as it is when a component is, whatever its weight
             for name, value in components.items():
                 if not math.isfinite(value):
                     raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")

@@ -69,22 +69,30 @@ def score_guess(guess: str, answer: str) -> str:
     if guess == answer:
         return "G" * len(answer)
     marks = ""
-    spare = None  # answer letters not matched by a green, listed only for a letter the guess repeats
-    for g, a in zip(guess, answer):
+    for g, a in zip(guess, answer):  # the usual guess: each letter of it either here, elsewhere, or not in the word
         if g == a:
             marks += "G"
         elif g not in answer:
             marks += "x"
         elif guess.count(g) == 1:  # guessed once and not here: the answer's copy is elsewhere, unmatched
             marks += "Y"
+        else:  # a repeated letter the answer has: count its copies
+            return _score_repeated(guess, answer)
+    return marks
+
+
+def _score_repeated(guess: str, answer: str) -> str:
+    """:func:`score_guess` by the game's full rule: greens first, then yellows left to right while copies remain."""
+    spare = [a for g, a in zip(guess, answer) if g != a]  # answer letters not matched by a green
+    marks = ""
+    for g, a in zip(guess, answer):
+        if g == a:
+            marks += "G"
+        elif g in spare:
+            spare.remove(g)
+            marks += "Y"
         else:
-            if spare is None:
-                spare = [a for g, a in zip(guess, answer) if g != a]
-            if g in spare:  # left to right: a repeated letter is yellow only while unmatched copies remain
-                spare.remove(g)
-                marks += "Y"
-            else:
-                marks += "x"
+            marks += "x"
     return marks
 
 
