@@ -120,11 +120,11 @@ actions = [act(w) for w in {guesses!r}]
 step_ns, loop_ns, steps, episode = [], 0, 0, 0
 pc = time.perf_counter_ns
 print("ready", flush=True)
-for line in sys.stdin:  # "run N": play N more episodes; "clear": forget the times so far; "report": summary, stop
+for line in sys.stdin:  # "run N": play N more episodes; "clear": forget the times so far; "report": the times, stop
     if line.startswith("report"):
         break
     if line.startswith("clear"):
-        step_ns, loop_ns, steps, episode = [], 0, 0, episode
+        step_ns, loop_ns, steps = [], 0, 0
         print("ok", flush=True)
         continue
     for _ in range(int(line.split()[1])):
@@ -164,9 +164,13 @@ def ensure_peers() -> Path:
     return python
 
 
+def _probe_env() -> dict[str, str]:
+    """The environment every measured interpreter runs in: the stand-in NLTK corpus, a fixed hash seed."""
+    return dict(os.environ, NLTK_DATA=str(NLTK_DATA), PYTHONHASHSEED="0")
+
+
 def run_probe(python: str, code: str) -> dict:
-    env = dict(os.environ, NLTK_DATA=str(NLTK_DATA), PYTHONHASHSEED="0")
-    out = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
+    out = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=_probe_env())
     if out.returncode != 0:
         raise RuntimeError(f"probe failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -176,9 +180,8 @@ class Worker:
     """One library's step loop in its own interpreter, run a chunk of episodes at a time on request."""
 
     def __init__(self, python: str, code: str):
-        env = dict(os.environ, NLTK_DATA=str(NLTK_DATA), PYTHONHASHSEED="0")
         self.process = subprocess.Popen([python, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_probe_env())
 
     def wait_ready(self) -> None:
         self._expect("ready")

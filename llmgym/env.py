@@ -275,8 +275,7 @@ class LLMEnv(gym.Env[str, str], ABC):
         self._over = terminated or truncated
         if truncated:
             observation = self._add_truncation_note(observation)
-        info = {"messages": self.messages[:], "tools": self.tool_schemas, "reward_components": components, "turn": turn}
-        return observation, float(reward), terminated, truncated, info
+        return observation, float(reward), terminated, truncated, self._info(components)
 
     def _run_call(self, call: ToolCall, index: int, format_errors: list[str]) -> ToolResult:
         """Run the turn's ``index``-th call, or say why not; argument and name mistakes go to ``format_errors``."""

@@ -185,13 +185,13 @@ class WordleEnv(LLMEnv):
             return f"{word.upper()} {' '.join(feedback)}{self._guesses_left[left]}"
         shown = f"{word.upper()} {' '.join(feedback)}"
         if self.solved:
-            return f"{shown}\nSolved in {made} {'guess' if made == 1 else 'guesses'}!"
+            return f"{shown}\nSolved in {made} {_plural(made, 'guess', 'guesses')}!"
         if left == 0:
             return f"{shown}\nOut of guesses. The word was {self.answer.upper()}."
         if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
             return shown  # guess in this same reply may still solve it)
         # the turn budget binds: never promise guesses there are no replies for
-        return f"{shown}\n{left} {'guess' if left == 1 else 'guesses'} left in {replies} {_plural(replies, 'reply', 'replies')}."
+        return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left in {replies} {_plural(replies, 'reply', 'replies')}."
 
     def truncation_note(self) -> str:
         # said once, after every guess of the last reply: never before one of them solves it
