@@ -172,17 +172,66 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
                                else "no episode has started: call reset() before step()")
-        # Every step of every episode runs this: it is written for the usual turn (text, one call) without
-        # extra calls or copies; benchmarks/env_step.py measures it against GEM's Wordle.
+        # Every step of every episode runs this method: the usual turn (text with one well-formed call of a known
+        # tool) is played here in one frame, without the general path's loops, helper calls or copies;
+        # tests/test_step_fast_path.py checks that it gives the same turn as the general path, and
+        # benchmarks/env_step.py measures it against GEM's Wordle.
         turn = len(self.turn_contexts) + 1
+        messages = self.messages
+        single = read_single_call(action) if type(action) is str and len(action) <= self.max_action_chars else None
+        handler = None if single is None else self.tools.get(single[1])
+        if handler is not None and not self.is_done():  # the usual turn
+            prose, name, arguments = single
+            call = ToolCall(name, arguments, f"call_{turn}_0")
+            message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # assistant()
+            parsed = ParsedAction(prose, [call], [], message)
+            messages.append(message)
+            text = action
+            tokens = self.count_tokens(action)
+            self.tokens_used += tokens
+            result = handler.call(arguments)
+            observation = result.content
+            # as _run_call: a call refused for its arguments is a format error
+            format_errors = [] if result.ok or not observation.startswith(f"Error: invalid arguments for {name}") else [observation]
+            tool_results = [(name, result)]
+            messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # tool_result()
+            if len(observation) > self.observation_space.max_length:
+                observation = self._clip(observation)
+        else:
+            text, parsed, tool_results, format_errors, tokens, observation = self._general_turn(action, turn)
+        # score and record the turn
+        history = self.turn_contexts
+        terminated = bool(self.is_done())
+        truncated = not terminated and (
+            turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
+        )
+        thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
+        ctx = TurnContext(  # positional, in field order: half the cost of eleven keywords, paid every step
+            self, turn, text, parsed, tool_results, format_errors, tokens, thinking,  # env ... thinking_tokens
+            terminated or truncated, terminated, history[:],  # done, terminated, history
+        )
+        reward, components = self.rubric.score(ctx)
+        history.append(ctx)
+        self.turn_rewards.append(reward)
+        self.turn_components.append(components)
+        self._over = terminated or truncated
+        if truncated:
+            observation = self._add_truncation_note(observation)
+        return observation, float(reward), terminated, truncated, self._info(components)
+
+    def _general_turn(
+        self, action: str | dict[str, Any], turn: int,
+    ) -> tuple[str, ParsedAction, list[tuple[str, ToolResult]], list[str], int, str]:
+        """Play any turn but the usual one: read the action, run its calls, answer it.
+
+        Returns what :meth:`step` scores: the action's text, the parsed action, ``(name, result)`` per call,
+        the format errors, the tokens counted and the observation.
+        """
         counted = None  # what the token budget counts, when it is more than the message text
         if isinstance(action, str):
             content, size = action, len(action)
             if size <= self.max_action_chars:
-                single = read_single_call(action)
-                if single is not None:  # the usual turn: text with one tool call, run without the general path's loops
-                    return self._single_call_turn(action, turn, *single)
-                prose, calls, errors = read_text_tool_calls(action, f"call_{turn}")  # read_single_call said no
+                prose, calls, errors = read_text_tool_calls(action, f"call_{turn}")
                 parsed = ParsedAction(prose, calls, errors, assistant(action, calls))
         else:  # anything but a dict: parse_action raises TypeError
             content = action.get("content") if isinstance(action, dict) else None
@@ -228,54 +277,7 @@ class LLMEnv(gym.Env[str, str], ABC):
         observation = self._clip(replies[0] if len(replies) == 1 else "\n".join(replies))
         if errors or (not calls and observation):
             messages.append(user(observation))
-        return self._end_turn(turn, text, parsed, tool_results, format_errors, tokens, observation)
-
-    def _single_call_turn(
-        self, action: str, turn: int, prose: str, name: str, arguments: dict[str, Any],
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """:meth:`step` for the usual action, text with one well-formed tool call (:func:`~llmgym.parsing.read_single_call`).
-
-        The same turn as the general path gives (``tests/test_step_fast_path.py`` checks it), without its loops:
-        every step of every episode runs this.
-        """
-        call = ToolCall(name, arguments, f"call_{turn}_0")
-        message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # assistant(), a call fewer
-        parsed = ParsedAction(prose, [call], [], message)
-        messages = self.messages
-        messages.append(message)
-        tokens = self.count_tokens(action)
-        self.tokens_used += tokens
-        format_errors: list[str] = []
-        result = self._run_call(call, 0, format_errors)
-        observation = result.content
-        messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # tool_result()
-        if len(observation) > self.observation_space.max_length:
-            observation = self._clip(observation)
-        return self._end_turn(turn, action, parsed, [(name, result)], format_errors, tokens, observation)
-
-    def _end_turn(
-        self, turn: int, text: str, parsed: ParsedAction, tool_results: list[tuple[str, ToolResult]],
-        format_errors: list[str], tokens: int, observation: str,
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Score the turn, record it and return :meth:`step`'s five values."""
-        history = self.turn_contexts
-        terminated = bool(self.is_done())
-        truncated = not terminated and (
-            turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
-        )
-        thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
-        ctx = TurnContext(  # positional, in field order: half the cost of eleven keywords, paid every step
-            self, turn, text, parsed, tool_results, format_errors, tokens, thinking,  # env ... thinking_tokens
-            terminated or truncated, terminated, history[:],  # done, terminated, history
-        )
-        reward, components = self.rubric.score(ctx)
-        history.append(ctx)
-        self.turn_rewards.append(reward)
-        self.turn_components.append(components)
-        self._over = terminated or truncated
-        if truncated:
-            observation = self._add_truncation_note(observation)
-        return observation, float(reward), terminated, truncated, self._info(components)
+        return text, parsed, tool_results, format_errors, tokens, observation
 
     def _run_call(self, call: ToolCall, index: int, format_errors: list[str]) -> ToolResult:
         """Run the turn's ``index``-th call, or say why not; argument and name mistakes go to ``format_errors``."""

@@ -58,8 +58,17 @@ def _encoder() -> Any:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
     # markers=None: no cycle check (the C encoder raises RecursionError on a cycle instead)
-    encode = make(None, unserializable, json.encoder.encode_basestring, None, ": ", ", ", False, False, True)
-    return lambda value: "".join(encode(value, 0))
+    quote = json.encoder.encode_basestring
+    encode = make(None, unserializable, quote, None, ": ", ", ", False, False, True)
+
+    def encode_value(value: Any) -> str:
+        if type(value) is dict and len(value) == 1:  # the usual arguments, one string: the same text, written directly
+            for key, item in value.items():  # (the encoder's own set-up costs more than the string does)
+                if type(key) is str and type(item) is str:
+                    return f"{{{quote(key)}: {quote(item)}}}"
+        return "".join(encode(value, 0))
+
+    return encode_value
 
 
 _encode = _encoder()

@@ -115,11 +115,10 @@ class Rubric:
         components: dict[str, float] = {}
         total = 0.0
         for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
-            raw = fn(ctx)
-            try:
-                value = components[name] = float(raw)
-            except (TypeError, ValueError):
-                raise TypeError(f"reward {name!r} returned {_show(raw)}; a reward must be a number") from None
+            value = fn(ctx)
+            if type(value) is not float:  # an int, a bool, a numpy number...: made a float, as float() does
+                value = _as_float(name, value)
+            components[name] = value
             total += weight * value
         if total - total:  # not 0.0: the total is inf or nan, as it is when a component is, whatever its weight
             for name, value in components.items():
@@ -131,6 +130,14 @@ class Rubric:
     def weights(self) -> dict[str, float]:
         """Each component's weight, by name."""
         return {r.name: r.weight for r in self.rewards}
+
+
+def _as_float(name: str, value: Any) -> float:
+    """A reward function's value as a ``float``, or a ``TypeError`` naming the reward."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"reward {name!r} returned {_show(value)}; a reward must be a number") from None
 
 
 def _show(value: Any) -> str:

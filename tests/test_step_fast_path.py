@@ -1,7 +1,7 @@
 """The usual turn (text with one tool call) takes a shortcut through ``LLMEnv.step``: it must give the same turn.
 
-``LLMEnv.step`` hands an action that :func:`llmgym.parsing.read_single_call` reads to
-``_single_call_turn``; every other action goes the general way. These tests play the same
+``LLMEnv.step`` plays an action that :func:`llmgym.parsing.read_single_call` reads, calling a known
+tool, itself; every other action goes the general way (``_general_turn``). These tests play the same
 actions twice, once with the shortcut and once with it turned off, and compare everything a
 caller or a reward function can see.
 """
@@ -129,14 +129,15 @@ def test_the_shortcut_gives_the_same_turns_as_the_general_path(make, actions, mo
 
 
 def test_the_shortcut_is_taken_for_the_usual_action(monkeypatch):
-    taken = []
-    original = LLMEnv._single_call_turn
-    monkeypatch.setattr(LLMEnv, "_single_call_turn", lambda self, *a: taken.append(a[0]) or original(self, *a))
+    general = []
+    original = LLMEnv._general_turn
+    monkeypatch.setattr(LLMEnv, "_general_turn", lambda self, action, turn: general.append(action) or original(self, action, turn))
     env = WordleEnv()
     env.reset(seed=0)
-    env.step(_block("guess", {"word": "crane"}))
+    env.step(_block("guess", {"word": "crane"}))  # the usual action: played in step() itself
     env.step("crane")  # plain text: the general path
-    assert len(taken) == 1
+    env.step(_block("nope", {"word": "crane"}))  # an unknown tool: the general path says so
+    assert general == ["crane", _block("nope", {"word": "crane"})]
 
 
 @given(st.text(max_size=40), st.text(max_size=40), st.sampled_from(["", " ", "\n\t", "\u00a0", "\u2003 "]))
