@@ -172,15 +172,14 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
                                else "no episode has started: call reset() before step()")
-        # Every step of every episode runs this method: the usual turn (text with one well-formed call of a known
-        # tool) is played here in one frame, without the general path's loops, helper calls or copies;
+        # Every step of every episode runs this method: the usual turn (text with one well-formed tool call) is
+        # played here, without the general path's loops, helper calls or copies;
         # tests/test_step_fast_path.py checks that it gives the same turn as the general path, and
         # benchmarks/env_step.py measures it against GEM's Wordle.
         turn = len(self.turn_contexts) + 1
         messages = self.messages
         single = read_single_call(action) if type(action) is str and len(action) <= self.max_action_chars else None
-        handler = None if single is None else self.tools.get(single[1])
-        if handler is not None and not self.is_done():  # the usual turn
+        if single is not None:  # the usual turn
             prose, name, arguments = single
             call = ToolCall(name, arguments, f"call_{turn}_0")
             message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # assistant()
@@ -189,10 +188,9 @@ class LLMEnv(gym.Env[str, str], ABC):
             text = action
             tokens = self.count_tokens(action)
             self.tokens_used += tokens
-            result = handler.call(arguments)
+            format_errors: list[str] = []
+            result = self._run_call(call, 0, format_errors)
             observation = result.content
-            # as _run_call: a call refused for its arguments is a format error
-            format_errors = [] if result.ok or not observation.startswith(f"Error: invalid arguments for {name}") else [observation]
             tool_results = [(name, result)]
             messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # tool_result()
             if len(observation) > self.observation_space.max_length:
