@@ -173,7 +173,7 @@ class LLMEnv(gym.Env[str, str], ABC):
             raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
                                else "no episode has started: call reset() before step()")
         # Every step of every episode runs this method: the usual turn (text with one well-formed tool call) is
-        # played here, without the general path's loops, helper calls or copies;
+        # played here, without the general path's loops or copies;
         # tests/test_step_fast_path.py checks that it gives the same turn as the general path, and
         # benchmarks/env_step.py measures it against GEM's Wordle.
         turn = len(self.turn_contexts) + 1
@@ -182,7 +182,7 @@ class LLMEnv(gym.Env[str, str], ABC):
         if single is not None:  # the usual turn
             prose, name, arguments = single
             call = ToolCall(name, arguments, f"call_{turn}_0")
-            message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # assistant()
+            message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # as assistant() builds it
             parsed = ParsedAction(prose, [call], [], message)
             messages.append(message)
             text = action
@@ -192,7 +192,7 @@ class LLMEnv(gym.Env[str, str], ABC):
             result = self._run_call(call, 0, format_errors)
             observation = result.content
             tool_results = [(name, result)]
-            messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # tool_result()
+            messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # as tool_result()
             if len(observation) > self.observation_space.max_length:
                 observation = self._clip(observation)
         else:

@@ -49,6 +49,8 @@ def _encoder() -> Any:
     """``json.dumps(value, ensure_ascii=False)`` without building an encoder per call (tool calls are encoded every step).
 
     CPython's C encoder, made once, writes the same text; elsewhere the pure-Python encoder does.
+    A dict of one string key and one string value (the usual arguments) is written by quoting the
+    two strings directly: the same text, without the encoder's set-up.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:

@@ -150,3 +150,13 @@ def test_read_single_call_agrees_with_the_general_parse(before, after, space):
         if single is not None:
             assert errors == [] and len(calls) == 1
             assert single == (prose, calls[0].name, calls[0].arguments)
+
+
+def test_a_str_subclass_action_gives_the_same_turn_as_the_plain_string(monkeypatch):
+    class Reply(str):  # e.g. numpy.str_: read by the general path
+        pass
+
+    actions = [_block("guess", {"word": "crane"}), "Trying. " + _block("guess", {"word": "pilot"}), "dumpy"]
+    plain = _play(WordleEnv, actions, True, monkeypatch)
+    subclassed = _play(WordleEnv, [Reply(a) for a in actions], True, monkeypatch)
+    assert subclassed == plain
