@@ -127,6 +127,7 @@ for line in sys.stdin:  # "run N": play N more episodes; "clear": forget the tim
         step_ns, loop_ns, steps = [], 0, 0
         print("ok", flush=True)
         continue
+    first = len(step_ns)
     for _ in range(int(line.split()[1])):
         start = pc()
         reset(env, episode)
@@ -139,7 +140,8 @@ for line in sys.stdin:  # "run N": play N more episodes; "clear": forget the tim
                 break
         loop_ns += pc() - start
         episode += 1
-    print("ok", flush=True)
+    turn = sorted(step_ns[first:])
+    print("ok", turn[len(turn) // 2] if turn else 0, flush=True)  # this turn's median step, for the paired ratios
 print(json.dumps({{"step_ns": step_ns, "loop_ns": loop_ns, "steps": steps}}))
 """
 
@@ -186,10 +188,11 @@ class Worker:
     def wait_ready(self) -> None:
         self._expect("ready")
 
-    def run(self, episodes: int) -> None:
+    def run(self, episodes: int) -> float:
+        """Play ``episodes`` more; returns their median step time in ns."""
         self.process.stdin.write(f"run {episodes}\n")
         self.process.stdin.flush()
-        self._expect("ok")
+        return float(self._expect("ok"))
 
     def clear(self) -> None:
         self.process.stdin.write("clear\n")
@@ -202,11 +205,28 @@ class Worker:
             raise RuntimeError(f"step worker failed:\n{err[-2000:]}")
         return json.loads(out.strip().splitlines()[-1])
 
-    def _expect(self, word: str) -> None:
+    def _expect(self, word: str) -> str:
+        """Read the worker's reply, which must start with ``word``; returns what follows it."""
         line = self.process.stdout.readline().strip()
-        if line != word:
+        said, _, rest = line.partition(" ")
+        if said != word:
             self.process.kill()
             raise RuntimeError(f"step worker said {line!r}, expected {word!r}:\n{self.process.stderr.read()[-2000:]}")
+        return rest
+
+
+def paired_ratios(ours: list[float], peer: list[float]) -> dict[str, float]:
+    """llmgym's median step over GEM's, turn by turn (same round and interpreter slot): median, p10, p90, and the
+    median over the turns where GEM ran faster or slower than its own median turn (the VM's fast and slow stretches)."""
+    pairs = [(o / p, p) for o, p in zip(ours, peer) if o and p]
+    ratios = sorted(r for r, _ in pairs)
+    gem_median = statistics.median(p for _, p in pairs)
+    return {
+        "turns": len(ratios), "median": statistics.median(ratios),
+        "p10": ratios[int(len(ratios) * 0.1)], "p90": ratios[int(len(ratios) * 0.9)],
+        "median_when_gem_fast": statistics.median(r for r, p in pairs if p <= gem_median),
+        "median_when_gem_slow": statistics.median(r for r, p in pairs if p > gem_median),
+    }
 
 
 def main() -> None:
@@ -235,10 +255,13 @@ def main() -> None:
             worker.wait_ready()
             worker.run(max(1, round(args.warmup * EPISODE_SHARE[lib])))
             worker.clear()
+    # each turn's median step time; llmgym's and GEM's turns in one (round, interpreter) slot run milliseconds apart,
+    # so their ratio is paired: both libraries met the same stretch of the VM's speed
+    turn_medians: dict[str, list[float]] = {lib: [] for lib in LIBS}
     for _ in range(args.rounds):
         for index in range(args.processes):
             for lib, group in workers.items():
-                group[index].run(chunk[lib])
+                turn_medians[lib].append(group[index].run(chunk[lib]))
     timings = {}
     for lib, group in workers.items():
         reports = [worker.report() for worker in group]
@@ -269,8 +292,12 @@ def main() -> None:
         for metric, key in (("make_cold", "make_first_reset_cold_ms_median"), ("make_warm", "make_reset_warm_ms_median"),
                             ("step", "step_us_median"), ("step_p90", "step_us_p90"), ("loop_speed", "loop_steps_per_s"))
     }
+    paired = paired_ratios(turn_medians["llmgym"], turn_medians["gem"])
     for name, value in ratios.items():
         print(f"{name:40s} {value:6.2f}x")
+    print(f"{'step_llmgym_over_gem, paired by turn':40s} {paired['median']:6.2f}x (p10 {paired['p10']:.2f}, p90 "
+          f"{paired['p90']:.2f}; GEM's faster half of turns {paired['median_when_gem_fast']:.2f}, slower half "
+          f"{paired['median_when_gem_slow']:.2f})")
     targets = {
         "make_no_slower_than_gem": ratios["make_cold_llmgym_over_gem"] <= 1.0,
         "step_within_2x_of_gem": ratios["step_llmgym_over_gem"] <= 2.0,
@@ -284,7 +311,7 @@ def main() -> None:
         "notes": "TextArena/GEM on a stand-in NLTK words corpus; TextArena's pos_tag replaced (no tagger data offline). "
                  "Step times: the libraries' interpreters take turns of --chunk episodes, --rounds times.",
         "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
-        "results": results, "ratios": ratios, "targets_met": targets,
+        "results": results, "ratios": ratios, "step_ratio_gem_paired_by_turn": paired, "targets_met": targets,
     }, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
