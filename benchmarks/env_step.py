@@ -10,6 +10,9 @@ Measures, for each library's Wordle with the same six guesses per episode:
   the interpreters take turns of ``--chunk`` episodes, ``--rounds`` times, so every
   library meets the same load on a shared machine (TextArena, whose step slows as
   one interpreter plays on, plays a tenth as many episodes);
+- the per-step ratio to GEM paired turn by turn: llmgym's and GEM's turns in the
+  same round and interpreter slot run milliseconds apart and meet the same speed
+  of the machine (median, p10, p90, and over GEM's faster and slower turns);
 - full-loop steps/s: reset + six steps, over the same episodes.
 
 Peers are installed in their own venv (``benchmarks/.peers-venv``), never as
