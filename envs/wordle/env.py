@@ -181,9 +181,9 @@ class WordleEnv(LLMEnv):
         made = len(self.guesses)
         left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
-        if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
-            return f"{word.upper()} {' '.join(feedback)}{self._guesses_left[left]}"
         shown = f"{word.upper()} {' '.join(feedback)}"
+        if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
+            return shown + self._guesses_left[left]
         if self.solved:
             return f"{shown}\nSolved in {made} {_plural(made, 'guess', 'guesses')}!"
         if left == 0:
