@@ -100,24 +100,23 @@ def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
         >>> read_single_call('<tool_call>{"name": "guess"}</tool_call>') is None  # no arguments: the general parse says so
         True
     """
-    start = text.find(TOOL_CALL_OPEN)
-    # "tool_call>" twice: the two tags found here and nothing else (a stray one in prose is left to the general path)
-    if start < 0 or text.count(_TAG_END) != 2 or _THINK_OPEN in text:
+    before, opened, rest = text.partition(TOOL_CALL_OPEN)
+    if not opened or _THINK_OPEN in text:
         return None
-    end = text.find(TOOL_CALL_CLOSE, start)
-    if end < 0:  # the closing tag comes first
+    inner, closed, after = rest.partition(TOOL_CALL_CLOSE)
+    # the two tags found here and no other "tool_call>" (a stray one in prose is left to the general path)
+    if not closed or _TAG_END in inner or _TAG_END in after or _TAG_END in before:
         return None
     try:  # JSON's own whitespace around the object is read as such; anything else (fences...) fails here
-        data = from_json(text[start + _OPEN_LEN : end])
+        data = from_json(inner)
         name, arguments = data["name"], data["arguments"]  # only a dict gets this far: JSON's other values raise
     except (ValueError, TypeError, KeyError, IndexError):  # not JSON, not an object, a key missing
         return None
     if len(data) != 2 or type(name) is not str or type(arguments) is not dict:
         return None
-    after = end + _CLOSE_LEN
-    if not start and after == len(text):  # the block alone: no prose
+    if not before and not after:  # the block alone: no prose
         return "", name, arguments
-    return (text[:start] + text[after:]).strip(), name, arguments
+    return (before + after).strip(), name, arguments
 
 
 def without_thinking(text: str) -> str:

@@ -106,30 +106,70 @@ class Rubric:
         if duplicates:
             raise ValueError(f"reward names must be unique, repeated: {sorted(duplicates)}")
         self.rewards: tuple[Reward, ...] = tuple(rewards)
-        # dispatch lists built once: scoring runs every step
-        self._every_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards if r.when == "turn")
-        self._last_turn = tuple((r.name, r.fn, r.weight) for r in self.rewards)
+        self._score = _scorer(self.rewards)  # built once: scoring runs every step
 
     def score(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
         """This turn's reward and its components (unweighted values, by name)."""
-        components: dict[str, float] = {}
-        total = 0.0
-        for name, fn, weight in self._last_turn if ctx.done else self._every_turn:
-            value = fn(ctx)
-            if type(value) is not float:  # an int, a bool, a numpy number...: made a float, as float() does
-                value = _as_float(name, value)
-            components[name] = value
-            total += weight * value
-        if total - total:  # not 0.0: the total is inf or nan, as it is when a component is, whatever its weight
-            for name, value in components.items():
-                if not math.isfinite(value):
-                    raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
-            raise ValueError(f"the rewards sum to {total} (components {components}); rewards must be finite")
-        return total, components
+        return self._score(ctx)
+
+    def __getstate__(self) -> dict[str, Any]:  # a generated function does not pickle: a copy builds its own
+        state = self.__dict__.copy()
+        del state["_score"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._score = _scorer(self.rewards)
 
     def weights(self) -> dict[str, float]:
         """Each component's weight, by name."""
         return {r.name: r.weight for r in self.rewards}
+
+
+def _scorer(rewards: tuple[Reward, ...]) -> Callable[[TurnContext], tuple[float, dict[str, float]]]:
+    """``score(ctx)`` for these rewards, written out as straight-line code (scoring runs every step).
+
+    The same as looping over the rewards: each function called in order, a value that is not a
+    float made one by :func:`_as_float`, the weighted values added left to right from 0.0, and a
+    total that is not finite refused by :func:`_refuse_not_finite`. The source is generated from
+    the rewards' positions only: names, functions and weights are passed in as values, never
+    written into the code.
+    """
+    names = {f"n{i}": r.name for i, r in enumerate(rewards)}
+    fns = {f"f{i}": r.fn for i, r in enumerate(rewards)}
+    weights = {f"w{i}": r.weight for i, r in enumerate(rewards)}
+
+    def body(indices: list[int], pad: str) -> list[str]:
+        lines = [f"{pad}total = 0.0"]
+        for i in indices:
+            lines.append(f"{pad}v{i} = f{i}(ctx)")
+            lines.append(f"{pad}if type(v{i}) is not float: v{i} = as_float(n{i}, v{i})")  # an int, a bool, a numpy number...
+            lines.append(f"{pad}total += w{i} * v{i}")
+        components = ", ".join(f"n{i}: v{i}" for i in indices)
+        lines.append(f"{pad}components = {{{components}}}")
+        return lines
+
+    every_turn = [i for i, r in enumerate(rewards) if r.when == "turn"]
+    source = "\n".join([
+        "def score(ctx):",
+        "    if ctx.done:",
+        *body(list(range(len(rewards))), "        "),
+        "    else:",
+        *body(every_turn, "        "),
+        "    if total - total:  # not 0.0: the total is inf or nan, as it is when a component is, whatever its weight",
+        "        refuse(total, components)",
+        "    return total, components",
+    ])
+    namespace = {"as_float": _as_float, "refuse": _refuse_not_finite, **names, **fns, **weights}
+    exec(compile(source, "<llmgym rubric scorer>", "exec"), namespace)  # noqa: S102 (source made here, from positions)
+    return namespace["score"]
+
+
+def _refuse_not_finite(total: float, components: dict[str, float]) -> None:
+    for name, value in components.items():
+        if not math.isfinite(value):
+            raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
+    raise ValueError(f"the rewards sum to {total} (components {components}); rewards must be finite")
 
 
 def _as_float(name: str, value: Any) -> float:

@@ -152,6 +152,24 @@ def test_read_single_call_agrees_with_the_general_parse(before, after, space):
             assert single == (prose, calls[0].name, calls[0].arguments)
 
 
+TAG_BITS = st.sampled_from(["<tool_call>", "</tool_call>", "tool_call>", "<tool_call", "</tool_call", "<think>", "</think>",
+                             "", "x", " ", "\n"])
+
+
+@settings(max_examples=300)
+@given(st.lists(TAG_BITS, max_size=3).map("".join), st.lists(TAG_BITS, max_size=3).map("".join),
+       st.lists(TAG_BITS, max_size=2).map("".join))
+def test_read_single_call_agrees_with_the_general_parse_around_stray_tags(before, after, inside):
+    text = before + _block("guess", {"word": inside}) + after
+    single = read_single_call(text)
+    prose, calls, errors = read_text_tool_calls(text, "c")
+    if single is not None:
+        assert errors == [] and len(calls) == 1 and single == (prose, calls[0].name, calls[0].arguments)
+    # the shortcut takes every action with one block and no other tag or <think>
+    plain = not any(bit in before + after + inside for bit in ("tool_call>", "<think>"))
+    assert (single is not None) == plain or "<tool_call" in before + after + inside or "</tool_call" in before + after + inside
+
+
 def test_a_str_subclass_action_gives_the_same_turn_as_the_plain_string(monkeypatch):
     class Reply(str):  # e.g. numpy.str_: read by the general path
         pass

@@ -31,6 +31,7 @@ the honest scripted solver.
 
 from __future__ import annotations
 
+import itertools
 import re
 from functools import lru_cache
 from importlib.resources import files
@@ -94,6 +95,17 @@ def _score_repeated(guess: str, answer: str) -> str:
         else:
             marks += "x"
     return marks
+
+
+def _pattern(feedback: str) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """How ``feedback`` is shown (``"G x Y x x"``), the positions of its letters in the word (G or Y), and of its greens."""
+    marked = tuple(i for i, mark in enumerate(feedback) if mark != "x")
+    placed = tuple(i for i, mark in enumerate(feedback) if mark == "G")
+    return " ".join(feedback), marked, placed
+
+
+# every feedback a guess can get (3^5 patterns), worked out once: guess() looks its own up every step
+_PATTERNS = {feedback: _pattern(feedback) for feedback in map("".join, itertools.product("GYx", repeat=WORD_LENGTH))}
 
 
 class WordleEnv(LLMEnv):
@@ -170,18 +182,17 @@ class WordleEnv(LLMEnv):
         self.solved = feedback == _SOLVED
         greens, letters = self._greens, self._letters
         known = len(greens) + len(letters)  # facts: placed letters + letters known to be in the word
-        for i, mark in enumerate(feedback):
-            if mark != "x":
-                letters.add(word[i])
-                if mark == "G":
-                    greens.add(i)
+        spaced, marked, placed = _PATTERNS[feedback]
+        for i in marked:
+            letters.add(word[i])
+        greens.update(placed)
         new_facts = len(greens) + len(letters) - known
         if new_facts:
             self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
         made = len(self.guesses)
         left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
-        shown = f"{word.upper()} {' '.join(feedback)}"
+        shown = f"{word.upper()} {spaced}"
         if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
             return shown + self._guesses_left[left]
         if self.solved:

@@ -7,7 +7,7 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import llmgym  # noqa: F401
@@ -188,3 +188,27 @@ def test_out_of_turns_is_in_the_transcript_as_in_the_observation():
     obs, _, _, truncated, info = env.step("I am not sure yet.")
     assert truncated and info["messages"][-1] == {"role": "user", "content": obs}
     assert obs.count("The word was AUDIO") == 1 and [m["role"] for m in info["messages"]].count("user") == 2
+
+
+_WORDS = sorted(load_words()[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(load_words()[0]), st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6))
+def test_feedback_shown_and_information_match_a_replay_from_scratch(answer, guesses):
+    """Each reply shows the guess and its marks; ``information`` counts the facts (placed letters, letters
+    known to be in the word) that no earlier guess revealed, recomputed here from the guesses alone."""
+    env = gym.make("llmgym/Wordle-v0").unwrapped
+    env.reset(seed=0, options={"answer": answer})
+    placed: set[int] = set()
+    found: set[str] = set()
+    for word in guesses:
+        if env._over:
+            break
+        observation, _, _, _, info = env.step(f'<tool_call>{{"name": "guess", "arguments": {{"word": "{word}"}}}}</tool_call>')
+        marks = _reference_feedback(word, answer)
+        assert observation.splitlines()[0] == f"{word.upper()} {' '.join(marks)}"
+        known = len(placed) + len(found)
+        placed |= {i for i, mark in enumerate(marks) if mark == "G"}
+        found |= {letter for letter, mark in zip(word, marks) if mark != "x"}
+        assert info["reward_components"]["information"] == (len(placed) + len(found) - known) / 10
