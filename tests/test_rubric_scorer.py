@@ -114,3 +114,56 @@ def test_a_copied_rubric_scores_as_the_original(duplicate):
     ctx = SimpleNamespace(done=True, format_errors=["bad"])
     assert twin.score(ctx) == rubric.score(ctx) == (0.0, {"_half": 0.5, "format_error": 1.0})
     assert [r.name for r in twin.rewards] == ["_half", "format_error"]
+
+
+class _Counter:
+    """A stateful reward: what a copy must score with is the copy's own state."""
+
+    def __init__(self):
+        self.count = 0
+
+    def reward(self, ctx) -> float:
+        return float(self.count)
+
+
+@pytest.mark.parametrize("duplicate", [lambda r: pickle.loads(pickle.dumps(r)), copy.deepcopy], ids=["pickle", "deepcopy"])
+def test_a_copied_rubric_scores_with_its_own_reward_functions(duplicate):
+    counter = _Counter()
+    rubric = Rubric([Reward(counter.reward, name="count")])
+    twin = duplicate(rubric)
+    twin.rewards[0].fn.__self__.count = 7  # the copy's own counter
+    ctx = SimpleNamespace(done=False)
+    assert rubric.score(ctx) == (0.0, {"count": 0.0}) and twin.score(ctx) == (7.0, {"count": 7.0})
+
+
+def test_a_reward_changed_after_the_rubric_is_built_is_not_seen_by_the_rubric_or_its_copies():
+    rubric = Rubric([Reward(_half, weight=2.0)])
+    rubric.rewards[0].weight = 10.0
+    ctx = SimpleNamespace(done=False)
+    assert rubric.score(ctx) == copy.deepcopy(rubric).score(ctx) == pickle.loads(pickle.dumps(rubric)).score(ctx) == (1.0, {"_half": 0.5})
+
+
+def test_a_subclass_that_scores_its_own_way_still_copies():
+    class Fixed(Rubric):
+        def __init__(self):  # no Rubric.__init__: no rewards of its own
+            self.value = 1.0
+
+        def score(self, ctx):
+            return self.value, {"fixed": self.value}
+
+    twin = copy.deepcopy(Fixed())
+    assert twin.score(SimpleNamespace(done=True)) == (1.0, {"fixed": 1.0})
+
+
+def test_a_reward_name_must_be_a_string():
+    with pytest.raises(TypeError, match="a reward's name must be a string"):
+        Reward(_half, name=["x"])
+
+
+def test_a_failing_reward_shows_its_line_of_the_scorer_in_the_traceback():
+    import traceback
+
+    rubric = Rubric([Reward(_half), Reward(lambda ctx: 1 / 0, name="broken")])
+    with pytest.raises(ZeroDivisionError) as caught:
+        rubric.score(SimpleNamespace(done=False))
+    assert "v1 = f1(ctx)" in "".join(traceback.format_tb(caught.tb))

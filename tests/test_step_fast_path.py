@@ -165,9 +165,8 @@ def test_read_single_call_agrees_with_the_general_parse_around_stray_tags(before
     prose, calls, errors = read_text_tool_calls(text, "c")
     if single is not None:
         assert errors == [] and len(calls) == 1 and single == (prose, calls[0].name, calls[0].arguments)
-    # the shortcut takes every action with one block and no other tag or <think>
-    plain = not any(bit in before + after + inside for bit in ("tool_call>", "<think>"))
-    assert (single is not None) == plain or "<tool_call" in before + after + inside or "</tool_call" in before + after + inside
+    # the shortcut takes every action with one block, no other "tool_call>" and no <think>
+    assert (single is not None) == (text.count("tool_call>") == 2 and "<think>" not in text)
 
 
 def test_a_str_subclass_action_gives_the_same_turn_as_the_plain_string(monkeypatch):
