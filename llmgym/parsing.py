@@ -104,7 +104,9 @@ def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
     if not opened or _THINK_OPEN in text:
         return None
     inner, closed, after = rest.partition(TOOL_CALL_CLOSE)
-    # the two tags found here and no other "tool_call>" (a stray one in prose is left to the general path)
+    # the two tags found here and no other "tool_call>" (a stray one in prose is left to the general path); checking
+    # the three pieces is checking the whole text: "tool_call>" has one "t" and one ">", so an occurrence that crossed
+    # into a tag would be that tag's own ending
     if not closed or _TAG_END in inner or _TAG_END in after or _TAG_END in before:
         return None
     try:  # JSON's own whitespace around the object is read as such; anything else (fences...) fails here
