@@ -32,8 +32,8 @@ def test_loads_and_encode_agree_with_the_standard_library(value):
        st.text(st.characters(codec=None, exclude_categories=())) | st.integers() | st.none())
 def test_one_argument_arguments_encode_as_the_standard_library(key, value):
     # the usual arguments, one string, are written without the C encoder; anything else goes through it
-    class Word(str):  # a str subclass keeps the general path
-        pass
+    class Word(str):
+        """A str subclass: it keeps the general path."""
 
     for arguments in ({key: value}, {key: Word(key)}, {Word(key): key}):
         assert _encode(arguments) == json.dumps(arguments, ensure_ascii=False)

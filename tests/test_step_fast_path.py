@@ -170,8 +170,8 @@ def test_read_single_call_agrees_with_the_general_parse_around_stray_tags(before
 
 
 def test_a_str_subclass_action_gives_the_same_turn_as_the_plain_string(monkeypatch):
-    class Reply(str):  # e.g. numpy.str_: read by the general path
-        pass
+    class Reply(str):
+        """A str subclass (numpy.str_ is one): read by the general path."""
 
     actions = [_block("guess", {"word": "crane"}), "Trying. " + _block("guess", {"word": "pilot"}), "dumpy"]
     plain = _play(WordleEnv, actions, True, monkeypatch)
