@@ -215,7 +215,8 @@ def _import_transformers() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as err:
-        raise ImportError(f"the transformers backend needs torch and transformers ({err.name} is missing): {_INSTALL_HINT}") from None
+        raise ImportError(f"the transformers backend needs torch and transformers ({err.name} is missing): "
+                          'pip install "llmgym[transformers]"') from None
     return torch, transformers
 
 

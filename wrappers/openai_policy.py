@@ -491,7 +491,7 @@ def _load_tokenizer(source: Any) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError as err:
-        raise ImportError('tokenizer= by name needs transformers: pip install "llmgym[local]"') from err
+        raise ImportError('tokenizer= by name needs transformers: pip install "llmgym[transformers]"') from err
     try:
         return AutoTokenizer.from_pretrained(os.fspath(source), local_files_only=True)
     except (OSError, ValueError) as err:
