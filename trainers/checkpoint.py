@@ -11,8 +11,12 @@ Holds :func:`save_checkpoint`, :func:`load_checkpoint`,
 - ``rng.pt`` (torch's CPU and CUDA RNG states),
 - ``trainer_state.json`` (step, episodes seen, the env-seed sampler's state).
 
-It is written to a temporary folder and renamed into place, so a run killed
-while saving leaves the previous checkpoint intact and ``--resume`` finds it.
+It is written to a temporary folder, ``trainer_state.json`` last, and renamed
+into place; a checkpoint is deleted by renaming it away and removing
+``trainer_state.json`` first. So a folder holding ``trainer_state.json`` is
+whole, and a run killed at any moment of a save leaves at most ``keep``
+checkpoints and one to resume from; :func:`tidy_checkpoints`, called when a
+trainer opens its run folder, removes what such a kill left behind.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from typing import Any, Collection, Iterator
 import torch
 from torch import nn
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "save_weights", "is_peft", "check_resume_config"]
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "tidy_checkpoints", "save_weights", "is_peft",
+           "check_resume_config"]
 
 _STATE = "trainer_state.json"
 logger = logging.getLogger(__name__)
@@ -127,6 +132,7 @@ def save_checkpoint(
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
+    tidy_checkpoints(root)
     target = root / f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=".step-", dir=root))
     try:
@@ -136,13 +142,50 @@ def save_checkpoint(
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, tmp / "rng.pt")
-        (tmp / _STATE).write_text(json.dumps({**state, "step": step}, indent=1))
-        _replace_checkpoint(tmp, target)
+        (tmp / _STATE).write_text(json.dumps({**state, "step": step}, indent=1))  # last: the folder is whole
+        _replace_checkpoint(tmp, target, keep)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _prune_checkpoints(root, target, keep)
     return target
+
+
+def tidy_checkpoints(root: str | os.PathLike[str], keep: int | None = None) -> None:
+    """Clean up what a run killed while saving left under ``root``; call it when a run opens its folder.
+
+    - A checkpoint renamed away whole that is newer than every one in view (killed between
+      displacing it and renaming its successor into place) is put back.
+    - Temporary folders, renamed-away checkpoints and ``step_*`` folders without
+      ``trainer_state.json`` (cut short while being deleted) are deleted.
+    - With ``keep``, so are the oldest checkpoints beyond ``keep`` (a run resumed with a
+      smaller ``keep_checkpoints``).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> for name in ("step_000001", "step_000002", "step_000003", ".step-k1ll3d"):
+        ...     (root / name).mkdir()
+        ...     _ = (root / name / "trainer_state.json").write_text("{}")
+        >>> tidy_checkpoints(root, keep=2)
+        >>> sorted(p.name for p in root.iterdir())
+        ['step_000002', 'step_000003']
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return
+    renamed_away = {root / p.name[1 : -len(".old")]: p for p in root.glob(".step_*.old") if (p / _STATE).is_file()}
+    steps = {_step_of(original): original for original in renamed_away if _step_of(original) is not None}
+    in_view = _whole_checkpoints(root)
+    if steps and (not in_view or max(steps) > _step_of(in_view[-1])):
+        os.replace(renamed_away[steps[max(steps)]], steps[max(steps)])
+    for leftover in root.glob(".step*"):
+        _discard(leftover)
+    for folder in _checkpoint_folders(root):
+        if not (folder / _STATE).is_file():
+            _discard(folder)
+    if keep is not None:
+        for folder in _whole_checkpoints(root)[: -max(keep, 1)]:
+            _discard(folder)
 
 
 def _step_of(folder: Path) -> int | None:
@@ -156,36 +199,55 @@ def _checkpoint_folders(root: Path) -> list[Path]:
     return sorted((p for p in root.glob("step_*") if p.is_dir() and _step_of(p) is not None), key=_step_of)
 
 
-def _replace_checkpoint(tmp: Path, target: Path) -> None:
-    """Rename the finished folder ``tmp`` to ``target``; an existing ``target`` is first renamed away (atomically).
+def _whole_checkpoints(root: Path) -> list[Path]:
+    """The ``step_*`` folders under ``root`` that hold ``trainer_state.json`` (written last: all is there), oldest first."""
+    return [p for p in _checkpoint_folders(root) if (p / _STATE).is_file()]
 
-    Deleting it in place instead could be cut short by a kill, leaving a
-    ``target`` that still holds ``trainer_state.json`` but not its weights.
+
+def _rename_away(folder: Path) -> Path:
+    """Rename checkpoint ``folder`` to the hidden ``.NAME.old`` (atomically: it leaves the view whole); returns the new path."""
+    hidden = folder.with_name(f".{folder.name}.old")
+    if hidden.exists():
+        _discard(hidden)
+    os.replace(folder, hidden)
+    return hidden
+
+
+def _discard(folder: Path) -> None:
+    """Delete ``folder`` for good: ``trainer_state.json`` first, so that it stops being a checkpoint at once and a
+    kill midway never leaves one that looks whole (nor one :func:`tidy_checkpoints` would put back); then it leaves
+    the view, then the rest goes."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        (folder / _STATE).unlink()
+    if not folder.name.startswith("."):
+        folder = _rename_away(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _replace_checkpoint(tmp: Path, target: Path, keep: int | None = None) -> None:
+    """Rename the finished folder ``tmp`` to ``target``, displacing an existing ``target``; with ``keep``, keep
+    ``target`` and the ``keep - 1`` newest checkpoints before it, never more than ``keep`` at any moment.
+
+    The order makes a kill at any point safe: checkpoints of later steps than ``target`` (an
+    earlier run in the same folder, which this run started over: ``--resume`` must not load
+    them) are deleted; those ``target`` displaces (an older ``target``, the oldest beyond
+    ``keep - 1``) are renamed away whole; ``tmp`` is renamed into place; the renamed-away
+    ones are deleted. Deleting a displaced checkpoint in place instead could be cut short,
+    leaving ``trainer_state.json`` without weights; and renaming ``tmp`` first would leave
+    ``keep + 1`` checkpoints to a kill before the prune.
     """
-    if target.exists():
-        stale = target.with_name(f".{target.name}.old")
-        shutil.rmtree(stale, ignore_errors=True)
-        os.replace(target, stale)
-        os.replace(tmp, target)
-        shutil.rmtree(stale, ignore_errors=True)
-    else:
-        os.replace(tmp, target)
-
-
-def _prune_checkpoints(root: Path, target: Path, keep: int) -> None:
-    """Delete all but ``target`` and the ``keep - 1`` newest checkpoints before it.
-
-    Checkpoints of later steps than ``target`` belong to an earlier run in the
-    same folder (this run started over): they go too, or ``--resume`` would load them.
-    """
-    step = _step_of(target)
-    older = [p for p in _checkpoint_folders(root) if p != target and _step_of(p) < step]
-    kept = set(older[max(0, len(older) - max(keep, 1) + 1) :])
-    for folder in _checkpoint_folders(root):
-        if folder != target and folder not in kept:
-            shutil.rmtree(folder, ignore_errors=True)
-    for leftover in root.glob(".step*"):  # temporary folders of saves that a kill cut short
-        shutil.rmtree(leftover, ignore_errors=True)
+    root, step = target.parent, _step_of(target)
+    displaced = [target] if target.exists() else []
+    if keep is not None:
+        for folder in _checkpoint_folders(root):
+            if _step_of(folder) > step:
+                _discard(folder)
+        older = [p for p in _whole_checkpoints(root) if _step_of(p) < step]
+        displaced += older[: max(0, len(older) - max(keep, 1) + 1)]
+    renamed_away = [_rename_away(folder) for folder in displaced]
+    os.replace(tmp, target)
+    for folder in renamed_away:
+        _discard(folder)
 
 
 def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
@@ -193,7 +255,7 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     root = Path(root)
     if not root.is_dir():
         return None
-    done = [p for p in _checkpoint_folders(root) if (p / _STATE).is_file()]
+    done = _whole_checkpoints(root)
     return done[-1] if done else None
 
 

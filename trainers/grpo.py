@@ -53,7 +53,9 @@ from llmgym.policy import SamplingParams
 from llmgym.rollout import rollout
 from llmgym.trainers.advantages import Advantages, compute_advantages, cut_short, merge_advantage_stats
 from llmgym.trainers.batch import collate
-from llmgym.trainers.checkpoint import check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint, save_weights
+from llmgym.trainers.checkpoint import (
+    check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint, save_weights, tidy_checkpoints,
+)
 from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
 from llmgym.trainers.distributed import (
@@ -126,6 +128,12 @@ class GRPOTrainer:
         if self.curriculum is not None:
             self._check_curriculum_levels()
         self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
+        self.out = Path(config.out)
+        if self.rank == 0:  # what a run killed while saving left: temporary folders, a checkpoint renamed away
+            tidy_checkpoints(self.out / "checkpoints", config.keep_checkpoints)
+        if self.world > 1:
+            dist.barrier()
+        resume_from = self._checkpoint_to_resume() if resume else None  # a missing one is an error before the model load
 
         load_device = "cpu" if config.fsdp else str(self.device)  # FSDP moves each shard to the device as it shards
         if model is None:
@@ -154,11 +162,10 @@ class GRPOTrainer:
         self.autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16) if config.bf16 and self.device.type == "cuda" else contextlib.nullcontext()
         )
-        self.out = Path(config.out)
         self.step, self.episodes_seen = 0, 0
         self.seed_sampler = np.random.default_rng(config.seed)
-        if resume:
-            self._resume()
+        if resume_from is not None:
+            self._resume(resume_from)
         self.metrics = None
         if self.rank == 0:
             sinks = sorted(set(config.report_to) | ({"tensorboard"} if config.tensorboard else set()))
@@ -486,22 +493,31 @@ class GRPOTrainer:
             dist.barrier()
         return folder
 
-    def _resume(self) -> None:
-        """Continue from the newest checkpoint, if the settings that define the run are those saved in ``config.json``.
+    def _checkpoint_to_resume(self) -> Path:
+        """The newest checkpoint, if the settings that define the run are those saved in ``config.json``.
 
         The others may change: the number of steps (to train on), how the run is logged,
         saved and computed, and the learning rate and weight decay, whose configured values
         replace those in the checkpoint's optimizer state (docs/training.md).
+
+        Raises:
+            FileNotFoundError: there is no checkpoint.
+            ValueError: a setting that defines the run differs.
         """
         folder = latest_checkpoint(self.out / "checkpoints")
         if folder is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+            raise FileNotFoundError(f"--resume: no checkpoint under {self.out / 'checkpoints'}; give the --out of the run "
+                                    "to resume, or start it without --resume")
         may_change = {
             "steps", "out", "save_every", "keep_checkpoints", "plot", "progress", "tensorboard", "report_to", "wandb_project",
             "torch_threads", "device", "bf16", "micro_batch_size", "share_prefix", "rollout_precision", "base_url", "api_key",
             "lora_name", "concurrency", "async_generation", "learning_rate", "weight_decay",
         }
         check_resume_config(self.out / "config.json", dataclasses.asdict(self.config), may_change)
+        return folder
+
+    def _resume(self, folder: Path) -> None:
+        """Continue from checkpoint ``folder``: weights, optimizer, RNG, progress."""
         load = load_sharded_checkpoint if self.config.fsdp else load_checkpoint
         state = load(folder, self.model, self.optimizer)
         for group in self.optimizer.param_groups:  # load_state_dict brought the saved ones back

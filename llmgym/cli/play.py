@@ -2,6 +2,8 @@
 
 Each turn shows the observation; type an action (plain text or a
 ``<tool_call>{...}</tool_call>``), or an empty line / end of input to stop.
+Actions may be piped in, one a line; standard input closed or ``/dev/null``
+is an error before the game starts.
 With ``--policy scripted:NAME`` the scripted actor plays and the transcript is
 printed. ``--out FILE`` appends the episode to a JSONL file.
 """
@@ -9,6 +11,10 @@ printed. ``--out FILE`` appends the episode to a JSONL file.
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import stat
+import sys
 from typing import Any
 
 from llmgym.cli import CLIError, check_output_path, parse_env_kwargs, unknown_env
@@ -46,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.out, "--out", folder=False)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     actor = _actor(args.policy)
+    if actor is None:
+        _check_stdin()
     try:
         env = gym.make(args.env_id, **env_kwargs)
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
@@ -106,3 +114,30 @@ def _actor(spec: str) -> Any:
         return load_scripted(name).act
     except ValueError as err:
         raise CLIError(str(err)) from None
+
+
+def _check_stdin() -> None:
+    """Refuse to start a game the human cannot play: standard input closed, or ``/dev/null``.
+
+    A terminal, a pipe or a file of actions (one a line) is fine, and so is a stream
+    without a file descriptor (a notebook's, an ``io.StringIO``): ``input()`` reads those.
+
+    Raises:
+        CLIError: naming what is wrong with standard input and what to do instead.
+    """
+    stdin = sys.stdin
+    if stdin is None or stdin.closed:  # `llmgym play ID 0<&-`: Python starts with sys.stdin = None
+        what = "closed"
+    else:
+        try:
+            status = os.fstat(stdin.fileno())
+        except io.UnsupportedOperation:  # no descriptor to look at
+            return
+        except OSError:  # its descriptor was closed
+            what = "closed"
+        else:
+            if not (stat.S_ISCHR(status.st_mode) and status.st_rdev == os.stat(os.devnull).st_rdev):
+                return
+            what = os.devnull
+    raise CLIError(f"standard input is {what}, so there is no one to type the actions: run `llmgym play` in a "
+                   "terminal, pipe the actions in (one a line), or let a scripted policy play (--policy scripted:NAME)")

@@ -22,7 +22,7 @@ import tomllib
 import typing
 from typing import Any
 
-from llmgym.cli import CLIError
+from llmgym.cli import CLIError, check_output_path
 
 __all__ = ["add_parser", "run_grpo", "run_sft"]
 
@@ -218,7 +218,6 @@ def _grpo_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 def run_grpo(args: argparse.Namespace) -> int:
     try:
         from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
-        from llmgym.trainers.grpo import GRPOTrainer
     except ImportError as err:
         raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
     import gymnasium as gym
@@ -228,7 +227,16 @@ def run_grpo(args: argparse.Namespace) -> int:
     overrides = _grpo_overrides(args, GRPOConfig)
     try:
         config = load_config(args.config, GRPOConfig, **overrides) if args.config else GRPOConfig(**overrides)
-        trainer = GRPOTrainer(config, resume=args.resume)  # makes one env before loading the model
+    except (ValueError, TypeError, OSError, ServerConfigError) as err:
+        raise CLIError(str(err)) from None
+    check_output_path(config.out, "--out", folder=True)  # before torch and the model load, seconds away
+    try:
+        from llmgym.trainers.grpo import GRPOTrainer
+    except ImportError as err:
+        raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
+    try:
+        # finds the checkpoint to resume and makes one env before loading the model
+        trainer = GRPOTrainer(config, resume=args.resume)
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError, ServerConfigError) as err:
         raise CLIError(str(err)) from None
     except gym.error.Error as err:  # an unknown env id; gymnasium's message has its own "did you mean"
@@ -247,9 +255,14 @@ def run_grpo(args: argparse.Namespace) -> int:
 
 
 def run_sft(args: argparse.Namespace) -> int:
+    from llmgym.episode import load_jsonl
+    from llmgym.trainers.config import SFTConfig
+
+    if args.export_messages:  # before torch and the model load, seconds away
+        check_output_path(args.export_messages, "--export-messages", folder=False)
+    else:
+        check_output_path(args.out or SFTConfig.out, "--out", folder=True)
     try:
-        from llmgym.episode import load_jsonl
-        from llmgym.trainers.config import SFTConfig
         from llmgym.trainers.sft import SFTTrainer, export_messages, select_episodes
     except ImportError as err:
         raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
@@ -262,7 +275,7 @@ def run_sft(args: argparse.Namespace) -> int:
             count = export_messages(select_episodes(episodes, args.min_reward, at_least_one=True), args.export_messages)
         except ValueError as err:
             raise CLIError(str(err)) from None
-        except OSError as err:  # a folder or an unwritable path
+        except OSError as err:  # refused since the check above: a full disk, a folder made in the meantime
             raise CLIError(f"cannot write --export-messages {args.export_messages}: {err.strerror or err}") from None
         print(f"wrote {count} of {len(episodes)} episodes to {args.export_messages}")
         return 0

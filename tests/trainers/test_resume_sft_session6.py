@@ -172,14 +172,14 @@ def test_cli_sft_into_an_unwritable_folder_exits_2_before_loading_the_model(tmp_
         assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--model", "tiny-random",
                      "--out", str(out), "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"cannot create the run folder {out}" in err
+        assert err.count("\n") == 1 and f"--out {out}" in err and "is a file, not a folder" in err
 
 
 def test_cli_export_messages_into_a_folder_or_of_nothing_exits_2(tmp_path, capsys):
     save_jsonl([recorded([5, 6, 7], [0, 1, 1], reward=1.0)], tmp_path / "eps.jsonl")
     assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--export-messages", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cannot write --export-messages" in err
+    assert err.count("\n") == 1 and f"--export-messages {tmp_path} is a folder, not a file" in err
     chat = tmp_path / "chat.jsonl"
     assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--min-reward", "100",
                  "--export-messages", str(chat)]) == 2

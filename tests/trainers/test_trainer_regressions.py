@@ -95,7 +95,7 @@ def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
     trainer.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # _resume sets the configured lr
     trainer.seed_sampler = np.random.default_rng(1)
     trainer.curriculum = Curriculum("difficulty", [1, 2]) if config_curriculum else None
-    trainer._resume()
+    trainer._resume(trainer._checkpoint_to_resume())
     return trainer
 
 
