@@ -68,9 +68,9 @@ def test_infinite_loop_hits_the_cpu_limit(sandbox):
 
 def test_sleeping_program_hits_the_wall_clock(sandbox):
     start = time.monotonic()
-    result = sandbox.run("import time; time.sleep(60)", limits=LIMITS.replace(wall_time_s=1))
+    result = sandbox.run("import time; time.sleep(3600)", limits=LIMITS.replace(wall_time_s=1))
     assert result.timed_out and "time limit exceeded" in result.error
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 60  # stopped at the wall clock, not at the program's end (room for a busy machine)
 
 
 def test_memory_bomb_is_contained(sandbox):
@@ -115,9 +115,14 @@ def test_escaped_daemon_is_killed_after_the_run(sandbox):
     code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint(os.getuid())"
     result = sandbox.run(code)
     uid = int(result.stdout)
-    time.sleep(0.2)
-    alive = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid_of(p) == uid]
-    assert alive == []
+    deadline = time.monotonic() + 30  # the worker kills and reaps before it answers; a busy machine may lag
+    while _processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_of(uid) == []
+
+
+def _processes_of(uid: int) -> list[Path]:
+    return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid_of(p) == uid]
 
 
 def _uid_of(proc: Path) -> int | None:
@@ -177,8 +182,8 @@ def test_damaged_worker_is_replaced():
         assert box.run("print(2)").stdout == "2\n"
 
 
-def test_pool_runs_calls_concurrently_and_in_milliseconds():
-    with SubprocessSandbox(LIMITS, pool_size=2) as box:
+def test_pool_runs_concurrent_calls_in_fresh_forks_of_warm_workers():
+    with SubprocessSandbox(LIMITS, pool_size=2, preload=["fractions"]) as box:
         box.start()
         results: list[ExecutionResult] = []
         threads = [threading.Thread(target=lambda i=i: results.append(box.run(f"print({i})"))) for i in range(4)]
@@ -187,8 +192,10 @@ def test_pool_runs_calls_concurrently_and_in_milliseconds():
         for thread in threads:
             thread.join()
         assert sorted(r.stdout for r in results) == [f"{i}\n" for i in range(4)]
-        durations = sorted(box.run("pass").duration_s for _ in range(10))
-        assert durations[5] < 0.2  # a warm call is a fork, not an interpreter start
+        # a call is a fork of a worker that imported `preload` once (no interpreter start), and a fresh one each time
+        first = box.run("import sys\nprint('fractions' in sys.modules)\nsys.modules['fractions'].mark = 1")
+        second = box.run("import fractions\nprint(hasattr(fractions, 'mark'))")
+        assert (first.stdout, second.stdout) == ("True\n", "False\n") and box.restarts == 0
 
 
 def test_cold_mode_and_closed_sandbox():
@@ -228,6 +235,9 @@ with SubprocessSandbox(SandboxLimits(wall_time_s=5)) as box:
     out["kill_parent"] = box.run("import os; os.kill(os.getppid(), 9)").error
     out["write"] = box.run("open('/etc/llmgym-escape', 'w')").stderr.strip().splitlines()[-1]
     out["net"] = box.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)").ok
+    out["caps"] = box.run("print([l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])").stdout
+    out["undo_mounts"] = box.run("import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                                 "print(libc.umount2(b'/tmp', 2), libc.mount(None, b'/', None, 0x1020, None))").stdout
     out["after"] = box.run("print('alive')").stdout
     out["restarts"] = box.restarts
 print(json.dumps(out))
@@ -256,6 +266,8 @@ def test_unprivileged_user_gets_user_and_pid_namespaces():
     assert out["pids"] == ["1", "0"]  # the program is alone in its PID namespace
     assert out["kill_parent"] and not out["net"]
     assert "Read-only file system" in out["write"]
+    # root of its user namespace, but with no capability: it cannot unmount the private /tmp or make / writable
+    assert out["caps"] == str(["0000000000000000"] * 5) + "\n" and out["undo_mounts"] == "-1 -1\n"
     assert out["after"] == "alive\n" and out["restarts"] == 0
 
 

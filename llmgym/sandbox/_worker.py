@@ -10,17 +10,20 @@ request ``{"code", "files", "limits"}`` it answers one result object.
 
 Isolation set up once per worker (when running as root): a private mount
 namespace with empty size-capped tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``
-and over every path in ``hide_paths`` (the llmgym sources, hidden tests), and
-private network and IPC namespaces (only a downed loopback). Per call, the
-child forks, makes a fresh work dir, applies rlimits, sets ``no_new_privs``,
-drops to a sandbox-only uid (so ``RLIMIT_NPROC`` counts only its own
-processes, it cannot signal the worker or the caller, and cannot read root's
-``/proc/*/environ``), clears the environment and runs the code as the
-``__main__`` module, then exits the way the interpreter does (non-daemon
+and over every path in ``hide_paths`` (the llmgym sources, hidden tests), the
+interpreter's own folders bound back where a private home or those tmpfs hide
+them (:class:`_InterpreterFolders`), and private network and IPC namespaces
+(only a downed loopback). Per call, the child forks, makes a fresh work dir,
+applies rlimits, sets ``no_new_privs``, drops to a sandbox-only uid (so
+``RLIMIT_NPROC`` counts only its own processes, it cannot signal the worker or
+the caller, and cannot read root's ``/proc/*/environ``; in a user namespace it
+drops every capability instead), clears the environment and runs the code as
+the ``__main__`` module, then exits the way the interpreter does (non-daemon
 threads joined, ``atexit`` handlers run, stdio flushed). ``/proc`` shows the
 program only its own processes. The worker is a child subreaper: when any
 descendant outlives the call, every process of the sandbox uid is killed. The
-temp mounts are replaced by fresh ones after each call, once its result is sent.
+temp mounts are replaced by fresh ones after each call, once its result is
+sent.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MS_RDONLY = 0x1
@@ -82,38 +87,43 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
                        data.encode() if data else None), f"mount {target}")
 
 
-def setup_isolation(config: dict) -> dict:
-    """Enter private namespaces where the OS allows; returns what is enforced."""
+def setup_isolation(config: dict) -> tuple[dict, _InterpreterFolders]:
+    """Enter private namespaces where the OS allows; returns what is enforced, and the interpreter's folders."""
     report = {"network": False, "private_tmp": False, "hidden_paths": [], "uid": None, "read_only_root": False,
               "user_namespace": False, "pid_namespace": False, "processes_hidden": False}
     if not config.get("namespaces", True):
-        return report
+        return report, _InterpreterFolders()
     if os.geteuid() != 0:  # unprivileged: become root of a user namespace of our own, if the OS allows it
         try:
             _enter_user_namespace()
         except OSError as err:
             report["user_namespace_error"] = str(err)
-            return report
+            return report, _InterpreterFolders()
         report["user_namespace"] = report["pid_namespace"] = True
     try:
         _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(CLONE_NEWNET | CLONE_NEWIPC)")
         report["network"] = True
     except OSError as err:
         report["network_error"] = str(err)
+    interpreter = _InterpreterFolders()
     try:
         _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
         report["read_only_root"] = _read_only_root()
+        try:  # a failure here breaks imports, not containment: the mounts below must happen regardless
+            # the uid drop makes the program "other" to every file: a private home on the interpreter's path stops it
+            interpreter.open(private_homes=bool(config.get("uid")) and not report["user_namespace"])
+        except OSError as err:
+            report["interpreter_error"] = str(err)
         for path in SCRATCH_DIRS:
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, _tmpfs_options(config))
         report["private_tmp"] = True
-        if not report["user_namespace"]:  # in a user namespace the program keeps the caller's own access
-            report["exposed"] = _expose_interpreter(config.get("expose_paths", []))
-        for path in config.get("hide_paths", []):
-            if os.path.isdir(path):
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=1k,mode=0555")
-                report["hidden_paths"].append(path)
+        try:
+            report["interpreter_paths"] = interpreter.mount()
+        except OSError as err:
+            report["interpreter_error"] = str(err)
+        report["hidden_paths"] = _hide([p for p in config.get("hide_paths", []) if os.path.isdir(p)])
     except OSError as err:
         report["private_tmp_error"] = str(err)
     try:
@@ -122,7 +132,14 @@ def setup_isolation(config: dict) -> dict:
         report["processes_hidden_error"] = str(err)
     if config.get("uid") and not report["user_namespace"]:
         report["uid"] = int(config["uid"])
-    return report
+    return report, interpreter
+
+
+def _hide(paths: list) -> list:
+    """Cover each folder with an empty read-only tmpfs (after the interpreter's binds: hiding wins); returns them."""
+    for path in paths:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=1k,mode=0555")
+    return paths
 
 
 def _hide_processes(report: dict) -> bool:
@@ -191,33 +208,88 @@ def _read_only_root() -> bool:
     return ret == 0
 
 
-def _expose_interpreter(paths: list) -> list:
-    """Let the sandbox uid reach the interpreter under a private dir (pyenv in ``/root``).
+class _InterpreterFolders:
+    """The folders this interpreter imports from, bound back into the worker's mount namespace where a mount hides them.
 
-    For the first ancestor of each path that others cannot traverse, mount an
-    empty tmpfs over it and bind back only the child on the path: the rest of
-    that folder (``/root/.ssh``...) stays invisible.
+    A program needs to read the standard library and site-packages, wherever
+    they live. Two things can stop it: the uid drop, when they sit under a
+    folder only its owner may enter (pyenv or conda in a mode-700 home), and
+    the private tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm``, when they sit
+    there (a virtualenv in ``/tmp``). Each such folder is opened (``O_PATH``)
+    before anything covers it; a private home is then covered by an empty
+    root-owned tmpfs, and every folder is bind-mounted from its handle at its
+    own path, read-only like the rest of the root. So the program reads exactly
+    the interpreter's folders and nothing else of the home (no ``.ssh``), and
+    no permission on the host changes: the binds exist only in this worker's
+    mount namespace and die with it. The handles stay open, so a scratch dir
+    replaced after a run gets its folders back (:meth:`bind_back`).
     """
-    needed: dict = {}
-    for path in paths:
-        parts = os.path.realpath(path).split(os.sep)[1:]
-        for depth in range(1, len(parts)):
-            ancestor = os.sep + os.path.join(*parts[:depth])
-            if not os.stat(ancestor).st_mode & 0o001:
-                needed.setdefault(ancestor, set()).add(parts[depth])
-                break
-    stash = "/tmp/.stash"
-    for ancestor, children in sorted(needed.items()):
-        os.makedirs(stash, exist_ok=True)
-        _mount(ancestor, stash, None, MS_BIND | MS_REC, None)
-        _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1k,mode=0755")
-        for child in sorted(children):
-            os.makedirs(os.path.join(ancestor, child), exist_ok=True)
-            _mount(os.path.join(stash, child), os.path.join(ancestor, child), None, MS_BIND | MS_REC, None)
-        _check(_libc.umount2(stash.encode(), MNT_DETACH), f"umount {stash}")
-        os.rmdir(stash)
-    exposed = sorted(needed)
-    return exposed
+
+    def __init__(self) -> None:
+        self.handles: dict[str, int] = {}  # folder -> O_PATH handle on it, opened before any mount covered it
+        self.homes: list[str] = []  # private folders to cover with an empty tmpfs
+
+    def open(self, private_homes: bool) -> None:
+        """Find the folders a mount will hide (``private_homes``: also those under a folder others cannot enter)."""
+        for path in interpreter_paths():
+            scratch = any(_is_under(path, d) for d in SCRATCH_DIRS)
+            home = _private_ancestor(path) if private_homes else None
+            if home and not any(_is_under(home, d) for d in SCRATCH_DIRS):  # in a scratch dir the tmpfs covers it
+                self.homes.append(home)
+            if scratch or home:
+                self.handles[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
+
+    def mount(self) -> list[str]:
+        """Cover each private home with an empty tmpfs, then bind every folder back; returns the folders bound."""
+        for home in sorted(set(self.homes)):
+            _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+        return self.bind_back(os.sep)
+
+    def bind_back(self, under: str) -> list[str]:
+        """Bind each folder that lies under ``under`` (a freshly mounted tmpfs) back at its path; returns them."""
+        bound = [path for path in sorted(self.handles) if _is_under(path, under)]
+        for path in bound:
+            _make_dirs(path)
+            _mount(f"/proc/self/fd/{self.handles[path]}", path, None, MS_BIND | MS_REC, None)
+        return bound
+
+
+def interpreter_paths() -> list[str]:
+    """The folders a program reads to import the standard library and installed packages, none inside another.
+
+    Taken from this interpreter (the one that runs the programs): its prefixes,
+    its executable's folder (a program may start ``sys.executable``) and every
+    ``sys.path`` entry, ``.pth`` additions included.
+    """
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)), *sys.path}
+    existing = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p and os.path.exists(p)]  # zip: folder
+    folders = {os.path.realpath(p) for p in existing} - {os.sep}
+    return [p for p in sorted(folders) if not any(q != p and _is_under(p, q) for q in folders)]
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return folder == os.sep or path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _private_ancestor(path: str) -> str | None:
+    """The first folder above ``path`` that a user other than its owner cannot enter, if any."""
+    parts = path.split(os.sep)[1:]
+    for depth in range(1, len(parts)):
+        ancestor = os.sep + os.path.join(*parts[:depth])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+def _make_dirs(path: str) -> None:
+    """Create the missing folders of ``path`` (in a tmpfs of ours), root-owned and open to all whatever the umask."""
+    current = os.sep
+    for part in path.split(os.sep)[1:]:
+        current = os.path.join(current, part)
+        if not os.path.isdir(current):
+            os.mkdir(current)
+            os.chmod(current, 0o755)
 
 
 def _apply_limits(limits: dict, nproc: bool) -> None:
@@ -286,12 +358,26 @@ def _child(request: dict, workdir: str, program: str, uid: int | None, pidns: bo
                 _relay(inner)
             if run_proc:
                 _mount_run_proc()
+            _drop_capabilities()
     except BaseException:  # noqa: BLE001  a setup failure is reported as the run's error
         try:
             os.write(2, ("sandbox setup failed: " + traceback.format_exc(limit=2)).encode())
         finally:
             os._exit(120)
     _run_as_main(request["code"], program)
+
+
+def _drop_capabilities() -> None:
+    """Give up every capability for good (the bounding set too, so running a program cannot grant them back).
+
+    In a user namespace the program is its root: with ``CAP_SYS_ADMIN`` it could
+    unmount the private ``/tmp`` and the hidden paths, or make ``/`` writable again.
+    """
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:  # EINVAL past the kernel's last capability
+            break
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # effective, permitted, inheritable: none
 
 
 def _run_as_main(source: str, program: str) -> None:
@@ -416,12 +502,14 @@ def _reap_orphans(uid: int | None) -> None:
             time.sleep(0.001)
 
 
-def clean_scratch(report: dict, scratch: str, tmpfs_options: str) -> None:
+def clean_scratch(report: dict, scratch: str, tmpfs_options: str, interpreter: _InterpreterFolders) -> None:
     """Remove everything the last run left (its work dir, program file, temp files).
 
     A private temp mount that holds anything is replaced by a fresh empty
     tmpfs, which takes the same short time however many files the program
-    made; without private mounts the work dir is deleted file by file.
+    made, and gets back the interpreter's folders that lie in it (and the
+    hidden paths among them); without private mounts the work dir is deleted
+    file by file.
     """
     if not report.get("private_tmp"):
         shutil.rmtree(os.path.join(scratch, "work"), ignore_errors=True)
@@ -434,6 +522,8 @@ def clean_scratch(report: dict, scratch: str, tmpfs_options: str) -> None:
         if os.path.isdir(path) and os.listdir(path):
             _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+            interpreter.bind_back(under=path)
+            _hide([hidden for hidden in report["hidden_paths"] if _is_under(hidden, path)])
 
 
 def run_request(request: dict, report: dict, scratch: str) -> dict:
@@ -539,7 +629,7 @@ def main() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001  a missing optional module only makes calls slower
             pass
-    report = setup_isolation(config)
+    report, interpreter = setup_isolation(config)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come back to us to be reaped, not to init
     scratch = "/tmp" if report["private_tmp"] else config["scratch"]
     os.chdir("/")
@@ -553,7 +643,7 @@ def main() -> None:
         except Exception as err:  # noqa: BLE001  report and stay alive; the parent decides
             result = {"sandbox_error": f"{type(err).__name__}: {err}"}
         _write(result)  # first: however long the cleanup takes, it is not the run's time
-        clean_scratch(report, scratch, _tmpfs_options(config))
+        clean_scratch(report, scratch, _tmpfs_options(config), interpreter)
         _write({"clean": True})  # the parent sends the next request after this line
 
 

@@ -18,6 +18,8 @@ What is enforced (see :meth:`SubprocessSandbox.isolation` at runtime):
   caller or read its ``/proc/PID/environ``, and cannot write where that uid
   has no permission; a private network namespace (no network at all); empty
   tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``; llmgym's own sources hidden;
+  the interpreter's folders bound back where a private home or the private
+  ``/tmp`` would hide them (and nothing else of that home);
   a ``/proc`` that lists only the program's own processes (no command line of
   another process, e.g. an API key in the caller's arguments, is readable).
 * not as root: no network isolation, no process-count limit, and the
@@ -33,10 +35,8 @@ import os
 import random
 import selectors
 import shutil
-import site
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -54,14 +54,6 @@ _GRACE_S = 5.0
 _START_TIMEOUT_S = 60.0
 _CLEANUP_TIMEOUT_S = 60.0  # a worker still removing the last run's files after this is replaced
 _LONGEST_WAIT_S = 3600.0  # one select() at most; a larger timeout overflows
-
-
-def _interpreter_paths() -> list[str]:
-    """Folders a program needs to read to import the standard library and installed packages."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(sysconfig.get_paths().values())
-    paths.update(site.getsitepackages())
-    return sorted(p for p in paths if os.path.isdir(p))
 
 
 def default_hidden_paths() -> list[str]:
@@ -227,7 +219,6 @@ class SubprocessSandbox(Sandbox):
         self.config = {
             "preload": list(preload),
             "hide_paths": default_hidden_paths() if hide_paths is None else [str(p) for p in hide_paths],
-            "expose_paths": _interpreter_paths(),
             "namespaces": isolate,
             "tmpfs_mb": 64,
         }
@@ -330,6 +321,7 @@ class SubprocessSandbox(Sandbox):
             "private_tmp": bool(report.get("private_tmp")),
             "read_only_root": bool(report.get("read_only_root")),
             "hidden_paths": report.get("hidden_paths", []),
+            "interpreter_paths": report.get("interpreter_paths", []),
             "processes_hidden": bool(report.get("processes_hidden")),
             "process_limit": dropped or pidns,
             "can_signal_caller": not (dropped or pidns),

@@ -70,8 +70,8 @@ def box():
 
 
 def test_the_same_cases_pass_when_answered_in_time(box):
-    # the attacks' answers are right: they fail only on time
-    assert grade(box, "def f(x):\n    return x\n", "f", CASES, per_test_s=PER_TEST_S).passed == len(CASES)
+    # the attacks' answers are right: they fail only on time (a generous limit: a busy machine is slow to fork)
+    assert grade(box, "def f(x):\n    return x\n", "f", CASES, per_test_s=30).passed == len(CASES)
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
@@ -83,7 +83,7 @@ def test_tampering_with_the_harness_does_not_escape_the_time_limit(box, attack):
 
 def test_a_test_is_timed_with_loading_the_solution_included(box):
     # slow module-level work counts against each test: at load, a solution could read its test's input
-    code = "import time\ntime.sleep(0.5)\ndef f(x):\n    return x\n"
+    code = "import time\ntime.sleep(3600)\ndef f(x):\n    return x\n"
     report = grade(box, code, "f", CASES, per_test_s=PER_TEST_S)
     assert report.passed == 0 and len(report.runs) == len(CASES)
-    assert all(run.timed_out and run.duration_s < 2 * PER_TEST_S for run in report.runs)
+    assert all(run.timed_out and run.duration_s < 60 for run in report.runs)  # killed at the limit, not after the load
