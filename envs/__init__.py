@@ -5,17 +5,9 @@ built-in environments arrive the same way a third-party plugin's do. Each
 environment lives in a module or subpackage of its own; add its id here.
 """
 
-from functools import partial
-
-from llmgym import registry
+from llmgym.registry import register
 
 __all__ = ["register_envs"]
-
-# gym.make returns llmgym's own environments without Gymnasium's OrderEnforcing and
-# PassiveEnvChecker wrappers: LLMEnv refuses step() before reset() itself, every built-in
-# environment passes check_env in the test suite, and the two wrappers cost ~1 us a step
-# (a tenth of Wordle's). gym.make(id, disable_env_checker=False) brings the checker back.
-register = partial(registry.register, order_enforce=False, disable_env_checker=True)
 
 
 def register_envs() -> None:

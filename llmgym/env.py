@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from llmgym.episode import Episode
-from llmgym.messages import Message, ToolCall, assistant, system, tool_result, user
+from llmgym.messages import Message, ToolCall, system, tool_result, user
 from llmgym.parsing import (
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, read_single_call, read_text_tool_calls,
-    text_protocol_content, without_thinking,
+    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content, without_thinking,
 )
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
 from llmgym.spaces import Text
@@ -172,99 +171,26 @@ class LLMEnv(gym.Env[str, str], ABC):
         if self._over:
             raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
                                else "no episode has started: call reset() before step()")
-        # Every step of every episode runs this method: the usual turn (text with one well-formed tool call) is
-        # played here, without the general path's loops or copies;
-        # tests/test_step_fast_path.py checks that it gives the same turn as the general path, and
-        # benchmarks/env_step.py measures it against GEM's Wordle.
         turn = len(self.turn_contexts) + 1
-        messages = self.messages
-        single = read_single_call(action) if type(action) is str and len(action) <= self.max_action_chars else None
-        if single is not None:  # the usual turn
-            prose, name, arguments = single
-            call = ToolCall(name, arguments, f"call_{turn}_0")
-            message = {"role": "assistant", "content": action, "tool_calls": [call.to_openai()]}  # as assistant() builds it
-            parsed = ParsedAction(prose, [call], [], message)
-            messages.append(message)
-            text = action
-            tokens = self.count_tokens(action)
-            self.tokens_used += tokens
-            format_errors: list[str] = []
-            result = self._run_call(call, 0, format_errors)
-            observation = result.content
-            tool_results = [(name, result)]
-            messages.append({"role": "tool", "tool_call_id": call.id, "name": name, "content": observation})  # as tool_result()
-            if len(observation) > self.observation_space.max_length:
-                observation = self._clip(observation)
-        else:
-            text, parsed, tool_results, format_errors, tokens, observation = self._general_turn(action, turn)
-        # score and record the turn
-        history = self.turn_contexts
-        terminated = bool(self.is_done())
-        truncated = not terminated and (
-            turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
-        )
-        thinking = sum(self.count_tokens(m) for m in THINK_RE.findall(text)) if "<think>" in text else 0
-        ctx = TurnContext(  # positional, in field order: half the cost of eleven keywords, paid every step
-            self, turn, text, parsed, tool_results, format_errors, tokens, thinking,  # env ... thinking_tokens
-            terminated or truncated, terminated, history[:],  # done, terminated, history
-        )
-        reward, components = self.rubric.score(ctx)
-        history.append(ctx)
-        self.turn_rewards.append(reward)
-        self.turn_components.append(components)
-        self._over = terminated or truncated
-        if truncated:
-            observation = self._add_truncation_note(observation)
-        return observation, float(reward), terminated, truncated, self._info(components)
-
-    def _general_turn(
-        self, action: str | dict[str, Any], turn: int,
-    ) -> tuple[str, ParsedAction, list[tuple[str, ToolResult]], list[str], int, str]:
-        """Play any turn but the usual one: read the action, run its calls, answer it.
-
-        Returns what :meth:`step` scores: the action's text, the parsed action, ``(name, result)`` per call,
-        the format errors, the tokens counted and the observation.
-        """
-        counted = None  # what the token budget counts, when it is more than the message text
-        if isinstance(action, str):
-            content, size = action, len(action)
-            if size <= self.max_action_chars:
-                prose, calls, errors = read_text_tool_calls(action, f"call_{turn}")
-                parsed = ParsedAction(prose, calls, errors, assistant(action, calls))
-        else:  # anything but a dict: parse_action raises TypeError
-            content = action.get("content") if isinstance(action, dict) else None
-            size = len(content) if isinstance(content, str) else 0
-            if size <= self.max_action_chars:
-                parsed = parse_action(action, id_prefix=f"call_{turn}")
-                if parsed.tool_calls and action.get("tool_calls"):
-                    # native calls: their arguments are part of the action, for the size limit and the token budget
-                    # alike, as they are when written as <tool_call> blocks in the text
-                    blocks = text_protocol_content({"tool_calls": parsed.message["tool_calls"]})  # the calls alone
-                    said = parsed.message.get("content") or ""
-                    counted = content = f"{said}\n{blocks}" if said else blocks  # even when the text has blocks too
-                    size = len(content)
-        if size > self.max_action_chars:
-            parsed = ParsedAction(
-                "", [], [f"your message has {size} characters; the limit is {self.max_action_chars}"],
-                {"role": "assistant", "content": content},
-            )
-        messages = self.messages
+        # read the action and record it
+        parsed, counted = self._parse(action, turn)
         text = parsed.message.get("content") or ""
-        messages.append(parsed.message)
-        tokens = self.count_tokens(text if counted is None else counted)
+        self.messages.append(parsed.message)
+        tokens = self.count_tokens(counted)
         self.tokens_used += tokens
-        errors = parsed.errors
-        format_errors = errors[:]
+        # run its tool calls
+        format_errors = list(parsed.errors)
         tool_results: list[tuple[str, ToolResult]] = []
-        calls = parsed.tool_calls
         replies: list[str] = []
+        calls = parsed.tool_calls
         for index, call in enumerate(calls):
             result = self._run_call(call, index, format_errors)
             tool_results.append((call.name, result))
-            messages.append(tool_result(call, result.content))
+            self.messages.append(tool_result(call, result.content))
             replies.append(result.content if len(calls) == 1 else f"[{call.name}] {result.content}")
-        if errors:
-            feedback = "Format error: " + "; ".join(errors)
+        # answer it
+        if parsed.errors:
+            feedback = "Format error: " + "; ".join(parsed.errors)
             if TOOL_CALL_OPEN not in feedback:
                 feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
             replies.append(feedback)
@@ -272,10 +198,62 @@ class LLMEnv(gym.Env[str, str], ABC):
             reply = self.on_text(without_thinking(parsed.content))  # reasoning is no answer
             if reply:
                 replies.append(reply)
-        observation = self._clip(replies[0] if len(replies) == 1 else "\n".join(replies))
-        if errors or (not calls and observation):
-            messages.append(user(observation))
-        return text, parsed, tool_results, format_errors, tokens, observation
+        observation = self._clip("\n".join(replies))
+        if parsed.errors or (not calls and observation):
+            self.messages.append(user(observation))
+        # score and record the turn
+        terminated = bool(self.is_done())
+        truncated = not terminated and (
+            turn >= self.max_turns or (self.max_tokens is not None and self.tokens_used >= self.max_tokens)
+        )
+        ctx = TurnContext(
+            env=self,
+            turn=turn,
+            action_text=text,
+            parsed=parsed,
+            tool_results=tool_results,
+            format_errors=format_errors,
+            action_tokens=tokens,
+            thinking_tokens=sum(self.count_tokens(thought) for thought in THINK_RE.findall(text)),
+            done=terminated or truncated,
+            terminated=terminated,
+            history=list(self.turn_contexts),
+        )
+        reward, components = self.rubric.score(ctx)
+        self.turn_contexts.append(ctx)
+        self.turn_rewards.append(reward)
+        self.turn_components.append(components)
+        self._over = terminated or truncated
+        if truncated:
+            observation = self._add_truncation_note(observation)
+        return observation, float(reward), terminated, truncated, self._info(components)
+
+    def _parse(self, action: str | dict[str, Any], turn: int) -> tuple[ParsedAction, str]:
+        """Parse ``action``, or refuse it when it is longer than ``max_action_chars``.
+
+        Returns the parsed action and the text its size and tokens are counted on.
+        """
+        if isinstance(action, str):
+            counted = action
+        else:  # anything but a dict: parse_action raises TypeError
+            content = action.get("content") if isinstance(action, dict) else None
+            counted = content if isinstance(content, str) else ""
+        if len(counted) > self.max_action_chars:
+            return self._refuse(counted), counted
+        parsed = parse_action(action, id_prefix=f"call_{turn}")
+        if isinstance(action, dict) and action.get("tool_calls") and parsed.tool_calls:
+            # native calls count toward the size limit and the token budget as they do written as <tool_call> blocks
+            blocks = text_protocol_content({"tool_calls": parsed.message["tool_calls"]})  # the calls alone
+            said = parsed.message.get("content") or ""
+            counted = f"{said}\n{blocks}" if said else blocks  # even when the text has blocks too
+            if len(counted) > self.max_action_chars:
+                return self._refuse(counted), counted
+        return parsed, counted
+
+    def _refuse(self, text: str) -> ParsedAction:
+        """An action over ``max_action_chars``: kept in the transcript as said, its calls not made."""
+        error = f"your message has {len(text)} characters; the limit is {self.max_action_chars}"
+        return ParsedAction("", [], [error], {"role": "assistant", "content": text})
 
     def _run_call(self, call: ToolCall, index: int, format_errors: list[str]) -> ToolResult:
         """Run the turn's ``index``-th call, or say why not; argument and name mistakes go to ``format_errors``."""

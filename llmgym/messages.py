@@ -12,68 +12,29 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import from_json
-
 __all__ = ["ToolCall", "Message", "system", "user", "assistant", "tool_result", "loads_json"]
 
 #: A chat message: ``{"role": ..., "content": ..., ...}`` in OpenAI format.
 Message = dict[str, Any]
 
 
-
 def loads_json(text: str) -> Any:
-    """``json.loads(text)``, about 3x faster on the usual input (tool calls are parsed every step).
+    """``json.loads(text)``, whose every failure to read the text is a ``json.JSONDecodeError``.
 
-    pydantic-core's JSON reader (Rust) goes first; whatever it refuses (invalid JSON, lone
-    surrogate escapes, nesting deeper than 200) goes to ``json.loads``, so results, accepted
-    inputs and error messages are ``json.loads``'s (``tests/test_fast_json.py`` checks it).
+    ``json.loads`` raises a bare ``ValueError`` for an integer longer than Python converts
+    (``sys.get_int_max_str_digits()``, 4,300 digits by default); callers that answer bad JSON
+    with an error observation would not expect it.
 
     Raises:
-        json.JSONDecodeError: ``text`` is not JSON, or holds an integer longer than Python
-            converts (``sys.get_int_max_str_digits()``, 4,300 digits by default).
+        json.JSONDecodeError: ``text`` is not JSON, or holds an integer that is too long.
         RecursionError: nested too deeply.
     """
-    try:
-        return from_json(text)
-    except ValueError:
-        pass
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         raise
-    except ValueError as err:  # int()'s digit limit: json.loads raises a bare ValueError, which callers would not expect
+    except ValueError as err:
         raise json.JSONDecodeError(f"a number is too long ({err})", text, 0) from None
-
-
-def _encoder() -> Any:
-    """``json.dumps(value, ensure_ascii=False)`` without building an encoder per call (tool calls are encoded every step).
-
-    CPython's C encoder, made once, writes the same text; elsewhere the pure-Python encoder does.
-    A dict of one string key and one string value (the usual arguments) is written by quoting the
-    two strings directly: the same text, without the encoder's set-up.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return json.JSONEncoder(ensure_ascii=False).encode
-
-    def unserializable(value: Any) -> Any:
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-    # markers=None: no cycle check (the C encoder raises RecursionError on a cycle instead)
-    quote = json.encoder.encode_basestring
-    encode = make(None, unserializable, quote, None, ": ", ", ", False, False, True)
-
-    def encode_value(value: Any) -> str:
-        if type(value) is dict and len(value) == 1:  # the usual arguments, one string: the same text, written directly
-            for key, item in value.items():  # (the encoder's own set-up costs more than the string does)
-                if type(key) is str and type(item) is str:
-                    return f"{{{quote(key)}: {quote(item)}}}"
-        return "".join(encode(value, 0))
-
-    return encode_value
-
-
-_encode = _encoder()
 
 
 @dataclass(slots=True)
@@ -97,7 +58,7 @@ class ToolCall:
         return {
             "id": self.id,
             "type": "function",
-            "function": {"name": self.name, "arguments": _encode(self.arguments)},
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
         }
 
     @classmethod
@@ -123,9 +84,9 @@ class ToolCall:
                 raise ValueError(f"tool call {function['name']!r}: arguments are nested too deeply") from None
         elif isinstance(arguments, dict):  # given as a Python dict: it must be JSON, as the transcript records it
             try:
-                _encode(arguments)
+                json.dumps(arguments)
             except (TypeError, ValueError, RecursionError) as err:
-                reason = "nested too deeply or circular" if isinstance(err, RecursionError) else str(err)
+                reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
                 raise ValueError(f"tool call {function['name']!r}: arguments must be JSON ({reason})") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"tool call {function['name']!r}: arguments must be a JSON object")
@@ -146,7 +107,7 @@ def assistant(content: str, tool_calls: list[ToolCall] | None = None) -> Message
     """An assistant message, with ``tool_calls`` when there are any."""
     message: Message = {"role": "assistant", "content": content}
     if tool_calls:
-        message["tool_calls"] = list(map(ToolCall.to_openai, tool_calls))
+        message["tool_calls"] = [call.to_openai() for call in tool_calls]
     return message
 
 

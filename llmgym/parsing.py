@@ -14,20 +14,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import from_json
-
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
-__all__ = ["ParsedAction", "parse_action", "parse_text_tool_calls", "read_single_call", "read_text_tool_calls", "text_protocol_content", "without_thinking", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = [
+    "ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "without_thinking",
+    "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE",
+]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # split() keeps the bodies
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
-_OPEN_LEN, _CLOSE_LEN = len(TOOL_CALL_OPEN), len(TOOL_CALL_CLOSE)
-_TAG_END = "tool_call>"  # in both tags
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_THINK_BLOCK = re.compile(r"(<think>.*?</think>)", re.DOTALL)  # split() keeps the blocks
+_THINKING = re.compile(r"(<think>.*?(?:</think>|\Z))", re.DOTALL)  # a closed block, or an unclosed one to the end
 
 
 @dataclass(slots=True)
@@ -48,6 +47,10 @@ class ParsedAction:
 def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[ToolCall], list[str]]:
     """Split assistant text into prose, tool calls and format errors.
 
+    A call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
+    content its tool parsers read): ``<think>`` blocks, and an unclosed one to the end, stay
+    in the prose, unread.
+
     Example:
         >>> prose, calls, errors = parse_text_tool_calls(
         ...     'Trying crane. <tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
@@ -56,69 +59,13 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
         >>> parse_text_tool_calls('<tool_call>{"name": "guess"')[2]
         ['a <tool_call> block is not closed with </tool_call>']
     """
-    single = read_single_call(text)
-    if single is not None:
-        prose, name, arguments = single
-        return prose, [ToolCall(name, arguments, f"{id_prefix}_0")], []
-    return read_text_tool_calls(text, id_prefix)
-
-
-def read_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[ToolCall], list[str]]:
-    """:func:`parse_text_tool_calls` without its :func:`read_single_call` shortcut (for a caller that tried it)."""
-    if TOOL_CALL_OPEN not in text and TOOL_CALL_CLOSE not in text:
-        return text.strip(), [], []
     calls: list[ToolCall] = []
     errors: list[str] = []
-    if _THINK_OPEN not in text:
-        return _scan(text, id_prefix, 0, calls, errors)[0].strip(), calls, errors
-    # a call drafted while reasoning is not made (vLLM's reasoning parsers leave it out of the
-    # content its tool parsers read): <think> blocks, and an unclosed one to the end, stay in the prose, unread
-    parts = [(part, not (part.startswith(_THINK_OPEN) and part.endswith(_THINK_CLOSE)))
-             for part in _THINK_BLOCK.split(text)]
-    last, read = parts[-1]
-    if read and _THINK_OPEN in last:  # only the last part can hold a <think> that is never closed
-        cut = last.index(_THINK_OPEN)
-        parts[-1:] = [(last[:cut], True), (last[cut:], False)]
-    prose_parts, blocks = [], 0
-    for part, read in parts:
-        if read:
-            part, blocks = _scan(part, id_prefix, blocks, calls, errors)
-        prose_parts.append(part)
-    return "".join(prose_parts).strip(), calls, errors
-
-
-def read_single_call(text: str) -> tuple[str, str, dict[str, Any]] | None:
-    """``(prose, name, arguments)`` when ``text`` is the usual action, else ``None``.
-
-    The usual action holds one ``<tool_call>`` block of the form ``{"name": "...", "arguments": {...}}``,
-    no other tool-call tag and no ``<think>``. :func:`parse_text_tool_calls` reads it the same way;
-    this is its shortcut, without the general scan (the parse runs every step).
-
-    Example:
-        >>> read_single_call('Trying crane. <tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
-        ('Trying crane.', 'guess', {'word': 'crane'})
-        >>> read_single_call('<tool_call>{"name": "guess"}</tool_call>') is None  # no arguments: the general parse says so
-        True
-    """
-    before, opened, rest = text.partition(TOOL_CALL_OPEN)
-    if not opened or _THINK_OPEN in text:
-        return None
-    inner, closed, after = rest.partition(TOOL_CALL_CLOSE)
-    # the two tags found here and no other "tool_call>" (a stray one in prose is left to the general path); checking
-    # the three pieces is checking the whole text: "tool_call>" has one "t" and one ">", so an occurrence that crossed
-    # into a tag would be that tag's own ending
-    if not closed or _TAG_END in inner or _TAG_END in after or _TAG_END in before:
-        return None
-    try:  # JSON's own whitespace around the object is read as such; anything else (fences...) fails here
-        data = from_json(inner)
-        name, arguments = data["name"], data["arguments"]  # only a dict gets this far: JSON's other values raise
-    except (ValueError, TypeError, KeyError, IndexError):  # not JSON, not an object, a key missing
-        return None
-    if len(data) != 2 or type(name) is not str or type(arguments) is not dict:
-        return None
-    if not before and not after:  # the block alone: no prose
-        return "", name, arguments
-    return (before + after).strip(), name, arguments
+    pieces = _THINKING.split(text)  # said, thought, said, ..., said: only what was said is read
+    blocks = 0
+    for i in range(0, len(pieces), 2):
+        pieces[i], blocks = _read_blocks(pieces[i], id_prefix, blocks, calls, errors)
+    return "".join(pieces).strip(), calls, errors
 
 
 def without_thinking(text: str) -> str:
@@ -130,45 +77,27 @@ def without_thinking(text: str) -> str:
         >>> without_thinking("<think>maybe 41</think>The answer is 42. <think>or 43")
         'The answer is 42. '
     """
-    if _THINK_OPEN not in text:
-        return text
-    text = _THINK_BLOCK.sub("", text)
-    start = text.find(_THINK_OPEN)
-    return text if start < 0 else text[:start]
+    return _THINKING.sub("", text)
 
 
-def _scan(text: str, id_prefix: str, index: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
-    """Read the ``<tool_call>`` blocks of ``text`` into ``calls`` or ``errors``, numbering them from ``index``.
+def _read_blocks(text: str, id_prefix: str, first: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
+    """Read the ``<tool_call>`` blocks of ``text``, numbered from ``first``, into ``calls`` or ``errors``.
 
     Returns the prose around them and the next block number.
     """
-    prose_parts: list[str] = []
-    position = 0
-    find = text.find
-    start = find(TOOL_CALL_OPEN)
-    while start >= 0:  # each <tool_call> up to the first </tool_call> after it
-        end = find(TOOL_CALL_CLOSE, start + _OPEN_LEN)
-        if end < 0:
-            break
-        prose_parts.append(text[position:start])
-        position = end + _CLOSE_LEN
-        call, error = _read_block(text[start + _OPEN_LEN : end].strip(), f"{id_prefix}_{index}")
+    pieces = _BLOCK.split(text)  # prose, block, prose, block, ..., prose
+    for number, body in enumerate(pieces[1::2], start=first):
+        call, error = _read_block(body.strip(), f"{id_prefix}_{number}")
         if call is not None:
             calls.append(call)
         else:
             errors.append(error)
-        index += 1
-        start = find(TOOL_CALL_OPEN, position)
-    if not position:
-        prose = text
-    else:
-        prose_parts.append(text[position:])
-        prose = "".join(prose_parts)
+    prose = "".join(pieces[0::2])
     if TOOL_CALL_OPEN in prose:
         errors.append(f"a {TOOL_CALL_OPEN} block is not closed with {TOOL_CALL_CLOSE}")
     elif TOOL_CALL_CLOSE in prose:
         errors.append(f"a {TOOL_CALL_CLOSE} has no matching {TOOL_CALL_OPEN}")
-    return prose, index
+    return prose, first + len(pieces) // 2
 
 
 def _read_block(body: str, call_id: str) -> tuple[ToolCall | None, str]:
@@ -187,9 +116,6 @@ def _read_block(body: str, call_id: str) -> tuple[ToolCall | None, str]:
         return None, f"tool call must be a JSON object with name and arguments, got {_clip(body)}"
     if not data.keys() <= _ALLOWED_KEYS:
         return None, f"tool call has unexpected keys {sorted(set(data) - _ALLOWED_KEYS)}; use only name and arguments"
-    name, arguments = data.get("name"), data.get("arguments", {})
-    if type(name) is str and type(arguments) is dict:  # the usual case, without from_openai's checks for strings
-        return ToolCall(name, arguments, call_id), ""
     try:
         return ToolCall.from_openai({"id": call_id, "function": data}), ""
     except ValueError as err:

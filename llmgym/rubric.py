@@ -8,14 +8,9 @@ library of reusable components. Every reward function has one signature,
 
 from __future__ import annotations
 
-import functools
-import itertools
-import linecache
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import CodeType
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from llmgym.parsing import ParsedAction
@@ -113,77 +108,33 @@ class Rubric:
         if duplicates:
             raise ValueError(f"reward names must be unique, repeated: {sorted(duplicates)}")
         self.rewards: tuple[Reward, ...] = tuple(rewards)
-        # what scoring reads, taken when the rubric is built (a Reward changed later is not seen, nor by copies)
+        # what scoring reads, taken when the rubric is built: a Reward changed later is not seen, nor by copies
         self._plan = tuple((r.name, r.fn, r.weight, r.when) for r in self.rewards)
-        self._score = _scorer(self._plan)  # built once: scoring runs every step
 
     def score(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
-        """This turn's reward and its components (unweighted values, by name)."""
-        return self._score(ctx)
+        """This turn's reward and its components (unweighted values, by name).
 
-    def __getstate__(self) -> dict[str, Any]:  # a generated function does not pickle: a copy builds its own
-        state = self.__dict__.copy()
-        state.pop("_score", None)
-        return state
+        Every reward on the last turn (``ctx.done``), only the ``"turn"`` ones before it.
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if "_plan" in state:  # (a subclass that never ran Rubric.__init__ has no plan, and scores its own way)
-            self._score = _scorer(self._plan)
+        Raises:
+            TypeError: a reward function returned something that is not a number.
+            ValueError: a component, or the total, is not finite (whatever its weight).
+        """
+        total = 0.0
+        components: dict[str, float] = {}
+        for name, fn, weight, when in self._plan:
+            if when == "end" and not ctx.done:
+                continue
+            value = _as_float(name, fn(ctx))
+            components[name] = value
+            total += weight * value
+        if not math.isfinite(total):
+            _refuse_not_finite(total, components)
+        return total, components
 
     def weights(self) -> dict[str, float]:
         """Each component's weight, by name."""
         return {r.name: r.weight for r in self.rewards}
-
-
-def _scorer(plan: tuple[tuple[str, RewardFn, float, str], ...]) -> Callable[[TurnContext], tuple[float, dict[str, float]]]:
-    """``score(ctx)`` for a rubric's ``(name, fn, weight, when)`` rewards, as straight-line code (scoring runs every step).
-
-    The same as looping over the rewards: each function called in order, a value that is not a
-    float made one by :func:`_as_float`, the weighted values added left to right from 0.0, and a
-    total that is not finite refused by :func:`_refuse_not_finite`. The code depends only on how
-    many rewards there are and which are scored every turn (:func:`_scorer_code`, compiled once
-    per shape); names, functions and weights are passed in as values, never written into it.
-    """
-    every_turn = tuple(i for i, (_, _, _, when) in enumerate(plan) if when == "turn")
-    namespace: dict[str, Any] = {"as_float": _as_float, "refuse": _refuse_not_finite}
-    for i, (name, fn, weight, _) in enumerate(plan):
-        namespace[f"n{i}"], namespace[f"f{i}"], namespace[f"w{i}"] = name, fn, weight
-    exec(_scorer_code(len(plan), every_turn), namespace)  # noqa: S102 (code made here, from positions only)
-    return namespace["score"]
-
-
-_scorer_names = itertools.count()
-
-
-@functools.lru_cache(maxsize=256)
-def _scorer_code(count: int, every_turn: tuple[int, ...]) -> CodeType:
-    """The compiled ``def score(ctx)`` for ``count`` rewards of which those at ``every_turn`` are scored every turn."""
-
-    def body(indices: Iterable[int], pad: str) -> list[str]:
-        lines = [f"{pad}total = 0.0"]
-        for i in indices:
-            lines.append(f"{pad}v{i} = f{i}(ctx)")
-            lines.append(f"{pad}if type(v{i}) is not float: v{i} = as_float(n{i}, v{i})")  # an int, a bool, a numpy number...
-            lines.append(f"{pad}total += w{i} * v{i}")
-        components = ", ".join(f"n{i}: v{i}" for i in indices)
-        lines.append(f"{pad}components = {{{components}}}")
-        return lines
-
-    source = "\n".join([
-        "def score(ctx):",
-        "    if ctx.done:",
-        *body(range(count), "        "),
-        "    else:",
-        *body(every_turn, "        "),
-        "    if total - total:  # not 0.0: the total is inf or nan, as it is when a component is, whatever its weight",
-        "        refuse(total, components)",
-        "    return total, components",
-        "",
-    ])
-    filename = f"<llmgym rubric scorer {next(_scorer_names)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show the line
-    return compile(source, filename, "exec")
 
 
 def _refuse_not_finite(total: float, components: dict[str, float]) -> None:

@@ -275,3 +275,18 @@ def test_a_copied_env_scores_its_own_state():
         assert terminated and info["reward_components"]["solved"] == 1.0
         assert clone.unwrapped.tools["guess"].instance is clone
     assert not env.solved and len(env.guesses) == 1
+
+
+def test_a_str_subclass_action_plays_as_the_plain_string():
+    # numpy.str_ is one: a vectorized or SB3 pipeline may hand one over
+    class Reply(str):
+        """A str subclass."""
+
+    def play(actions):
+        env = EchoEnv()
+        seen = [env.reset(seed=0)]
+        seen += [env.step(action) for action in actions]
+        return seen, env.episode().to_dict()
+
+    actions = [call("echo", text="hi"), "Saying. " + call("echo", text="there"), "<tool_call>{oops}</tool_call>", "bye"]
+    assert play([Reply(a) for a in actions]) == play(actions)

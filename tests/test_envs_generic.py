@@ -35,7 +35,7 @@ def test_check_env(env_id):
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_step_before_reset_is_refused(env_id):
-    # llmgym's own ids come without Gymnasium's OrderEnforcing wrapper: the env itself must refuse
+    # Gymnasium's OrderEnforcing wrapper refuses first; an unwrapped env refuses by itself (tested in test_env_base)
     env = gym.make(env_id)
     with pytest.raises((RuntimeError, gym.error.ResetNeeded), match="reset"):
         env.step("hello")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from llmgym.parsing import parse_action, parse_text_tool_calls
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgym.parsing import parse_action, parse_text_tool_calls, without_thinking
 
 
 def test_several_calls_with_whitespace_and_fences():
@@ -70,3 +74,30 @@ def test_dict_without_native_calls_reads_the_text_protocol():
 def test_non_action_types_are_programming_errors():
     with pytest.raises(TypeError, match="an action must be str or an OpenAI assistant message dict, got int"):
         parse_action(42)  # type: ignore[arg-type]
+
+
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", '{"name": "t", "arguments": {}}', "x", "\n", "<tool_", "call>"]),
+                max_size=8))
+def test_blocks_are_found_as_the_non_greedy_pattern_finds_them(pieces):
+    text = "".join(pieces)
+    calls = parse_text_tool_calls(text, "c")[1]
+    expected = [m.group(1).strip() for m in _BLOCK.finditer(text)]
+    assert len(calls) == sum(body == '{"name": "t", "arguments": {}}' for body in expected)
+
+
+def test_deeply_nested_json_is_a_format_error_not_a_crash():
+    text = "[" * 5000 + "]" * 5000  # past json's recursion limit
+    assert parse_text_tool_calls(f"<tool_call>{text}</tool_call>")[2] == ["tool call JSON is nested too deeply"]
+
+
+def test_calls_drafted_while_thinking_are_not_made_and_block_numbers_run_on():
+    call = '<tool_call>{"name": "t", "arguments": {}}</tool_call>'
+    text = f"{call}<think>maybe {call}</think> then {call}<think>unfinished {call}"
+    prose, calls, errors = parse_text_tool_calls(text)
+    assert [c.id for c in calls] == ["call_0", "call_1"] and errors == []
+    assert prose == f"<think>maybe {call}</think> then <think>unfinished {call}"
+    assert without_thinking(text) == f"{call} then {call}"

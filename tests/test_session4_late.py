@@ -67,8 +67,10 @@ def test_step_before_any_reset_says_no_episode_started():
     import gymnasium as gym
 
     env = gym.make("llmgym/Wordle-v0")
-    with pytest.raises(RuntimeError, match="no episode has started: call reset"):
+    with pytest.raises(gym.error.ResetNeeded):  # Gymnasium's order enforcing, on for every registered id
         env.step("crane")
+    with pytest.raises(RuntimeError, match="no episode has started: call reset"):  # the env itself, unwrapped
+        env.unwrapped.step("crane")
     env.reset(seed=0)
     env.close()
 

@@ -1,38 +1,14 @@
 """``llmgym/Wordle-v0``: guess a five-letter word in six tries.
 
-The reference environment: every later one copies its shape. The agent
-guesses with the ``guess`` tool or by replying with the word; each valid
-guess gets green/yellow/grey feedback.
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-information    0.2    turn  new facts the guess revealed: newly placed letters
-                            (green) + newly found letters, over 10; at most 1.0
-                            over an episode
-invalid_guess  -0.1   turn  1 when the turn made no valid guess (a non-word, wrong
-                            length, malformed tool call, prose)
-solved         1.0    end   1 when the word was found
-speed          0.5    end   when solved: 1.0 in one guess, down to 1/6 in six
-format_error   0      turn  metric: malformed tool-call format
-============== ====== ===== ========================================================
-
-How it could be gamed, and why that does not pay: guessing non-words packed
-with common letters (``eeaar``) would reveal letters cheaply; only dictionary
-words get feedback, so such guesses earn nothing and cost ``invalid_guess``.
-Fishing for information without trying to solve is capped at 0.2 per episode,
-far below ``solved`` + ``speed``. Claiming success in prose is just an invalid
-guess. Repeating a guess reveals nothing new, so it earns nothing.
-``tests/envs/test_wordle.py`` checks that such cheating policies score below
-the honest scripted solver.
+Holds :class:`WordleEnv`, :func:`score_guess` (the game's feedback) and
+:func:`load_words` (its word lists). The reference environment: every later
+one copies its shape.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
+from collections import Counter
 from functools import lru_cache
 from importlib.resources import files
 from typing import Any
@@ -44,7 +20,7 @@ from llmgym.tools import ToolError, tool
 __all__ = ["WordleEnv", "score_guess", "load_words"]
 
 WORD_LENGTH = 5
-_SOLVED = "G" * WORD_LENGTH  # the feedback of the right word
+# a reply that is just a word (the plain-text way to guess): "crane", "Guess: CRANE", "**crane**."
 _PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
 
 
@@ -61,62 +37,87 @@ def score_guess(guess: str, answer: str) -> str:
     """Wordle feedback: ``G`` right letter right spot, ``Y`` in the word elsewhere, ``x`` not (more) in it.
 
     Repeated letters are scored the way the game does: greens first, then
-    yellows only while unmatched copies remain in the answer.
+    yellows, left to right, only while unmatched copies remain in the answer.
 
     Example:
         >>> score_guess("crane", "react"), score_guess("eerie", "there")
         ('YYGxY', 'YxYxG')
     """
-    if guess == answer:
-        return "G" * len(answer)
-    marks = ""
-    for g, a in zip(guess, answer):  # the usual guess: each letter of it either here, elsewhere, or not in the word
-        if g == a:
-            marks += "G"
-        elif g not in answer:
-            marks += "x"
-        elif guess.count(g) == 1:  # guessed once and not here: the answer's copy is elsewhere, unmatched
-            marks += "Y"
-        else:  # a repeated letter the answer has: count its copies
-            return _score_repeated(guess, answer)
-    return marks
-
-
-def _score_repeated(guess: str, answer: str) -> str:
-    """:func:`score_guess` by the game's full rule: greens first, then yellows left to right while copies remain."""
-    spare = [a for g, a in zip(guess, answer) if g != a]  # answer letters not matched by a green
-    marks = ""
-    for g, a in zip(guess, answer):
-        if g == a:
-            marks += "G"
-        elif g in spare:
-            spare.remove(g)
-            marks += "Y"
-        else:
-            marks += "x"
-    return marks
-
-
-def _pattern(feedback: str) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
-    """How ``feedback`` is shown (``"G x Y x x"``), the positions of its letters in the word (G or Y), and of its greens."""
-    marked = tuple(i for i, mark in enumerate(feedback) if mark != "x")
-    placed = tuple(i for i, mark in enumerate(feedback) if mark == "G")
-    return " ".join(feedback), marked, placed
-
-
-# every feedback a guess can get (3^5 patterns), worked out once: guess() looks its own up every step
-_PATTERNS = {feedback: _pattern(feedback) for feedback in map("".join, itertools.product("GYx", repeat=WORD_LENGTH))}
+    # first pass: greens; the answer's letters they did not match are left for yellows
+    marks = ["G" if g == a else "x" for g, a in zip(guess, answer)]
+    unmatched = Counter(a for a, mark in zip(answer, marks) if mark != "G")
+    # second pass: yellows, left to right, while unmatched copies remain
+    for i, g in enumerate(guess):
+        if marks[i] != "G" and unmatched[g] > 0:
+            marks[i] = "Y"
+            unmatched[g] -= 1
+    return "".join(marks)
 
 
 class WordleEnv(LLMEnv):
     """Guess the hidden five-letter word in six tries, with green/yellow/grey feedback.
+
+    ## Description
+
+    The agent guesses with the ``guess`` tool or by replying with just the word
+    (the last line of the reply: ``crane``, ``Guess: CRANE``). Each valid guess gets
+    a line of feedback, ``CRANE Y Y G x Y``: ``G`` right letter in the right spot,
+    ``Y`` in the word elsewhere, ``x`` not in the word (or no more copies of it).
+    Guesses must be words of the list; other attempts are answered with an error
+    and cost a turn, not a guess. One reply may hold several ``guess`` calls.
+
+    ## Action Space
+
+    ``Text``: assistant text (``<tool_call>`` blocks or a plain word) or an OpenAI
+    assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the feedback line(s), then how many guesses are left, or an error.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``information`` | 0.2 | turn | letters newly placed (green) + letters newly found, over 10; at most 1.0 an episode |
+    | ``invalid_guess`` | -0.1 | turn | 1 when the turn made no valid guess (a non-word, a malformed call, prose) |
+    | ``solved`` | 1.0 | end | 1 when the word was found |
+    | ``speed`` | 0.5 | end | when solved: 1.0 in one guess, down to 1/6 in six |
+    | ``format_error`` | 0 | turn | metric: malformed tool-call format |
+
+    How it could be gamed, and why that does not pay: guessing non-words packed
+    with common letters (``eeaar``) would reveal letters cheaply; only dictionary
+    words get feedback, so such guesses earn nothing and cost ``invalid_guess``.
+    Fishing for information without trying to solve is capped at 0.2 per episode,
+    far below ``solved`` + ``speed``. Claiming success in prose is just an invalid
+    guess. Repeating a guess reveals nothing new, so it earns nothing.
+    ``tests/envs/test_wordle.py`` checks that such cheating policies score below
+    the honest scripted solver.
+
+    ## Starting State
+
+    A word drawn from the 2,000 answers with ``self.np_random``, or
+    ``reset(options={"answer": "crane"})``.
+
+    ## Episode End
+
+    - Terminated: the word is guessed, or ``max_guesses`` valid guesses were made
+      (the observation then reveals the word).
+    - Truncated: ``max_turns`` replies (invalid ones included) or the token budget ran
+      out; the observation ends ``Out of turns. The word was ...`` (or ``Out of tokens.``).
+
+    ## Arguments
 
     Args:
         max_guesses: valid guesses allowed (the game's six).
         max_turns: turn budget including invalid attempts.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    ``reset(options={"answer": "crane"})`` fixes the word.
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Guess a five-letter word in six tries from green/yellow/grey feedback (guess tool or plain text)."
@@ -141,8 +142,6 @@ class WordleEnv(LLMEnv):
         self._greens: set[int] = set()  # positions found green
         self._letters: set[str] = set()  # letters found in the word
         self._new_facts: dict[int, int] = {}  # turn -> facts its guesses revealed
-        # the usual reply's last line by guesses left, written once: guess() answers every step
-        self._guesses_left = [f"\n{n} {_plural(n, 'guess', 'guesses')} left." for n in range(max_guesses + 1)]
 
     def setup(self, options: dict[str, Any] | None) -> str:
         answer = (options or {}).get("answer")
@@ -179,30 +178,29 @@ class WordleEnv(LLMEnv):
         feedback = score_guess(word, self.answer)
         turn = len(self.turn_contexts) + 1
         self.guesses.append((word, feedback, turn))
-        self.solved = feedback == _SOLVED
-        greens, letters = self._greens, self._letters
-        known = len(greens) + len(letters)  # facts: placed letters + letters known to be in the word
-        spaced, marked, placed = _PATTERNS[feedback]
-        for i in marked:
-            letters.add(word[i])
-        greens.update(placed)
-        new_facts = len(greens) + len(letters) - known
-        if new_facts:
-            self._new_facts[turn] = self._new_facts.get(turn, 0) + new_facts
+        self.solved = feedback == "G" * WORD_LENGTH
+        # for the information reward: facts (placed letters, letters known to be in the word) no earlier guess revealed
+        known = len(self._greens) + len(self._letters)
+        for i, (letter, mark) in enumerate(zip(word, feedback)):
+            if mark == "G":
+                self._greens.add(i)
+            if mark != "x":
+                self._letters.add(letter)
+        self._new_facts[turn] = self._new_facts.get(turn, 0) + len(self._greens) + len(self._letters) - known
+        # the reply: the feedback, then what is left
         made = len(self.guesses)
         left = self.max_guesses - made
         replies = self.max_turns - turn  # replies after this one
-        shown = f"{word.upper()} {spaced}"
-        if replies >= left > 0 and not self.solved:  # the usual guess, answered first: it is the most common
-            return shown + self._guesses_left[left]
+        shown = f"{word.upper()} {' '.join(feedback)}"
         if self.solved:
             return f"{shown}\nSolved in {made} {_plural(made, 'guess', 'guesses')}!"
         if left == 0:
             return f"{shown}\nOut of guesses. The word was {self.answer.upper()}."
         if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
             return shown  # guess in this same reply may still solve it)
-        # the turn budget binds: never promise guesses there are no replies for
-        return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left in {replies} {_plural(replies, 'reply', 'replies')}."
+        if replies < left:  # the turn budget binds: never promise guesses there are no replies for
+            return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left in {replies} {_plural(replies, 'reply', 'replies')}."
+        return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left."
 
     def truncation_note(self) -> str:
         # said once, after every guess of the last reply: never before one of them solves it

@@ -1,74 +1,39 @@
-"""The rubric's generated scorer gives what looping over its rewards gives: values, totals and errors.
-
-:class:`~llmgym.Rubric` writes its ``score`` out as straight-line code once (scoring runs every step);
-``reference_score`` below is the loop it replaces, kept here as the definition.
-"""
+"""Rubric scoring: which rewards count when, their values and totals, errors, and copies."""
 
 from __future__ import annotations
 
 import copy
 import fractions
-import math
 import pickle
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from llmgym.rubric import Reward, Rubric, _show, format_error
+from llmgym.rubric import Reward, Rubric, format_error
 
 
-def reference_score(rewards: list[Reward], ctx) -> tuple[float, dict[str, float]]:
-    """The rubric's rule, as a loop: every reward on the last turn, "turn" rewards before it."""
-    components: dict[str, float] = {}
-    total = 0.0
-    for reward in rewards:
-        if reward.when == "end" and not ctx.done:
-            continue
-        value = reward.fn(ctx)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"reward {reward.name!r} returned {_show(value)}; a reward must be a number") from None
-        components[reward.name] = value
-        total += reward.weight * value
-    if not math.isfinite(total):
-        for name, value in components.items():
-            if not math.isfinite(value):
-                raise ValueError(f"reward {name!r} returned {value}; rewards must be finite")
-        raise ValueError(f"the rewards sum to {total} (components {components}); rewards must be finite")
-    return total, components
+def test_turn_rewards_every_turn_end_rewards_on_the_last_and_weights_multiply():
+    rubric = Rubric([Reward(lambda ctx: 1.0, weight=0.5, name="turn"), Reward(lambda ctx: 2.0, weight=-1.0, when="end", name="end"),
+                     Reward(lambda ctx: 3.0, weight=0.0, name="metric")])
+    assert rubric.score(SimpleNamespace(done=False)) == (0.5, {"turn": 1.0, "metric": 3.0})
+    assert rubric.score(SimpleNamespace(done=True)) == (-1.5, {"turn": 1.0, "end": 2.0, "metric": 3.0})
+    assert rubric.weights() == {"turn": 0.5, "end": -1.0, "metric": 0.0}
 
 
-def _outcome(score, ctx):
-    try:
-        total, components = score(ctx)
-    except Exception as err:  # noqa: BLE001 (the kind and the message are what is compared)
-        return type(err).__name__, str(err)
-    return repr(total), type(total).__name__, repr(components), [type(v).__name__ for v in components.values()]
+@pytest.mark.parametrize("value, expected", [
+    (True, 1.0), (3, 3.0), (np.float64(0.25), 0.25), (np.int64(2), 2.0), (np.float32(0.5), 0.5), (fractions.Fraction(1, 4), 0.25),
+])
+def test_components_are_plain_floats_whatever_number_a_reward_returns(value, expected):
+    total, components = Rubric([Reward(lambda ctx: value, weight=2.0, name="r")]).score(SimpleNamespace(done=False))
+    assert components == {"r": expected} and type(components["r"]) is float
+    assert total == 2 * expected and type(total) is float
 
 
-VALUES = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.integers(-10**6, 10**6),
-    st.booleans(),
-    st.floats(-1e6, 1e6).map(np.float64),
-    st.integers(-100, 100).map(np.int64),
-    st.sampled_from([fractions.Fraction(1, 3), "0.5", "abc", None, [1.0], 10**400]),
-)
-WEIGHTS = st.one_of(st.floats(-10, 10), st.integers(-3, 3), st.just(0.0), st.just(1e308))
-NAMES = st.text(min_size=1, max_size=12)  # quotes, newlines, code: names are values, never written into the scorer
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(NAMES, VALUES, WEIGHTS, st.sampled_from(["turn", "end"])), max_size=6, unique_by=lambda r: r[0]),
-       st.booleans())
-def test_the_generated_scorer_matches_the_loop(specs, done):
-    rewards = [Reward(lambda ctx, v=value: v, weight=weight, when=when, name=name) for name, value, weight, when in specs]
-    ctx = SimpleNamespace(done=done)
-    assert _outcome(Rubric(rewards).score, ctx) == _outcome(lambda c: reference_score(rewards, c), ctx)
+def test_a_non_finite_total_of_finite_components_is_refused():
+    rubric = Rubric([Reward(lambda ctx: 1.0, weight=1e308, name="a"), Reward(lambda ctx: 1.0, weight=1e308, name="b")])
+    with pytest.raises(ValueError, match="the rewards sum to inf"):
+        rubric.score(SimpleNamespace(done=False))
 
 
 def test_rewards_are_called_in_order_and_a_failure_stops_the_rest():
@@ -160,10 +125,10 @@ def test_a_reward_name_must_be_a_string():
         Reward(_half, name=["x"])
 
 
-def test_a_failing_reward_shows_its_line_of_the_scorer_in_the_traceback():
+def test_a_failing_reward_shows_its_own_line_in_the_traceback():
     import traceback
 
     rubric = Rubric([Reward(_half), Reward(lambda ctx: 1 / 0, name="broken")])
     with pytest.raises(ZeroDivisionError) as caught:
         rubric.score(SimpleNamespace(done=False))
-    assert "v1 = f1(ctx)" in "".join(traceback.format_tb(caught.tb))
+    assert 'Reward(lambda ctx: 1 / 0, name="broken")' in "".join(traceback.format_tb(caught.tb))
