@@ -1,19 +1,23 @@
 """GRPO with turn-level credit assignment, in plain PyTorch, readable top to bottom.
 
 Holds :class:`GRPOTrainer` and :func:`main` (``python -m llmgym.trainers.grpo
---config cfg.toml``, also under ``torchrun``). One step:
+--config cfg.toml``, also under ``torchrun``). :meth:`GRPOTrainer.train` is one
+loop; each step:
 
-1. draw ``prompts_per_step`` env seeds (each rank plays its share) and roll
-   out ``group_size`` episodes per seed with the current weights: in-process
-   (the policy shares the trained model) or on an OpenAI-compatible server that
-   received the newest LoRA adapter;
-2. compute group-relative advantages with turn-level credit
-   (:mod:`llmgym.trainers.advantages`); groups without signal are counted,
-   optionally replaced by fresh seeds, and left out of the loss;
-3. score exactly the episodes' token ids (never re-tokenized text) and
+1. collect: draw ``prompts_per_step`` env seeds (each rank plays its share) and
+   play ``group_size`` episodes per seed with the current weights, replacing
+   groups without signal by fresh seeds (:mod:`llmgym.trainers.collect`).
+   Where the episodes are generated, in this process or on an OpenAI-compatible
+   server that gets the newest LoRA adapter, is the business of the
+   :class:`~llmgym.trainers.generation.Generator`;
+2. advantages: group-relative, with turn-level credit
+   (:mod:`llmgym.trainers.advantages`); groups without signal stay out of the loss;
+3. optimize: score exactly the episodes' token ids (never re-tokenized text) and
    minimize the clipped surrogate (:mod:`llmgym.trainers.losses`), gradients
-   accumulated over micro-batches and summed over ranks;
-4. log metrics, checkpoint, push the adapter to the server.
+   accumulated over micro-batches and summed over ranks; the generator then
+   gets the new weights;
+4. log the step's metrics;
+5. save a checkpoint every ``save_every`` steps.
 
 Data parallelism: every rank holds the whole model; after its micro-batches
 each rank's gradients are summed with one flat ``all_reduce`` (the loss is
@@ -37,34 +41,31 @@ import dataclasses
 import importlib
 import json
 import os
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from llmgym.episode import Episode
-from llmgym.policy import SamplingParams
-from llmgym.rollout import rollout
-from llmgym.trainers.advantages import Advantages, compute_advantages, cut_short, merge_advantage_stats
+from llmgym.policy import Policy
+from llmgym.trainers.advantages import Advantages
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import (
     check_resume_config, latest_checkpoint, load_checkpoint, save_checkpoint, save_weights, tidy_checkpoints,
 )
+from llmgym.trainers.collect import EpisodeCollector
 from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
-from llmgym.trainers.curriculum import Curriculum, group_solve_rates
+from llmgym.trainers.curriculum import Curriculum
 from llmgym.trainers.distributed import (
-    full_weights, gather_episodes, gather_objects, global_grad_norm, init_distributed, load_sharded_checkpoint,
-    local_parameter_count, pad_micro_batches, save_full_weights, save_sharded_checkpoint, shard_model, sum_ranks,
+    gather_objects, global_grad_norm, init_distributed, load_sharded_checkpoint, local_parameter_count,
+    pad_micro_batches, save_full_weights, save_sharded_checkpoint, shard_model,
 )
-from llmgym.trainers.losses import TokenScorer, grpo_loss
-from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb, plot_metrics, reward_stats
-from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher, overlap_stats
+from llmgym.trainers.generation import Generator, InProcessGenerator, ServerGenerator
+from llmgym.trainers.losses import LossSums, TokenScorer, grpo_loss
+from llmgym.trainers.metrics import MetricsLogger, StepClock, peak_memory_mb, plot_metrics
 
 __all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id", "resolve_device", "add_lora"]
 
@@ -104,6 +105,7 @@ class GRPOTrainer:
         GRPOTrainer(GRPOConfig(env_id="llmgym/Wordle-v0", model="tiny-random", steps=2)).train()
     """
 
+
     def __init__(self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False):
         self.config = config
         self.rank, self.world = init_distributed(need_group=config.fsdp)
@@ -122,7 +124,7 @@ class GRPOTrainer:
         if config.curriculum_kwarg is not None:
             self.curriculum = Curriculum(config.curriculum_kwarg, config.curriculum_levels, config.curriculum_promote_at,
                                          config.curriculum_demote_at, config.curriculum_window, config.solve_threshold)
-        probe = gym.make(self.env_id, **self._env_kwargs())
+        probe = gym.make(self.env_id, **(self.curriculum.env_kwargs(config.env_kwargs) if self.curriculum else config.env_kwargs))
         self.max_turns = int(getattr(probe.unwrapped, "max_turns", 1))
         probe.close()
         if self.curriculum is not None:
@@ -163,18 +165,21 @@ class GRPOTrainer:
             torch.autocast("cuda", dtype=torch.bfloat16) if config.bf16 and self.device.type == "cuda" else contextlib.nullcontext()
         )
         self.step, self.episodes_seen = 0, 0
-        self.seed_sampler = np.random.default_rng(config.seed)
-        if resume_from is not None:
-            self._resume(resume_from)
+        saved = self._resume(resume_from) if resume_from is not None else None
         self.metrics = None
         if self.rank == 0:
             sinks = sorted(set(config.report_to) | ({"tensorboard"} if config.tensorboard else set()))
             self.metrics = MetricsLogger(self.out, resume_step=self.step if resume else None, report_to=sinks,
                                          run_config=dataclasses.asdict(config), wandb_project=config.wandb_project)
-        self.policy = self._make_policy()
-        self.prefetcher = RolloutPrefetcher(lambda step, seeds: self._rollout(seeds, step, first_group=0)) if config.async_generation else None
-        self._sampler_state_before_prefetch: dict[str, Any] | None = None
-        self._drawn_seeds: list[int] = []  # the newest draw of env seeds, all ranks' shares
+        self.generator = self._make_generator()  # made with the resumed weights: a server gets them first
+        self.collector = EpisodeCollector(config, self.generator, self.rank, self.world, self.curriculum)
+        if saved is not None:
+            self.collector.load_sampler_state(saved["seed_sampler"])
+
+    @property
+    def policy(self) -> Policy:
+        """The policy that generates the episodes (the :attr:`generator`'s)."""
+        return self.generator.policy
 
     def _check_curriculum_levels(self) -> None:
         """Make (and close) an env at every curriculum level, so a bad level is a config error now, not after a promotion."""
@@ -186,6 +191,13 @@ class GRPOTrainer:
                 message = str(err).splitlines()[0] if str(err) else type(err).__name__
                 raise ValueError(f"curriculum_levels: {kwarg}={level!r} is refused by {self.env_id}: {message}") from None
 
+    def _make_generator(self) -> Generator:
+        """In-process generation, or on the server at ``base_url``."""
+        shared = dict(config=self.config, env_id=self.env_id, curriculum=self.curriculum, rank=self.rank, world=self.world)
+        if self.config.base_url is None:
+            return InProcessGenerator(self.model, self.tokenizer, self.scorer, **shared)
+        return ServerGenerator(self.model, self.tokenizer, out=self.out, version=self.step, **shared)
+
     # -- the loop -------------------------------------------------------------------
 
     def train(self) -> list[dict[str, Any]]:
@@ -193,173 +205,42 @@ class GRPOTrainer:
         config, history = self.config, []
         if self.rank == 0:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
-        progress = _progress_bar(config.steps, self.step) if config.progress and self.rank == 0 else None
-        run_start, previous_train = time.perf_counter(), None
-        try:
+        clock = StepClock(overlapped=self.generator.overlaps)
+        with _progress_bar(config.progress and self.rank == 0, config.steps, self.step) as show_progress:
             while self.step < config.steps:
-                started = time.perf_counter()
-                prefetched = self.prefetcher.take(self.step) if self.prefetcher else None
-                with full_weights(self.scorer) if config.fsdp and config.base_url is None else contextlib.nullcontext():
-                    episodes, advantages, sampling_stats = self._collect(self.step, prefetched.episodes if prefetched else None)
-                generated = time.perf_counter()
-                if self.prefetcher and self.step + 1 < config.steps:
-                    self._sampler_state_before_prefetch = self.seed_sampler.bit_generator.state
-                    self.prefetcher.start(self.step + 1, self._local_seeds(), policy_version=self.step)
-                train_stats = self._optimize(episodes, advantages)
-                optimized = time.perf_counter()
+                clock.start()
+                # 1. collect: group_size episodes per env seed with the current weights; zero-signal groups resampled
+                rollouts = self.collector.collect(self.step)
+                clock.generated()
+                # 2. advantages: group-relative outcome plus turn-level credit, for every policy token
+                advantages = rollouts.advantages(config)
+                # 3. optimize: num_iterations clipped-surrogate steps on the groups with signal
+                losses = self._optimize(rollouts.episodes, advantages)
+                clock.optimized()
                 self.step += 1
-                self.episodes_seen += int(sampling_stats.pop("episodes/global"))
-                if config.base_url is not None:
-                    if self.prefetcher:
-                        self.prefetcher.wait()  # the server must not swap adapters under the prefetch's requests
-                        if self.world > 1:
-                            dist.barrier()  # ... of any rank: rank 0 pushes only once every rank's prefetch is done
-                    self._push_adapter()
-                metrics = {"step": self.step, "episodes_seen": self.episodes_seen, **sampling_stats, **train_stats}
-                metrics["time/generation_s"] = generated - started
-                metrics["time/train_s"] = optimized - generated
-                metrics["time/step_s"] = time.perf_counter() - started
-                metrics["time/optimizer_end_s"] = optimized - run_start
-                metrics["tokens_per_s"] = metrics["tokens/total"] / metrics["time/step_s"]
-                if self.prefetcher:
-                    metrics.update(overlap_stats(prefetched, self.step, run_start, previous_train))
-                    previous_train = (generated, optimized)
+                self.episodes_seen += len(rollouts.everyone)
+                self.generator.after_update(self.step)  # the next rollouts use the new weights
+                # 4. log: the whole batch's numbers, every rank's episodes together
+                metrics = {"step": self.step, "episodes_seen": self.episodes_seen, **rollouts.metrics(advantages), **losses}
+                metrics.update(clock.metrics(self.step, metrics["tokens/total"], rollouts.prefetched))
                 metrics.update(peak_memory_mb())
                 if self.rank == 0:
                     self.metrics.log(metrics)
                     history.append(metrics)
+                show_progress(self.step, metrics.get("reward/mean", 0.0))
+                # 5. save
                 if self.step % config.save_every == 0 or self.step == config.steps:
                     self.save()
-                if progress is not None:
-                    progress[0].update(progress[1], completed=self.step, reward=f"{metrics.get('reward/mean', 0.0):.3f}")
-        finally:
-            if progress is not None:
-                progress[0].stop()
-        if config.fsdp:
-            folder = save_full_weights(self.model, self.tokenizer, self.out / "final")
-            shards = gather_objects(local_parameter_count(self.model), self.world)
-            if self.rank == 0:
-                total = sum(p.numel() for p in self.model.parameters())
-                (folder / "fsdp_shards.json").write_text(json.dumps({"local_parameters": shards, "parameters": total}))
-            return history
-        checksums = self._rank_checksums()
-        if self.rank == 0:
-            folder = save_weights(self.model, self.tokenizer, self.out / "final")
-            (folder / "rank_checksums.json").write_text(json.dumps(checksums))
-        if len(set(checksums)) > 1:
-            raise RuntimeError(f"the ranks' weights diverged (checksums {checksums}); data parallelism is broken")
+        self._save_final_weights()
         return history
 
-    def _rank_checksums(self) -> list[float]:
-        """A checksum of the trained weights from every rank (they must agree)."""
-        value = float(sum(p.detach().double().sum() for p in self.params))
-        if self.world == 1:
-            return [value]
-        values: list[float] = [0.0] * self.world
-        dist.all_gather_object(values, value)
-        return values
-
-    # -- 1. episodes ----------------------------------------------------------------
-
-    def _local_seeds(self) -> list[int]:
-        """Draw the next step's env seeds (the same draw on all ranks); returns this rank's share."""
-        seeds = self.seed_sampler.choice(self.config.seed_pool, size=self.config.prompts_per_step, replace=False).tolist()
-        self._drawn_seeds = seeds  # the step's seeds on every rank: resampling never plays one of them again
-        return seeds[self.rank :: self.world]
-
-    def _collect(self, step: int, prefetched: list[Episode] | None = None) -> tuple[list[Episode], Advantages, dict[str, float]]:
-        """Roll out this rank's groups (or take the ``prefetched`` first round); replace zero-signal groups up to ``resample_zero_signal`` times."""
-        config = self.config
-        resample_rng = np.random.default_rng([config.seed, step, self.rank])
-        episodes = prefetched if prefetched is not None else self._rollout(self._local_seeds(), step, first_group=0)
-        if episodes and all(_unusable(e) for e in episodes):
-            reasons = {e.metadata.get("error") or e.metadata.get("token_ids_dropped") or "no token ids" for e in episodes}
-            raise RuntimeError(f"no episode of step {step + 1} can be trained on: {sorted(map(str, reasons))[:3]}")
-        errors = sum(1 for e in episodes if _unusable(e))
-        episodes = [e for e in episodes if not _unusable(e)]
-        advantages = self._advantages(episodes)
-        zero_signal_first, groups_first, replaced = advantages.zero_signal_groups, advantages.groups, 0
-        first_rates = gather_episodes(group_solve_rates(episodes, config.solve_threshold), self.world)  # before resampling
-        used = set(getattr(self, "_drawn_seeds", [])) | {e.seed for e in episodes}  # (tests build trainers bare)
-        for attempt in range(config.resample_zero_signal):
-            empty = sorted({e.group for e, keep in zip(episodes, advantages.keep)
-                            if not keep and not (config.mask_truncated and cut_short(e))})
-            fresh = _fresh_seeds(resample_rng, config.seed_pool, len(empty), used)
-            if not fresh:
-                break
-            used.update(fresh)
-            replaced_groups = set(empty[: len(fresh)])  # a nearly exhausted seed pool replaces only some
-            next_group = 1 + max((e.group for e in episodes), default=-1)
-            played = self._rollout(fresh, step, next_group, attempt + 1)
-            errors += sum(1 for e in played if _unusable(e))
-            new = [e for e in played if not _unusable(e)]
-            episodes = [e for e in episodes if e.group not in replaced_groups] + new
-            replaced += len(fresh)
-            advantages = self._advantages(episodes)
-        everyone = gather_episodes(episodes, self.world)
-        if self.world > 1 and config.scale_rewards == "batch":  # the std of the whole batch, not of this rank's share
-            advantages = self._advantages(episodes, batch_rewards=[e.turn_rewards for e in everyone])
-        stats = reward_stats(everyone)
-        stats.update(merge_advantage_stats(gather_objects(advantages.stat_sums, self.world)))  # the global batch's
-        stats.update({
-            "episodes/global": float(len(everyone)),
-            "episodes/errors": float(sum_ranks(errors, self.world)),
-            "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
-            "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
-            # both of the first sampling (before resampling): how often the policy's groups carry no signal
-            "groups/zero_signal": float(sum_ranks(zero_signal_first, self.world)),
-            "groups/zero_signal_fraction": sum_ranks(zero_signal_first, self.world) / max(sum_ranks(groups_first, self.world), 1.0),
-            "groups/resampled": float(sum_ranks(replaced, self.world)),
-            "groups/all_solved": float(sum(rate == 1.0 for rate in first_rates)),
-            "groups/all_failed": float(sum(rate == 0.0 for rate in first_rates)),
-            "tokens/total": float(sum_ranks(sum(len(e.token_ids) for e in episodes), self.world)),
-            "tokens/generated": float(sum_ranks(sum(sum(e.mask) for e in episodes), self.world)),
-        })
-        if self.curriculum is not None:
-            stats.update(self.curriculum.update(first_rates))  # the next step plays the new level
-        return episodes, advantages, stats
-
-    def _env_kwargs(self) -> dict[str, Any]:
-        """The env's keyword arguments, with the curriculum's current level when there is one."""
-        return self.curriculum.env_kwargs(self.config.env_kwargs) if self.curriculum else dict(self.config.env_kwargs)
-
-    def _rollout(self, seeds: list[int], step: int, first_group: int, attempt: int = 0) -> list[Episode]:
-        if not seeds:
-            return []
-        sampling = SamplingParams(
-            temperature=self.config.temperature, top_p=self.config.top_p, max_tokens=self.config.max_new_tokens,
-            seed=int(np.random.SeedSequence([self.config.seed, step, self.rank, attempt]).generate_state(1)[0] >> 1),
-        )
-        was_training = self.model.training
-        if self.config.base_url is None:  # in-process generation; a server rollout may run beside training (async_generation)
-            self.model.eval()
-        try:
-            episodes = rollout(
-                self.env_id, self.policy, seeds=list(dict.fromkeys(seeds)), group_size=self.config.group_size,
-                sampling=sampling, env_kwargs=self._env_kwargs(), max_concurrency=self.config.concurrency,
-            )
-        finally:
-            if self.config.base_url is None:
-                self.model.train(was_training)
-        for episode in episodes:
-            episode.group = first_group + (episode.group or 0)
-        return episodes
-
-    def _advantages(self, episodes: list[Episode], batch_rewards: list[list[float]] | None = None) -> Advantages:
-        return compute_advantages(
-            episodes, scale_rewards=self.config.scale_rewards, turn_lambda=self.config.turn_lambda,
-            mask_truncated=self.config.mask_truncated, batch_rewards=batch_rewards,
-        )
-
-    # -- 2. optimization --------------------------------------------------------------
-
     def _optimize(self, episodes: list[Episode], advantages: Advantages) -> dict[str, float]:
-        """``num_iterations`` optimizer steps on the kept episodes; returns loss statistics."""
+        """``num_iterations`` optimizer steps on the kept episodes; returns the loss metrics."""
         config = self.config
         kept = [(e, a) for e, a, keep in zip(episodes, advantages.token_advantages, advantages.keep) if keep]
         micro = [kept[i : i + config.micro_batch_size] for i in range(0, len(kept), config.micro_batch_size)]
         batches = [collate([e for e, _ in chunk], [a for _, a in chunk]).to(self.device) for chunk in micro]
-        if self.config.fsdp and self.world > 1:  # FSDP collectives need the same number of passes on every rank
+        if config.fsdp and self.world > 1:  # FSDP collectives need the same number of passes on every rank
             batches = pad_micro_batches(batches, self.device)
         counts = torch.tensor([float(len(kept)), float(sum(b.mask.sum() for b in batches))], dtype=torch.float64)
         if self.world > 1:
@@ -368,12 +249,10 @@ class GRPOTrainer:
         if num_sequences == 0:  # every group lacked signal: nothing to learn from this step
             return {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "grad_norm": 0.0,
                     "is_weight/mean": 1.0, "ratio/mean": 1.0, "logp_mismatch": 0.0, "tokens/trained": 0.0}
-        if config.base_url is None:
-            self.policy.weights_changed()  # int8 rollout copies are stale from here on: freed while training, rebuilt next rollout
+        self.generator.before_update()
         old_logps: list[torch.Tensor] = []
         ref_logps: list[torch.Tensor | None] = []
-        sums = torch.zeros(8, dtype=torch.float64)  # loss, tokens, clipped, kl, is_weight, ratio, entropy, mismatch
-        grad_norm = 0.0
+        sums, grad_norm = LossSums(), 0.0  # loss terms of the last iteration, entropy of the first
         for iteration in range(config.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for index, batch in enumerate(batches):
@@ -382,6 +261,8 @@ class GRPOTrainer:
                 if iteration == 0:
                     old_logps.append(logp.detach())
                     ref_logps.append(self._reference_logp(batch) if config.beta > 0 else None)
+                    if entropy is not None:
+                        sums.entropy += float((entropy * batch.mask).sum())
                 loss, terms = grpo_loss(
                     logp, old_logps[index], batch.advantages, batch.mask,
                     generator_logp=batch.generator_logp if batch.has_generator_logp else None,
@@ -391,24 +272,12 @@ class GRPOTrainer:
                 )
                 loss.backward()
                 if iteration == config.num_iterations - 1:
-                    ent = float((entropy * batch.mask).sum()) if entropy is not None else 0.0
-                    sums += torch.tensor([loss.item(), terms.tokens, terms.clipped, terms.kl, terms.is_weight, terms.ratio, ent,
-                                          terms.mismatch], dtype=torch.float64)
-                elif iteration == 0 and entropy is not None:
-                    sums[6] += float((entropy * batch.mask).sum())
+                    sums.add(loss.item(), terms)
             self._all_reduce_gradients()
             grad_norm = global_grad_norm(self.params, config.max_grad_norm)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # free the gradients' memory for the next rollout
-        if self.world > 1:
-            dist.all_reduce(sums)
-        tokens = max(float(sums[1]), 1.0)
-        return {
-            "loss": float(sums[0]), "kl": float(sums[3]) / tokens, "clip_fraction": float(sums[2]) / tokens,
-            "is_weight/mean": float(sums[4]) / tokens, "ratio/mean": float(sums[5]) / tokens,
-            "entropy": float(sums[6]) / tokens, "grad_norm": grad_norm, "tokens/trained": float(sums[1]),
-            "logp_mismatch": float(sums[7]) / tokens,  # mean |logp_generator - logp_trainer|: ~0 for fp32 rollouts
-        }
+        return sums.over_ranks(self.world).metrics(grad_norm)
 
     @torch.no_grad()
     def _reference_logp(self, batch: Any) -> torch.Tensor:
@@ -435,50 +304,12 @@ class GRPOTrainer:
             p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
 
-    # -- 3. generation backends, checkpoints ---------------------------------------------
-
-    def _make_policy(self) -> Any:
-        config = self.config
-        if config.base_url is None:
-            from llmgym.wrappers.transformers_policy import TransformersPolicy
-
-            batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // self.world))
-            # decode on the training thread: one OpenMP pool instead of two fighting over the cores
-            return TransformersPolicy(self.model, self.tokenizer, batch_size=batch, name=f"grpo:{config.model}",
-                                      rollout_precision=config.rollout_precision, generate_inline=True)
-        from llmgym.wrappers.openai_policy import OpenAIPolicy
-
-        self._push_adapter()
-        return OpenAIPolicy(config.lora_name, base_url=config.base_url, api_key=config.api_key,
-                            return_tokens=True, max_concurrency=config.concurrency, tokenizer=self.tokenizer)
-
-    def _push_adapter(self) -> None:
-        """Save the adapter and load it on the server under ``lora_name`` (replacing the previous one)."""
-        target = (self.out / "adapter_push").resolve()
-        if self.config.fsdp:
-            save_full_weights(self.model, None, target)
-        if self.rank == 0:
-            folder = target if self.config.fsdp else save_weights(self.model, None, target)
-            body = {"lora_name": self.config.lora_name, "lora_path": str(folder), "load_inplace": True}
-            request = urllib.request.Request(
-                self.config.base_url.rstrip("/") + "/load_lora_adapter", data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.config.api_key}"},
-            )
-            try:
-                urllib.request.urlopen(request, timeout=120).read()
-            except urllib.error.HTTPError as err:
-                raise ServerConfigError(f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}") from None
-            except urllib.error.URLError as err:
-                raise ConnectionError(f"cannot reach {self.config.base_url} to push the adapter: {err.reason}") from None
-        if self.world > 1:
-            dist.barrier()
+    # -- checkpoints ----------------------------------------------------------------------
 
     def save(self) -> Path | None:
         """Checkpoint the run (rank 0 writes, or every rank its shards under FSDP) and redraw the plot."""
         folder = None
-        # a pending prefetch has drawn the next step's seeds already; a resumed run must draw them again
-        sampler = self._sampler_state_before_prefetch if self.prefetcher and self.prefetcher.pending_step is not None else None
-        state = {"episodes_seen": self.episodes_seen, "seed_sampler": sampler or self.seed_sampler.bit_generator.state}
+        state = {"episodes_seen": self.episodes_seen, "seed_sampler": self.collector.sampler_state()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state_dict()
         save = save_sharded_checkpoint if self.config.fsdp else save_checkpoint
@@ -492,6 +323,35 @@ class GRPOTrainer:
         if self.world > 1:
             dist.barrier()
         return folder
+
+    def _save_final_weights(self) -> None:
+        """Write the trained model to ``out/final``, with the ranks' weight checksums (or, under FSDP, their shard sizes).
+
+        Raises:
+            RuntimeError: the ranks' weights differ (data parallelism is broken).
+        """
+        if self.config.fsdp:
+            folder = save_full_weights(self.model, self.tokenizer, self.out / "final")
+            shards = gather_objects(local_parameter_count(self.model), self.world)
+            if self.rank == 0:
+                total = sum(p.numel() for p in self.model.parameters())
+                (folder / "fsdp_shards.json").write_text(json.dumps({"local_parameters": shards, "parameters": total}))
+            return
+        checksums = self._rank_checksums()
+        if self.rank == 0:
+            folder = save_weights(self.model, self.tokenizer, self.out / "final")
+            (folder / "rank_checksums.json").write_text(json.dumps(checksums))
+        if len(set(checksums)) > 1:
+            raise RuntimeError(f"the ranks' weights diverged (checksums {checksums}); data parallelism is broken")
+
+    def _rank_checksums(self) -> list[float]:
+        """A checksum of the trained weights from every rank (they must agree)."""
+        value = float(sum(p.detach().double().sum() for p in self.params))
+        if self.world == 1:
+            return [value]
+        values: list[float] = [0.0] * self.world
+        dist.all_gather_object(values, value)
+        return values
 
     def _checkpoint_to_resume(self) -> Path:
         """The newest checkpoint, if the settings that define the run are those saved in ``config.json``.
@@ -516,14 +376,13 @@ class GRPOTrainer:
         check_resume_config(self.out / "config.json", dataclasses.asdict(self.config), may_change)
         return folder
 
-    def _resume(self, folder: Path) -> None:
-        """Continue from checkpoint ``folder``: weights, optimizer, RNG, progress."""
+    def _resume(self, folder: Path) -> dict[str, Any]:
+        """Continue from checkpoint ``folder``: weights, optimizer, RNG, progress; returns the saved state."""
         load = load_sharded_checkpoint if self.config.fsdp else load_checkpoint
         state = load(folder, self.model, self.optimizer)
         for group in self.optimizer.param_groups:  # load_state_dict brought the saved ones back
             group["lr"], group["weight_decay"] = self.config.learning_rate, self.config.weight_decay
         self.step, self.episodes_seen = int(state["step"]), int(state["episodes_seen"])
-        self.seed_sampler.bit_generator.state = state["seed_sampler"]
         if ("curriculum" in state) != (self.curriculum is not None):
             saved = state["curriculum"].get("kwarg") if "curriculum" in state else None
             raise ValueError(
@@ -532,23 +391,16 @@ class GRPOTrainer:
             )
         if self.curriculum is not None:
             self.curriculum.load_state_dict(state["curriculum"])
+        return state
 
     def close(self) -> None:
-        """Close the metrics file, the prefetch thread and the policy."""
-        if self.prefetcher is not None:
-            self.prefetcher.close()
+        """Close the generator (its prefetch thread, its server connections) and the metrics file."""
+        self.generator.close()
         if self.metrics is not None:
             self.metrics.close()
-        if self.config.base_url is not None:
-            self.policy.close()
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def _unusable(episode: Episode) -> bool:
-    """Episodes a policy error cut short, or without token ids, cannot be trained on."""
-    return "error" in episode.metadata or not episode.token_ids
 
 
 def add_lora(model: Any, config: Any) -> Any:
@@ -571,29 +423,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _fresh_seeds(rng: np.random.Generator, pool: int, count: int, used: set[int]) -> list[int]:
-    """Up to ``count`` distinct seeds of ``[0, pool)`` not in ``used`` (fewer when the pool runs out)."""
-    if count <= 0:
-        return []
-    if pool <= 4 * (len(used) + count):  # a small pool: choose among what is left
-        left = [seed for seed in range(pool) if seed not in used]
-        return [int(seed) for seed in rng.choice(left, size=min(count, len(left)), replace=False)] if left else []
-    fresh: list[int] = []
-    while len(fresh) < count:  # most of the pool is unused: a rejected draw is rare
-        seed = int(rng.integers(0, pool))
-        if seed not in used and seed not in fresh:
-            fresh.append(seed)
-    return fresh
-
-
-def _progress_bar(total: int, done: int) -> tuple[Any, Any]:
+@contextlib.contextmanager
+def _progress_bar(shown: bool, total: int, done: int) -> Iterator[Callable[[int, float], None]]:
+    """A progress bar of the steps (when ``shown``); yields ``show(step, reward)``, which moves it."""
+    if not shown:
+        yield lambda step, reward: None
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     bar = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
                    TimeElapsedColumn(), TimeRemainingColumn())
     task = bar.add_task("train", total=total, completed=done, reward="-")
-    bar.start()
-    return bar, task
+    with bar:
+        yield lambda step, reward: bar.update(task, completed=step, reward=f"{reward:.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

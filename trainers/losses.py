@@ -2,9 +2,11 @@
 
 Holds :class:`TokenScorer` (an ``nn.Module`` wrapping a causal LM that returns
 the log-prob of each given token, computing the vocabulary projection only at
-the positions the loss needs) and :func:`grpo_loss` (clipped ratio with
+the positions the loss needs), :func:`grpo_loss` (clipped ratio with
 separate low/high epsilons, truncated importance weights against the
-generator's log-probs, optional k3 KL, three aggregation variants).
+generator's log-probs, optional k3 KL, three aggregation variants) with its
+per-micro-batch :class:`LossTerms` and their sum over a step, :class:`LossSums`,
+and :func:`sft_loss`.
 
 Every tensor is ``[batch, time]`` and aligned with the token ids: position
 ``p`` holds the log-prob of token ``p`` given tokens ``< p``; position 0 and
@@ -13,12 +15,14 @@ unmasked positions hold 0.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-__all__ = ["TokenScorer", "LossTerms", "grpo_loss", "sft_loss"]
+__all__ = ["TokenScorer", "LossTerms", "LossSums", "grpo_loss", "sft_loss"]
 
 
 class TokenScorer(nn.Module):
@@ -165,6 +169,57 @@ class LossTerms:
     ratio: float
     mismatch: float = 0.0
     """Sum of ``|old_logp - generator_logp|``: how far the generator's log-probs are from the trainer's."""
+
+
+@dataclass
+class LossSums:
+    """One optimizer step's sums over its micro-batches, for the logged means (divide by ``tokens``).
+
+    Example:
+        >>> sums = LossSums()
+        >>> sums.add(0.5, LossTerms(tokens=4.0, clipped=1.0, kl=0.0, is_weight=4.0, ratio=4.0))
+        >>> sums.entropy += 2.0
+        >>> metrics = sums.metrics(grad_norm=0.1)
+        >>> metrics["loss"], metrics["clip_fraction"], metrics["entropy"], metrics["tokens/trained"]
+        (0.5, 0.25, 0.5, 4.0)
+    """
+
+    loss: float = 0.0
+    tokens: float = 0.0
+    clipped: float = 0.0
+    kl: float = 0.0
+    is_weight: float = 0.0
+    ratio: float = 0.0
+    entropy: float = 0.0
+    mismatch: float = 0.0
+
+    def add(self, loss: float, terms: LossTerms) -> None:
+        """Add one micro-batch's loss and :class:`LossTerms`."""
+        self.loss += loss
+        self.tokens += terms.tokens
+        self.clipped += terms.clipped
+        self.kl += terms.kl
+        self.is_weight += terms.is_weight
+        self.ratio += terms.ratio
+        self.mismatch += terms.mismatch
+
+    def over_ranks(self, world: int) -> LossSums:
+        """These sums added over every rank (every rank must call it)."""
+        if world == 1:
+            return self
+        total = torch.tensor(dataclasses.astuple(self), dtype=torch.float64)
+        dist.all_reduce(total)
+        return LossSums(*total.tolist())
+
+    def metrics(self, grad_norm: float) -> dict[str, float]:
+        """The logged numbers: the loss, and per-token means of the rest."""
+        tokens = max(self.tokens, 1.0)
+        return {
+            "loss": self.loss, "kl": self.kl / tokens, "clip_fraction": self.clipped / tokens,
+            "is_weight/mean": self.is_weight / tokens, "ratio/mean": self.ratio / tokens, "entropy": self.entropy / tokens,
+            "grad_norm": grad_norm, "tokens/trained": self.tokens,
+            "logp_mismatch": self.mismatch / tokens,  # mean |logp_generator - logp_trainer|: ~0 for fp32 rollouts
+        }
 
 
 def grpo_loss(

@@ -1,7 +1,7 @@
 """Run metrics: one JSONL line per step, optional TensorBoard and Weights & Biases, a PNG of the curves.
 
-Holds :class:`MetricsLogger`, :func:`plot_metrics`, :func:`reward_stats` and
-:func:`peak_memory_mb`. TensorBoard and W&B are imported only when a run
+Holds :class:`MetricsLogger`, :func:`plot_metrics`, :func:`reward_stats`,
+:func:`peak_memory_mb` and :class:`StepClock` (a step's ``time/*`` metrics). TensorBoard and W&B are imported only when a run
 reports to them; a missing one raises ``ModuleNotFoundError`` naming the
 extra to install (the CLI prints it as its usual one-line hint).
 """
@@ -14,14 +14,16 @@ import os
 import resource
 import secrets
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llmgym.episode import Episode
+from llmgym.trainers.overlap import Prefetched, overlap_stats
 
-__all__ = ["MetricsLogger", "plot_metrics", "reward_stats", "peak_memory_mb"]
+__all__ = ["MetricsLogger", "plot_metrics", "reward_stats", "peak_memory_mb", "StepClock"]
 
 
 def reward_stats(episodes: list[Episode]) -> dict[str, float]:
@@ -57,6 +59,51 @@ def peak_memory_mb() -> dict[str, float]:
     except ImportError:
         pass
     return out
+
+
+class StepClock:
+    """The wall-clock marks of each training step, as metrics.
+
+    Args:
+        overlapped: the next step's first round is generated while a step trains
+            (``async_generation``); adds the ``async/*`` metrics of :func:`~llmgym.trainers.overlap.overlap_stats`.
+
+    Example:
+        >>> clock = StepClock()
+        >>> clock.start(); clock.generated(); clock.optimized()
+        >>> sorted(clock.metrics(step=1, tokens=10.0))
+        ['time/generation_s', 'time/optimizer_end_s', 'time/step_s', 'time/train_s', 'tokens_per_s']
+    """
+
+    def __init__(self, overlapped: bool = False):
+        self.overlapped = overlapped
+        self.run_start = time.perf_counter()
+        self._started = self._generated = self._optimized = self.run_start
+        self._previous_train: tuple[float, float] | None = None  # when the previous step optimized
+
+    def start(self) -> None:
+        """A step begins."""
+        self._started = time.perf_counter()
+
+    def generated(self) -> None:
+        """Its episodes are there."""
+        self._generated = time.perf_counter()
+
+    def optimized(self) -> None:
+        """Its optimizer steps are done."""
+        self._optimized = time.perf_counter()
+
+    def metrics(self, step: int, tokens: float, prefetched: Prefetched | None = None) -> dict[str, float]:
+        """The step's timings so far; ``step`` counts finished steps, ``tokens`` those of the step's episodes."""
+        step_s = time.perf_counter() - self._started
+        metrics = {
+            "time/generation_s": self._generated - self._started, "time/train_s": self._optimized - self._generated,
+            "time/step_s": step_s, "time/optimizer_end_s": self._optimized - self.run_start, "tokens_per_s": tokens / step_s,
+        }
+        if self.overlapped:
+            metrics.update(overlap_stats(prefetched, step, self.run_start, self._previous_train))
+            self._previous_train = (self._generated, self._optimized)
+        return metrics
 
 
 class MetricsLogger:

@@ -1,8 +1,8 @@
 """Overlapping generation with training: step k+1's episodes are generated while step k trains.
 
-Holds :class:`RolloutPrefetcher`. Used by the GRPO trainer with
-``async_generation=True`` when it generates on a server (``base_url``); the
-timeline of one step is::
+Holds :class:`RolloutPrefetcher` and :func:`overlap_stats`. Used by
+:class:`~llmgym.trainers.generation.ServerGenerator` with ``async_generation=True``
+(generation on a server, ``base_url``); the timeline of one step is::
 
     main thread:  collect k (waits for the prefetch) | start prefetch k+1 | optimize k | wait | push adapter k+1
     prefetch:                                          generate k+1 on the server (adapter of step k)

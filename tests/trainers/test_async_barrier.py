@@ -2,8 +2,8 @@
 
 ``GRPOTrainer.train`` promises (``trainers/overlap.py``) that the adapter after
 step k is pushed only once *every* rank's prefetch of step k+1 has finished
-(``prefetcher.wait()`` then ``dist.barrier()``), and that no prefetch starts
-before the push (the barrier in ``_push_adapter``). So the episodes trained on
+(``prefetcher.wait()`` then ``dist.barrier()`` in ``ServerGenerator.after_update``), and that no
+prefetch starts before the push (the barrier in ``ServerGenerator.push_adapter``). So the episodes trained on
 in step k+1 were generated, on every rank, by the adapter of step k: one step
 stale, never more, never mixed.
 
@@ -41,6 +41,7 @@ import torch.distributed as dist  # noqa: E402
 from llmgym.policy import Generation, Policy, PolicyRequest  # noqa: E402
 from llmgym.trainers.batch import collate  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
+from llmgym.trainers.generation import ServerGenerator  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 
 from tests.trainers.test_grpo import REPO  # noqa: E402
@@ -109,29 +110,29 @@ def worker(out: Path, base_url: str, model: str) -> None:
     torch.set_num_threads(1)
     pushes: list[dict[str, float]] = []
     adapters: list[dict[str, torch.Tensor]] = []
-    push = GRPOTrainer._push_adapter
+    push = ServerGenerator.push_adapter
 
-    def recording_push(trainer: GRPOTrainer) -> None:  # also the push in __init__ (version 0)
+    def recording_push(generator: ServerGenerator) -> None:  # also the push when the generator is made (version 0)
         started = time.time()
-        push(trainer)
-        pushes.append({"version": trainer.step, "start": started})
-        adapters.append(lora_state(trainer.model))
+        push(generator)
+        pushes.append({"version": generator.version, "start": started})
+        adapters.append(lora_state(generator.model))
 
-    GRPOTrainer._push_adapter = recording_push
+    ServerGenerator.push_adapter = recording_push
     trainer = GRPOTrainer(barrier_config(out / "run", base_url, model))
-    rank = trainer.rank
-    trainer.policy = SlowPolicy(trainer.policy, SLOW_RANK_DELAY_S if rank == 1 else 0.0)
+    rank, generator = trainer.rank, trainer.generator
+    generator.policy = SlowPolicy(generator.policy, SLOW_RANK_DELAY_S if rank == 1 else 0.0)
     rollouts: list[dict[str, Any]] = []
-    play = trainer._rollout
+    play = generator.rollout
 
-    def recording_rollout(seeds: list[int], step: int, first_group: int, attempt: int = 0) -> list:
-        episodes = play(seeds, step, first_group, attempt)
+    def recording_rollout(seeds: list[int], step: int, attempt: int = 0) -> list:
+        episodes = play(seeds, step, attempt)
         rollouts.append({"step": step, "attempt": attempt, "end": time.time(), "episodes": episodes})
         return episodes
 
-    trainer._rollout = recording_rollout  # the prefetch thread calls self._rollout too
+    generator.rollout = recording_rollout  # the prefetch thread calls generator.rollout too
     history = trainer.train()
-    recording_rollout([1000 + rank], STEPS, first_group=0)  # after the run: the server must hold the final adapter
+    recording_rollout([1000 + rank], STEPS)  # after the run: the server must hold the final adapter
     trainer.close()
     report = {"rank": rank, "pushes": pushes, "history": history, "rollouts": [
         {**{k: v for k, v in r.items() if k != "episodes"}, "requests": sum(e.num_turns for e in r["episodes"]),

@@ -102,9 +102,10 @@ def test_trainer_plays_the_current_level_logs_it_and_resumes_it(tmp_path):
 
     resumed = GRPOTrainer(curriculum_config(tmp_path, steps=3), resume=True)
     assert resumed.curriculum.level == 3
-    episodes, _, stats = resumed._collect(resumed.step)  # the envs are made at the restored level
+    rollouts = resumed.collector.collect(resumed.step)  # the envs are made at the restored level
     resumed.close()
-    assert stats["curriculum/level"] == 3
+    episodes = rollouts.episodes
+    assert rollouts.curriculum["curriculum/level"] == 3
     assert {e.messages[0]["content"] for e in episodes if e.messages[0]["role"] == "user"} <= {
         "Write some letters (difficulty 3)."
     }

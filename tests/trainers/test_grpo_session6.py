@@ -15,7 +15,9 @@ pytest.importorskip("transformers")
 from llmgym.episode import Episode  # noqa: E402
 from llmgym.trainers import grpo  # noqa: E402
 from llmgym.trainers import advantages as adv  # noqa: E402
+from llmgym.trainers.collect import EpisodeCollector  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
+from llmgym.trainers.generation import Generator  # noqa: E402
 
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
@@ -103,42 +105,45 @@ def test_the_cli_reports_a_bad_curriculum_level_in_one_line_with_exit_2(tmp_path
 # -- 5. zero-signal resampling -------------------------------------------------------------------
 
 
-def bare_trainer(**settings) -> tuple[grpo.GRPOTrainer, list[list[int]]]:
-    """A trainer with only what ``_collect`` reads; the first round has no signal, fresh seeds do."""
-    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
-    trainer.config = GRPOConfig(turn_lambda=0.0, group_size=2, **settings)
-    trainer.rank, trainer.world, trainer.curriculum = 0, 1, None
-    trainer._drawn_seeds = [0, 1]
-    trainer._local_seeds = lambda: [0, 1]
-    played: list[list[int]] = []
+class ScriptedGenerator(Generator):
+    """Plays no env: every group of the first round has no signal, groups of fresh seeds do."""
 
-    def rollout(seeds, step, first_group, attempt=0):
-        played.append(list(seeds))
+    def __init__(self, config: GRPOConfig):
+        super().__init__(config, env_id="scripted", curriculum=None, rank=0)
+        self.played: list[list[int]] = []
+
+    def rollout(self, seeds, step, attempt=0):
+        self.played.append(list(seeds))
         distinct = list(dict.fromkeys(seeds))  # as the real rollout: one group per distinct seed
-        return [reply(first_group + i, float(attempt > 0 and j == 0), seed=s) for i, s in enumerate(distinct) for j in range(2)]
+        return [reply(i, float(attempt > 0 and j == 0), seed=s) for i, s in enumerate(distinct) for j in range(2)]
 
-    trainer._rollout = rollout
-    return trainer, played
+
+def collect_step(**settings):
+    """Collect step 0 with a :class:`ScriptedGenerator`: ``(rollouts, advantages, metrics, seeds played per round)``."""
+    config = GRPOConfig(turn_lambda=0.0, group_size=2, **settings)
+    generator = ScriptedGenerator(config)
+    rollouts = EpisodeCollector(config, generator).collect(0)
+    advantages = rollouts.advantages(config)
+    return rollouts, advantages, rollouts.metrics(advantages), generator.played
 
 
 def test_resampling_plays_distinct_unused_seeds_and_counts_what_it_played():
-    trainer, played = bare_trainer(prompts_per_step=2, seed_pool=3, resample_zero_signal=2)
-    episodes, advantages, stats = trainer._collect(0)
-    assert played == [[0, 1], [2]]  # only seed 2 is left in the pool; never 0 or 1 again, never twice
-    assert stats["groups/resampled"] == 1 and stats["episodes/global"] == 4
-    assert sorted({e.seed for e in episodes}) == [1, 2]
+    rollouts, _, stats, played = collect_step(prompts_per_step=2, seed_pool=3, resample_zero_signal=2)
+    first, fresh = played  # only the seed the draw left is fresh; never a played one again, never twice
+    assert len(first) == 2 and sorted(first + fresh) == [0, 1, 2]
+    assert stats["groups/resampled"] == 1 and len(rollouts.everyone) == 4
+    assert {e.seed for e in rollouts.episodes} == {first[1], fresh[0]}
 
 
 def test_resampled_fresh_seeds_are_distinct_in_a_large_pool():
-    trainer, played = bare_trainer(prompts_per_step=2, seed_pool=2**40, resample_zero_signal=1)
-    episodes, _, stats = trainer._collect(0)
-    fresh = played[1]
-    assert len(set(fresh)) == 2 and not set(fresh) & {0, 1}
-    assert stats["groups/resampled"] == 2 and {e.seed for e in episodes} == set(fresh) and len(episodes) == 4
+    rollouts, _, stats, played = collect_step(prompts_per_step=2, seed_pool=2**40, resample_zero_signal=1)
+    first, fresh = played
+    assert len(set(fresh)) == 2 and not set(fresh) & set(first)
+    assert stats["groups/resampled"] == 2 and {e.seed for e in rollouts.episodes} == set(fresh)
+    assert len(rollouts.episodes) == 4
 
 
 def test_zero_signal_count_and_fraction_both_describe_the_first_sampling():
-    trainer, _ = bare_trainer(prompts_per_step=2, seed_pool=100, resample_zero_signal=1)
-    _, advantages, stats = trainer._collect(0)
+    _, advantages, stats, _ = collect_step(prompts_per_step=2, seed_pool=100, resample_zero_signal=1)
     assert advantages.zero_signal_groups == 0  # the final batch: both groups replaced by groups with signal
     assert stats["groups/zero_signal"] == 2 and stats["groups/zero_signal_fraction"] == 1.0

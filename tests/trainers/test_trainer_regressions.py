@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from llmgym.episode import Episode
-from llmgym.trainers import grpo
+from llmgym.trainers import collect, grpo
 from llmgym.trainers.advantages import compute_advantages
+from llmgym.trainers.collect import EpisodeCollector
 from llmgym.trainers.config import GRPOConfig
+from llmgym.trainers.generation import Generator
+
+from tests.trainers.toy_env import ENV_REF
+
+
+class ScriptedGenerator(Generator):
+    """Plays no env: round ``attempt`` (0 = the first, then resampling rounds) returns ``rounds[attempt]``."""
+
+    def __init__(self, config: GRPOConfig, rounds: list[list[Episode]]):
+        super().__init__(config, env_id="scripted", curriculum=None, rank=0)
+        self.rounds = rounds
+
+    def rollout(self, seeds, step, attempt=0):
+        return list(self.rounds[attempt])
 
 
 def one_turn(group: int, reward: float) -> Episode:
@@ -20,22 +34,21 @@ def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch)
     """scale_rewards="batch" divides by the std of all ranks' episodes, not of this rank's share."""
     local = [one_turn(0, 1.0), one_turn(0, 0.0)]
     other_rank = [one_turn(1, 10.0), one_turn(1, 0.0)]
-    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)  # only what _collect reads: no model, no envs
-    trainer.config = GRPOConfig(scale_rewards="batch", turn_lambda=0.0, prompts_per_step=2, group_size=2)
-    trainer.rank, trainer.world, trainer.curriculum = 0, 2, None
-    trainer._local_seeds = lambda: [0]
-    trainer._rollout = lambda seeds, step, first_group, attempt=0: list(local)
+    config = GRPOConfig(scale_rewards="batch", turn_lambda=0.0, prompts_per_step=2, group_size=2)
+    collector = EpisodeCollector(config, ScriptedGenerator(config, [local]), rank=0, world=2)
 
     def gather(items, world):  # rank 1 contributes its episodes (and, for solve rates, the same values)
         items = list(items)
         return items + (other_rank if items and isinstance(items[0], Episode) else items)
 
-    monkeypatch.setattr(grpo, "gather_episodes", gather)
-    monkeypatch.setattr(grpo, "sum_ranks", lambda value, world: float(value))
+    monkeypatch.setattr(collect, "gather_episodes", gather)
+    monkeypatch.setattr(collect, "sum_ranks", lambda value, world: float(value))
     whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
     rank1 = compute_advantages(other_rank, scale_rewards="batch", turn_lambda=0.0, batch_rewards=[[1.0], [0.0], [10.0], [0.0]])
-    monkeypatch.setattr(grpo, "gather_objects", lambda value, world: [value, rank1.stat_sums])
-    _, advantages, stats = trainer._collect(0)
+    monkeypatch.setattr(collect, "gather_objects", lambda value, world: [value, rank1.stat_sums])
+    rollouts = collector.collect(0)
+    advantages = rollouts.advantages(config)
+    stats = rollouts.metrics(advantages)
     np.testing.assert_allclose(advantages.outcome, whole.outcome[:2])
     # the logged advantage statistics are the global batch's too, not rank 0's share
     assert stats["episodes/kept"] == 4 and stats["advantage/abs_max"] == pytest.approx(np.abs(whole.outcome).max())
@@ -69,17 +82,15 @@ def test_episode_errors_of_resampled_groups_are_counted(monkeypatch):
         [one_turn(0, 1.0), one_turn(0, 1.0)],  # zero signal: resampled once
         [one_turn(0, 1.0), Episode("x", seed=7, group=0, turn_rewards=[0.0], metadata={"error": "boom"})],
     ]
-    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
-    trainer.config = GRPOConfig(turn_lambda=0.0, prompts_per_step=1, group_size=2, resample_zero_signal=1)
-    trainer.rank, trainer.world, trainer.curriculum = 0, 1, None
-    trainer._local_seeds = lambda: [0]
-    trainer._rollout = lambda seeds, step, first_group, attempt=0: [
-        Episode.from_dict({**e.to_dict(), "group": first_group + e.group}) for e in rounds[attempt]]
-    _, _, stats = trainer._collect(0)
+    config = GRPOConfig(turn_lambda=0.0, prompts_per_step=1, group_size=2, resample_zero_signal=1)
+    rollouts = EpisodeCollector(config, ScriptedGenerator(config, rounds)).collect(0)
+    stats = rollouts.metrics(rollouts.advantages(config))
     assert stats["groups/resampled"] == 1 and stats["episodes/errors"] == 1
 
 
 def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
+    """A trainer resumed from a checkpoint saved with or without a curriculum, configured with or without one."""
+    pytest.importorskip("transformers")
     from llmgym.trainers.curriculum import Curriculum
 
     folder = tmp_path / "checkpoints" / "step_000001"
@@ -89,13 +100,10 @@ def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
         state["curriculum"] = Curriculum("difficulty", [1, 2]).state_dict()
     (folder / "trainer_state.json").write_text("{}")
     monkeypatch.setattr(grpo, "load_checkpoint", lambda folder, model, optimizer: state)
-    trainer = grpo.GRPOTrainer.__new__(grpo.GRPOTrainer)
-    trainer.config = GRPOConfig(out=str(tmp_path))
-    trainer.out, trainer.model = tmp_path, None
-    trainer.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # _resume sets the configured lr
-    trainer.seed_sampler = np.random.default_rng(1)
-    trainer.curriculum = Curriculum("difficulty", [1, 2]) if config_curriculum else None
-    trainer._resume(trainer._checkpoint_to_resume())
+    curriculum = dict(curriculum_kwarg="difficulty", curriculum_levels=[1, 2]) if config_curriculum else {}
+    config = GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), progress=False, **curriculum)
+    trainer = grpo.GRPOTrainer(config, resume=True)
+    trainer.close()
     return trainer
 
 
