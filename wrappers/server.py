@@ -22,15 +22,18 @@ uvicorn). Endpoints, as ``vllm serve`` has them:
 
 Concurrent requests are batched (see :class:`~llmgym.wrappers.server_backend.ServedModel`).
 Bad input gets a 4xx with an OpenAI-style error body and never takes the
-server down; a client that disconnects only loses its own request.
-Streaming sends the OpenAI chunk sequence once the (batched) generation is
-done, one chunk per token.
+server down; a bug gets a logged 500 with the same body, and either way the
+client's kept-alive connection stays open. A client that disconnects only
+loses its own request. Streaming sends the OpenAI chunk sequence once the
+(batched) generation is done, one chunk per token, and stops within a chunk
+or two when its client goes.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at runtime.
 import asyncio
 import dataclasses
 import json
+import logging
 import threading
 import time
 import uuid
@@ -59,6 +62,7 @@ __all__ = ["create_app", "serve", "serve_in_thread", "DEFAULT_MAX_TOKENS"]
 #: ``max_tokens`` when a request gives none.
 DEFAULT_MAX_TOKENS = 512
 _INSTALL_HINT = 'llmgym serve needs fastapi and uvicorn: pip install "llmgym[serve]"'
+_logger = logging.getLogger(__name__)
 
 
 def create_app(
@@ -85,9 +89,33 @@ def create_app(
     """
     try:
         from fastapi import FastAPI, Request
-        from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+        from fastapi.responses import JSONResponse, PlainTextResponse
+        from fastapi.routing import APIRoute
     except ImportError as err:
         raise ImportError(_INSTALL_HINT) from err
+
+    class Route(APIRoute):
+        """Answers errors itself: an :class:`APIError` with its status, anything else with a logged 500.
+
+        An exception left to Starlette reaches its ServerErrorMiddleware, which sends the 500 and then
+        re-raises (so servers can log it), and uvicorn closes the connection: the client's next request on
+        its kept-alive connection would fail with "connection reset".
+        """
+
+        def get_route_handler(self) -> Any:
+            handler = super().get_route_handler()
+
+            async def answer(request: Request) -> Any:
+                try:
+                    return await handler(request)
+                except APIError as err:
+                    return JSONResponse(err.body(), status_code=err.status)
+                except Exception as err:  # noqa: BLE001  a bug: logged, answered, and the server goes on
+                    _logger.exception("%s %s failed", request.method, request.url.path)
+                    error = APIError(500, f"Internal error: {type(err).__name__}: {err}")
+                    return JSONResponse(error.body(), status_code=500)
+
+            return answer
 
     backend = (
         policy_or_backend
@@ -102,16 +130,8 @@ def create_app(
         await backend.stop()
 
     app = FastAPI(title="llmgym serve", lifespan=lifespan)
+    app.router.route_class = Route
     app.state.backend = backend
-
-    @app.exception_handler(APIError)
-    async def api_error(request: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(err.body(), status_code=err.status)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, err: Exception) -> JSONResponse:
-        error = APIError(500, f"Internal error: {type(err).__name__}: {err}")
-        return JSONResponse(error.body(), status_code=500)
 
     @app.exception_handler(404)
     async def not_found(request: Request, err: Exception) -> JSONResponse:
@@ -157,8 +177,7 @@ def create_app(
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         name = body.model or backend.model_name
         if body.stream:
-            chunks = _chat_stream(backend, body, generations, parse_tools, response_id, name)
-            return StreamingResponse(chunks, media_type="text/event-stream")
+            return _event_stream(_chat_stream(backend, body, generations, parse_tools, response_id, name))
         return _chat_response(backend, body, generations, parse_tools, response_id, name)
 
     @app.post("/v1/completions")
@@ -180,8 +199,8 @@ def create_app(
         name = body.model or backend.model_name
         prompt_tokens = sum(len(prompt_ids) for prompt_ids in prompts)
         if body.stream:
-            return StreamingResponse(_completion_stream(backend, body, generations, prompt_tokens, response_id, name),
-                                     media_type="text/event-stream")
+            return _event_stream(
+                _completion_stream(backend, body, generations, prompt_tokens, response_id, name))
         return _completion_response(backend, body, generations, prompt_tokens, response_id, name)
 
     @app.post("/v1/load_lora_adapter")
@@ -438,8 +457,29 @@ def _usage(generations: list[Generation]) -> dict[str, int] | None:
     return usage(len(prompt), sum(len(g.token_ids or []) for g in generations))
 
 
-async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
-                       parse_tools: bool, response_id: str, name: str) -> AsyncIterator[str]:
+def _event_stream(chunks: Iterator[str]) -> Any:
+    """A ``text/event-stream`` response of ``chunks``, the first made now: the chunk builders compute
+    whatever can refuse the request before their first chunk, so a refusal is a 4xx, not a broken stream.
+
+    The stream yields to the event loop between chunks, so uvicorn notices a client that has gone and
+    Starlette ends the stream within a chunk or two. Without the yield every chunk goes out in one run
+    of the loop, and each write to the dead socket logs asyncio's "socket.send() raised exception.".
+    """
+    from starlette.responses import StreamingResponse
+
+    first = next(chunks)
+
+    async def paced() -> AsyncIterator[str]:
+        yield first
+        for chunk in chunks:
+            await asyncio.sleep(0)
+            yield chunk
+
+    return StreamingResponse(paced(), media_type="text/event-stream")
+
+
+def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
+                 parse_tools: bool, response_id: str, name: str) -> Iterator[str]:
     created = int(time.time())
     # as OpenAI: with include_usage every chunk has "usage": null, and a last one with no choices carries it
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -450,11 +490,13 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     as_ids = bool(body.return_tokens_as_token_ids)
-    for index, generation in enumerate(generations):
+    replies = [_reply(generation, parse_tools) for generation in generations]
+    blocks = [_token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs and not called
+              else None for generation, (_, called) in zip(generations, replies)]  # 400s: before the first chunk
+    for index, (generation, (message, called), block) in enumerate(zip(generations, replies, blocks)):
         first_extra = {"prompt_token_ids": generation.prompt_token_ids} if body.return_token_ids and index == 0 else {}
         yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                       "logprobs": None, "finish_reason": None}], **first_extra)
-        message, called = _reply(generation, parse_tools)
         if message.get("reasoning_content"):
             yield chunk([{"index": index, "delta": {"reasoning_content": message["reasoning_content"]},
                           "finish_reason": None}])
@@ -465,7 +507,6 @@ async def _chat_stream(backend: ServedModel, body: ChatCompletionRequest, genera
             calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
             yield chunk([{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
         else:
-            block = _token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs else None
             for piece in _pieces(backend, generation, block):
                 if not body.return_token_ids:
                     piece.pop("token_ids", None)
@@ -487,16 +528,8 @@ def _pieces(backend: ServedModel, generation: Generation, block: dict[str, Any] 
     """
     text = generation.message.get("content") or ""
     ids = generation.token_ids or []
-    deltas, emitted, aligned = [], "", True
-    for i in range(len(ids)):
-        decoded = backend.decode(ids[: i + 1])
-        if decoded.endswith("\ufffd") and i < len(ids) - 1:  # a character split across tokens: wait for the rest
-            deltas.append("")
-            continue
-        aligned = aligned and decoded.startswith(emitted)
-        deltas.append(decoded[len(emitted):])
-        emitted = decoded
-    if not ids or not aligned or "".join(deltas) != text:
+    deltas = _token_deltas(backend, ids)
+    if not ids or "".join(deltas) != text:
         piece: dict[str, Any] = {"delta": {"content": text}, "token_ids": ids or None}
         if block is not None:
             piece["logprobs"] = block
@@ -508,6 +541,26 @@ def _pieces(backend: ServedModel, generation: Generation, block: dict[str, Any] 
             piece["logprobs"] = _block_slice(block, i, i + 1)
         pieces.append(piece)
     return pieces
+
+
+def _token_deltas(backend: ServedModel, ids: list[int]) -> list[str]:
+    """The text each token adds, decoding a few tokens at a time (vLLM's and TGI's incremental detokenization).
+
+    Each step decodes the window since the token before the last emitted one, with and without the
+    new token: linear in the reply, where decoding every prefix took seconds for a few thousand tokens.
+    A token that ends inside a character (``"\ufffd"``) adds ``""`` until the character is complete.
+    """
+    deltas: list[str] = []
+    start = emitted = 0  # the window starts at ids[start]; ids[:emitted] are in the deltas
+    for i in range(len(ids)):
+        before = backend.decode(ids[start:emitted])
+        after = backend.decode(ids[start : i + 1])
+        if len(after) > len(before) and (not after.endswith("\ufffd") or i == len(ids) - 1):
+            deltas.append(after[len(before):])
+            start, emitted = emitted, i + 1
+        else:
+            deltas.append("")
+    return deltas
 
 
 def _completion_response(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
@@ -537,8 +590,8 @@ def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict
     return usage(prompt_tokens, sum(len(g.token_ids or []) for g in generations))
 
 
-async def _completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
-                             prompt_tokens: int, response_id: str, name: str) -> AsyncIterator[str]:
+def _completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
+                       prompt_tokens: int, response_id: str, name: str) -> Iterator[str]:
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
@@ -547,8 +600,9 @@ async def _completion_stream(backend: ServedModel, body: CompletionRequest, gene
                 "choices": choices, **({"usage": None} if include_usage else {}), **extra}
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-    for index, generation in enumerate(generations):
-        block = _completion_fields(backend, body, generation) if body.logprobs is not None else None
+    blocks = [_completion_fields(backend, body, generation) if body.logprobs is not None else None
+              for generation in generations]  # 400s: before the first chunk
+    for index, (generation, block) in enumerate(zip(generations, blocks)):
         echoed = len(generation.prompt_token_ids or []) if body.echo else 0
         if body.echo:  # the prompt first, with its own logprobs block (the prompt's positions of the full one)
             yield chunk([{"index": index, "text": backend.decode(generation.prompt_token_ids or [], special=True),

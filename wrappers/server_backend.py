@@ -11,10 +11,12 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
   safely between batches. A failing batch is retried request by request, so
   one bad request fails alone. Requests whose client has gone are dropped
   before they reach the model.
-- **LoRA** (transformers models): adapters are loaded with transformers' peft
-  integration (``model.load_adapter``) onto the served model in place;
-  a batch for adapter ``x`` runs with ``set_adapter("x")``, a base-model
-  batch with the adapters disabled.
+- **LoRA** (transformers models): adapters are loaded onto the served model in
+  place by :class:`~llmgym.wrappers.server_lora.LoRAAdapters` (peft's
+  functional API); a batch for adapter ``x`` runs with ``x`` active, a
+  base-model batch with the adapters disabled. Loads and unloads wait for the
+  running batch; requests queued for an adapter that is gone by their turn
+  get a 404.
 - **Tokens.** Token text for logprobs, prompt tokenization for
   ``/v1/completions``, and top-k alternatives (one scoring forward pass over
   prompt + generated ids) for ``top_logprobs`` on transformers models; on
@@ -29,13 +31,14 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.wrappers.server_lora import LoRAAdapters
 from llmgym.wrappers.server_protocol import APIError
 
 __all__ = ["ServedModel"]
@@ -78,7 +81,7 @@ class ServedModel:
         # llama.cpp (LlamaCppPolicy): token text and raw completions go through its Llama object.
         self.llama = llm if hasattr(llm, "detokenize") and hasattr(policy, "tokenize") else None
         self.max_model_len = _max_model_len(policy, self.hf_model)
-        self.adapters: dict[str, str] = {}
+        self._lora = None if self.hf_model is None else LoRAAdapters(self.hf_model)
         #: Counters: batches run, the largest batch, requests dropped because their client had gone.
         self.batches_run = 0
         self.largest_batch = 0
@@ -224,7 +227,7 @@ class ServedModel:
             for job in live:  # isolate the request that broke the batch
                 try:
                     (result,) = await self._in_thread(adapter, raw, [job])
-                except Exception as err:  # noqa: BLE001  any model failure becomes a 500 for this request only
+                except Exception as err:  # noqa: BLE001  the failure is this request's alone (see _as_api_error)
                     _fail(job, _as_api_error(err))
                 else:
                     _succeed(job, result)
@@ -247,18 +250,18 @@ class ServedModel:
     def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
         from llmgym.wrappers.server_complete import score_generation
 
-        self._activate(adapter)
-        if raw:
-            results = self._complete_blocking(jobs)
-        elif self.llama is not None and any(job.top_logprobs for job in jobs):  # asked for per request: one at a time
-            results = [self.policy.generate([job.request], top_logprobs=job.top_logprobs)[0] for job in jobs]
-        else:
-            results = self.policy.generate([job.request for job in jobs])
-        if len(results) != len(jobs):
-            raise RuntimeError(f"the policy returned {len(results)} generations for {len(jobs)} requests")
-        if self.hf_model is not None:  # one scoring forward pass gives top-k alternatives and prompt log-probs
-            for job, result in zip(jobs, results):
-                score_generation(self.hf_model, result, job.top_logprobs, job.prompt_logprobs)
+        with contextlib.nullcontext() if self._lora is None else self._lora.active(adapter):
+            if raw:
+                results = self._complete_blocking(jobs)
+            elif self.llama is not None and any(job.top_logprobs for job in jobs):  # asked per request: one at a time
+                results = [self.policy.generate([job.request], top_logprobs=job.top_logprobs)[0] for job in jobs]
+            else:
+                results = self.policy.generate([job.request for job in jobs])
+            if len(results) != len(jobs):
+                raise RuntimeError(f"the policy returned {len(results)} generations for {len(jobs)} requests")
+            if self.hf_model is not None:  # one scoring forward pass gives top-k alternatives and prompt log-probs
+                for job, result in zip(jobs, results):
+                    score_generation(self.hf_model, result, job.top_logprobs, job.prompt_logprobs)
         return results
 
     def _complete_blocking(self, jobs: list[_Job]) -> list[Generation]:
@@ -283,47 +286,36 @@ class ServedModel:
 
     # -- LoRA -----------------------------------------------------------------
 
+    @property
+    def adapters(self) -> dict[str, str]:
+        """The loaded LoRA adapters: name -> the path they were loaded from."""
+        return {} if self._lora is None else {name: adapter.path for name, adapter in self._lora.loaded.items()}
+
     async def load_adapter(self, name: str, path: str, replace: bool = False) -> None:
-        """Load a peft LoRA adapter from ``path`` under ``name``.
+        """Load a peft LoRA adapter from ``path`` under ``name``; ``replace`` swaps out one already loaded.
+
+        Batches never see a half-loaded adapter (loads wait for the running batch), and a load that
+        fails leaves nothing under ``name``: a failed ``replace`` has dropped the old weights too, so
+        the name is gone rather than silently serving the base model.
 
         Raises:
-            APIError: 400 for a backend without transformers weights, a name
-                already loaded (unless ``replace``), a clash with the base
-                model's name, or a path that is not a peft adapter.
+            APIError: 400 for a backend without transformers weights, a name already loaded
+                (unless ``replace``), a clash with the base model's name, or a path that does not
+                hold a LoRA adapter for this model (``param`` says which).
         """
-        if self.hf_model is None or not hasattr(self.hf_model, "load_adapter"):
+        if self._lora is None:
             raise APIError(400, "LoRA adapters need the transformers backend (llmgym serve --backend transformers).")
         if name == self.model_name:
             raise APIError(400, f"The lora adapter name `{name}` is the served model's name.", param="lora_name")
-        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise APIError(400, f"No peft adapter at `{path}` (adapter_config.json not found).", param="lora_path")
         assert self._model_lock is not None
         async with self._model_lock:
             # checked under the lock: two concurrent loads of one name must not both succeed
-            if name in self.adapters and not replace:
+            if name in self._lora.loaded and not replace:
                 raise APIError(400, f"The lora adapter `{name}` has already been loaded.", param="lora_name")
-            try:
-                await asyncio.to_thread(self._load_blocking, name, path)
-            except Exception as err:  # noqa: BLE001  a broken adapter must not take the server down
-                # A load that fails part-way (shapes of another model) leaves a half-initialised adapter under
-                # the name: drop it, or the name could never be loaded again. A failed replace has deleted the
-                # old weights too: keeping the name would silently serve the base model under it.
-                await asyncio.to_thread(self._discard_blocking, name)
-                self.adapters.pop(name, None)
-                raise APIError(400, f"Could not load the lora adapter `{name}` from `{path}`: {err}", "lora_path") from err
-            self.adapters[name] = path
-
-    def _load_blocking(self, name: str, path: str) -> None:
-        if name in self.adapters:
-            self.hf_model.delete_adapter(name)
-        self.hf_model.load_adapter(path, adapter_name=name)
-
-    def _discard_blocking(self, name: str) -> None:
-        if name in (getattr(self.hf_model, "peft_config", None) or {}):
-            self.hf_model.delete_adapter(name)
+            await asyncio.to_thread(self._lora.load, name, path)
 
     async def unload_adapter(self, name: str) -> None:
-        """Remove the adapter ``name``.
+        """Remove the adapter ``name``, after the batch that is running; requests still queued for it get a 404.
 
         Raises:
             APIError: 404 when no adapter of that name is loaded.
@@ -331,20 +323,9 @@ class ServedModel:
         assert self._model_lock is not None
         async with self._model_lock:
             # checked under the lock: a concurrent unload of the same name gets the 404, not a 500
-            if name not in self.adapters:
+            if self._lora is None or name not in self._lora.loaded:
                 raise APIError(404, f"The lora adapter `{name}` cannot be found.", param="lora_name")
-            await asyncio.to_thread(self.hf_model.delete_adapter, name)
-            del self.adapters[name]
-
-    def _activate(self, adapter: str | None) -> None:
-        model = self.hf_model
-        if model is None or not getattr(model, "_hf_peft_config_loaded", False):
-            return
-        if adapter is None:
-            model.disable_adapters()
-        else:
-            model.enable_adapters()
-            model.set_adapter(adapter)
+            await asyncio.to_thread(self._lora.unload, name)
 
     # -- tokens ---------------------------------------------------------------
 
@@ -400,8 +381,12 @@ def _fail(job: _Job, error: BaseException) -> None:
 
 
 def _as_api_error(err: BaseException) -> APIError:
+    """A request's failure as its answer: 400 for what the policy contract calls a malformed request
+    (``ValueError``, ``TypeError``) and for a chat template that refuses the messages (its
+    ``raise_exception``, as vLLM answers it), 500 for anything else."""
     if isinstance(err, APIError):
         return err
-    if isinstance(err, ValueError):
+    jinja2 = sys.modules.get("jinja2")  # the chat templates' engine, imported by whichever backend renders them
+    if isinstance(err, (ValueError, TypeError)) or (jinja2 is not None and isinstance(err, jinja2.TemplateError)):
         return APIError(400, f"{type(err).__name__}: {err}")
     return APIError(500, f"The model failed on this request: {type(err).__name__}: {err}")

@@ -28,12 +28,16 @@ __all__ = [
     "NamedToolChoice",
     "UnloadLoRARequest",
     "parse_body",
+    "MAX_JSON_DEPTH",
     "flatten_content",
     "assistant_reply",
     "chat_logprobs",
     "completion_logprobs",
     "usage",
 ]
+
+#: How deeply a request body may nest objects and lists (tool parameter schemas rarely pass 20).
+MAX_JSON_DEPTH = 100
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
 
@@ -186,8 +190,9 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
     """Validate a raw JSON body against ``model``.
 
     Raises:
-        APIError: 400 when the body is not JSON, not an object, or a field is
-            missing or of the wrong type (``param`` names the field).
+        APIError: 400 when the body is not JSON, not an object, nests deeper than
+            :data:`MAX_JSON_DEPTH`, holds a string that is not Unicode text, or a
+            field is missing or of the wrong type (``param`` names the field).
 
     Example:
         >>> parse_body(b'{"lora_name": "a", "lora_path": "/tmp/a"}', LoadLoRARequest).lora_name
@@ -200,16 +205,43 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
     """
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except RecursionError:  # json's decoder gives up near Python's recursion limit (~1,000 levels)
+        raise APIError(400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.") from None
+    except ValueError as err:  # also bytes that are not UTF-8, and integers longer than Python reads
         raise APIError(400, f"The request body is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise APIError(400, f"The request body must be a JSON object, got {type(data).__name__}.")
+    _check_json(data)
     try:
         return model.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
         raise APIError(400, f"Invalid request: {param}: {first['msg']}", param=param) from None
+
+
+def _check_json(data: Any) -> None:
+    """Refuse JSON that later steps cannot take: nesting past :data:`MAX_JSON_DEPTH` (validation, the chat
+    template and the response encoder all recurse) and strings with lone surrogates (``"\\ud800"`` parses,
+    but is not text: no tokenizer or UTF-8 encoder takes it).
+
+    Raises:
+        APIError: 400.
+    """
+    pending = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise APIError(400, "The request body has a string with a lone surrogate escape (e.g. \"\\ud800\"); "
+                               "send valid Unicode text.") from None
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise APIError(400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")
+            items = [*value, *value.values()] if isinstance(value, dict) else value
+            pending.extend((item, depth + 1) for item in items)
 
 
 def flatten_content(content: str | list[dict[str, Any]] | None) -> str:
