@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import random
 import time
 from typing import Any
 
@@ -12,6 +15,8 @@ from llmgym import LLMEnv, Reward, Rubric, tool
 from llmgym.checker import CheckReport, check_env, hostile_actions, sample_arguments
 from llmgym.cli import main
 from llmgym.envs.wordle.solver import WordleSolver
+
+from cli_runs import WORDLE, one_line_error
 
 
 class EchoEnv(LLMEnv):
@@ -168,3 +173,158 @@ def test_cli_exits_1_on_a_failing_env(capsys):
     llmgym.register("llmgym-test/Endless-v0", EndlessEnv, kwargs={"max_turns": 3})
     assert main(["check", "llmgym-test/Endless-v0", "--episodes", "1", "--json"]) == 1
     assert '"status": "FAIL"' in capsys.readouterr().out
+
+
+def test_checker_state_comparison_treats_nan_numpy_scalars_as_equal():
+    """Regression: ``np.float32(nan)`` read as "nan vs nan", a false nondeterminism (float NaN and NaN arrays did
+    not)."""
+    import numpy as np
+
+    from llmgym.checker import _first_difference
+
+    for nan in (float("nan"), np.float32("nan"), np.float64("nan"), complex("nan"), np.datetime64("NaT")):
+        assert _first_difference({"score": [nan]}, {"score": [nan]}) == "", nan
+    assert "vs" in _first_difference(np.float32(1.0), np.float32("nan"))
+    assert "vs" in _first_difference(np.float32("nan"), np.float32(1.0))
+    assert _first_difference(np.float32(2.0), np.float32(2.0)) == ""
+
+
+def test_checker_state_comparison_treats_nan_arrays_as_equal():
+    import numpy as np
+
+    from llmgym.checker import _first_difference
+
+    assert _first_difference({"a": np.array([1.0, np.nan])}, {"a": np.array([1.0, np.nan])}) == ""
+    assert _first_difference(np.array(["x"]), np.array(["x"])) == ""
+    assert "arrays differ" in _first_difference(np.array([1.0]), np.array([2.0]))
+
+
+def test_check_env_closes_every_env_it_makes():
+    """Regression: check_gymnasium and check_tool_schemas made an env and never closed it (a sandbox or MCP process
+    leaked)."""
+    import gymnasium as gym
+
+    from llmgym import LLMEnv
+    from llmgym.checker import check_env
+
+    made: list[LeakEnv] = []
+
+    class LeakEnv(LLMEnv):
+        description = "An env that counts closes."
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.closed = False
+            made.append(self)
+
+        def setup(self, options):
+            return "Say something."
+
+        def close(self):
+            self.closed = True
+
+    gym.register("llmgym-test/LeakCheck-v0", entry_point=LeakEnv, kwargs={"max_turns": 3})
+    try:
+        assert check_env("llmgym-test/LeakCheck-v0", episodes=1).passed
+    finally:
+        gym.registry.pop("llmgym-test/LeakCheck-v0")
+    assert len(made) > 5 and all(env.closed for env in made)
+
+
+class DrawsFromRandom(LLMEnv):
+    """Honestly nondeterministic: the task comes from ``random``."""
+
+    description = "a nondeterministic test env"
+    system_prompt = "Guess."
+
+    def __init__(self, **kwargs):
+        super().__init__(max_turns=3, **kwargs)
+
+    @tool
+    def guess(self, number: int) -> str:
+        """Guess.
+
+        Args:
+            number: a number.
+        """
+        return "ok"
+
+    def setup(self, options):
+        return f"target {random.random()}"
+
+    def build_rubric(self):
+        return Rubric([Reward(lambda ctx: 0.0, name="zero")])
+
+
+def test_check_skips_determinism_for_an_env_registered_nondeterministic(capsys):
+    """Regression: the determinism check failed an env registered with ``nondeterministic=True``."""
+    from llmgym.checker import check_env
+
+    llmgym.register("llmgym-checker-test/Honest-v0", DrawsFromRandom, nondeterministic=True)
+    llmgym.register("llmgym-checker-test/Hidden-v0", DrawsFromRandom)
+    report = check_env("llmgym-checker-test/Honest-v0", episodes=1)
+    assert report["determinism"].status == "SKIP" and "nondeterministic=True" in report["determinism"].summary
+    assert report.passed, str(report)
+    assert check_env("llmgym-checker-test/Hidden-v0", episodes=1)["determinism"].status == "FAIL"
+    assert main(["check", "llmgym-checker-test/Honest-v0", "--episodes", "1"]) == 0
+    assert "SKIP  determinism" in capsys.readouterr().out
+
+
+_instances = itertools.count()
+
+
+class HiddenStateEnv(LLMEnv):
+    """Broken: the hidden target differs between two runs with the same seed, but no observation shows it."""
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        self.target = 1000 + next(_instances)  # stands for random.randint: not seeded by reset(seed=)
+        return "Guess the hidden number."
+
+    @tool
+    def guess(self, number: int) -> str:
+        """Guess the hidden number.
+
+        Args:
+            number: the guess.
+        """
+        return "lower" if number < self.target else "not lower"  # every sampled guess is below the target
+
+    def build_rubric(self) -> Rubric:
+        return Rubric([Reward(lambda ctx: 0.0, name="nothing")])
+
+
+class SetupRaisesEnv(HiddenStateEnv):
+    """Broken: setup raises."""
+
+    def setup(self, options: dict[str, Any] | None) -> str:
+        raise KeyError("oops in setup")
+
+
+def test_determinism_catches_hidden_state_the_observations_do_not_show():
+    report = check_env(HiddenStateEnv())
+    determinism = report["determinism"]
+    assert determinism.passed is False, report
+    assert "reset self.target" in determinism.summary
+    assert "self.np_random" in determinism.fix
+
+
+def test_an_env_raising_in_setup_shows_one_traceback_and_times_nothing():
+    report = check_env(SetupRaisesEnv())
+    raised = [r for r in report.results if r.name != "timing"]
+    assert all(r.passed is False and "KeyError: 'oops in setup'" in r.summary for r in raised), report
+    assert any("raise KeyError" in line for line in raised[0].details)
+    assert all(not r.details and "same error as the gymnasium check" in r.fix for r in raised[1:])
+    assert report["timing"].status == "SKIP"
+
+
+def test_check_takes_env_kwargs_like_the_other_commands(capsys):
+    assert main(["check", WORDLE, "--episodes", "1", "--env-kwargs", '{"max_turns": 3}', "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] is True
+    assert main(["check", WORDLE, "--episodes", "1", "--kwargs", '{"max_turns": 3}', "--json"]) == 0  # the old name
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("kwargs", ['{"colour": 1}', '{"max_turns": -1}'])
+def test_check_with_kwargs_the_env_refuses_is_a_usage_error(kwargs, capsys):
+    assert main(["check", WORDLE, "--env-kwargs", kwargs]) == 2  # was "FAIL make", exit 1: as if the env were broken
+    assert "does not take these --env-kwargs" in one_line_error(capsys)

@@ -1,6 +1,6 @@
 """Mistakes on the command line are one-line errors with exit status 2, found before any work (or model load)
 starts: output paths that cannot be written, a human game with standard input closed, a resume with nothing
-to resume."""
+to resume, an unknown option or env id, a multi-agent id given to check or play, a scripted policy without ``act``."""
 
 from __future__ import annotations
 
@@ -13,18 +13,12 @@ import pytest
 
 from llmgym.cli import CLIError, check_output_path, main
 
+from cli_runs import eval_wordle, one_line_error
+
 WORDLE = "llmgym/Wordle-v0"
 #: a folder no one may create anything in, root included
 VIRTUAL = Path("/proc")
 needs_proc = pytest.mark.skipif(not (VIRTUAL / "self").exists(), reason="needs Linux's /proc")
-
-
-def one_line_error(capsys) -> str:
-    """The error printed, with nothing printed before it (no game, no run started)."""
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and err.startswith("llmgym: error: "), err
-    assert out == "", out
-    return err
 
 
 # -- the one check of output paths ------------------------------------------------------
@@ -125,3 +119,76 @@ def test_play_with_piped_actions_still_plays(capsys):
     done = subprocess.run([sys.executable, "-m", "llmgym", "play", WORDLE], input="crane\n", capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and "CRANE" in done.stdout and "stopped." in done.stdout
+
+
+# -- an output path that is a file, or under one ------------------------------------
+
+
+def test_eval_out_that_is_a_file_is_a_usage_error(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert eval_wordle(afile, "-n", "2") == 2  # was FileExistsError after the policy loaded
+    assert "--out" in one_line_error(capsys) and afile.read_text() == "mine"
+    assert eval_wordle(afile / "run", "-n", "2") == 2
+    assert "is a file, not a folder" in one_line_error(capsys)
+
+
+def test_eval_with_opponents_checks_out_too(tmp_path, capsys):
+    pytest.importorskip("pettingzoo")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code = main(["eval", "llmgym/ma-TicTacToe-v0", "-n", "2", "--policy", "scripted:minimax",
+                 "--opponent", "scripted:random", "--out", str(afile), "--no-progress"])
+    assert code == 2 and "is a file, not a folder" in one_line_error(capsys)
+
+
+def test_play_out_is_checked_before_the_game_starts(tmp_path, capsys):
+    """Regression: a folder used to fail with IsADirectoryError once the whole episode had been played (a human lost
+    the game)."""
+    assert main(["play", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "is a folder, not a file" in captured.err and "observation" not in captured.out
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["play", WORDLE, "--policy", "scripted:wordle", "--out", str(afile / "x.jsonl")]) == 2
+    assert "afile is a file, not a folder" in one_line_error(capsys)
+
+
+def test_init_into_a_file_is_a_usage_error(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["init", "zz-env", "--dir", str(afile)]) == 2  # was NotADirectoryError
+    assert "is a file, not a folder" in one_line_error(capsys)
+
+
+# -- commands, ids and policies that cannot be used --------------------------------------
+
+
+def test_an_unknown_option_shows_the_usage_of_its_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["play", WORDLE, "--n", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: llmgym play") and "llmgym play: error: unrecognized arguments: --n 3" in err
+
+
+def test_did_you_mean_prefers_the_id_that_differs_only_in_case(tmp_path, capsys):
+    assert main(["eval", "llmgym/wordle-v0", "--policy", "scripted:wordle", "--out", str(tmp_path)]) == 2
+    assert "Did you mean: llmgym/Wordle-v0? (" in one_line_error(capsys)  # no unrelated ids after it
+
+
+@pytest.mark.parametrize("command", [["check"], ["play"]])
+def test_check_and_play_name_the_command_for_a_multiagent_game(command, capsys):
+    pytest.importorskip("pettingzoo")
+    assert main([*command, "llmgym/ma-TicTacToe-v0"]) == 2  # was "unknown environment"
+    err = one_line_error(capsys)
+    assert "is a multi-agent game" in err and "llmgym eval llmgym/ma-TicTacToe-v0 --opponent SPEC" in err
+
+
+def test_eval_play_and_serve_refuse_a_scripted_policy_without_act(tmp_path, capsys):
+    """Regression: eval used to play every episode and report them all failed; play raised a traceback."""
+    assert main(["eval", WORDLE, "-n", "2", "--policy", "scripted:json:JSONDecoder", "--out", str(tmp_path / "b"),
+                 "--no-progress"]) == 2
+    assert "without an act(" in one_line_error(capsys) and not (tmp_path / "b").exists()
+    assert main(["play", WORDLE, "--policy", "scripted:os:getenv"]) == 2
+    assert "cannot make an actor" in one_line_error(capsys)

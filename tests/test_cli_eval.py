@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from llmgym.cli import CLIError, main
 from llmgym.cli.eval import _missing_extra, exit_status
-from llmgym.episode import Episode, load_jsonl
+from llmgym.episode import Episode, load_jsonl, save_jsonl
+
+from cli_runs import eval_wordle, one_line_error
 
 WORDLE = "llmgym/Wordle-v0"
 
@@ -156,12 +162,111 @@ def test_a_scripted_policy_module_in_the_current_folder_is_found(tmp_path, monke
     # the installed `llmgym` command does not put the current folder on sys.path (python -m does)
     import sys
 
-    (tmp_path / "my_session4_actor.py").write_text("class Actor:\n    def act(self, observation):\n        return 'crane'\n")
+    (tmp_path / "my_scripted_actor.py").write_text("class Actor:\n    def act(self, observation):\n        return 'crane'\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
-    monkeypatch.delitem(sys.modules, "my_session4_actor", raising=False)
+    monkeypatch.delitem(sys.modules, "my_scripted_actor", raising=False)
     from llmgym.cli import main
 
-    assert main(["eval", "llmgym/Wordle-v0", "-n", "1", "--policy", "scripted:my_session4_actor:Actor",
+    assert main(["eval", "llmgym/Wordle-v0", "-n", "1", "--policy", "scripted:my_scripted_actor:Actor",
                  "--out", str(tmp_path / "run"), "--no-progress", "--json"]) == 0
     assert sys.path[-1] == str(tmp_path)  # appended: never in front of installed packages
+
+
+@pytest.mark.parametrize("url", ["notaurl", "", "ftp://host/v1", "http://[::1/v1"])
+def test_a_base_url_that_is_not_http_is_refused(tmp_path, capsys, url):
+    assert main(["eval", WORDLE, "-n", "1", "--base-url", url, "--out", str(tmp_path)]) == 2  # was a ValueError traceback
+    assert "is not a server URL" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_temperature_is_refused(tmp_path, capsys, value):
+    assert eval_wordle(tmp_path / "run", "-n", "1", f"--temperature={value}") == 2
+    assert "--temperature must be >= 0 and finite" in one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_plot_without_matplotlib_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    assert eval_wordle(tmp_path / "run", "-n", "2", "--plot") == 2
+    assert 'pip install "llmgym[plot]"' in one_line_error(capsys)
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
+
+def test_summary_file_holds_the_plot_path_as_json_output_does(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert eval_wordle(tmp_path / "run", "-n", "2", "--plot", "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved == printed and saved["run"]["plot"] == str(tmp_path / "run" / "rewards.png")
+
+
+def test_a_scripted_policy_warns_about_the_model_flags_it_ignores(tmp_path, capsys):
+    assert eval_wordle(tmp_path / "run", "-n", "1", "--model", "gpt-4", "--backend", "transformers") == 0
+    assert "ignoring --model, --backend" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_a_scripted_eval_at_once(tmp_path):
+    """Regression: the scripted policy never gave the event loop a turn: SIGINT was noticed only after all 3000
+    episodes."""
+    out = tmp_path / "run"
+    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "  # even if SIGINT was ignored
+              "from llmgym.cli import main; sys.exit(main())")
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, "eval", WORDLE, "-n", "3000", "--policy", "scripted:wordle",
+         "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        path = out / "episodes.jsonl"
+        while not (path.exists() and path.stat().st_size > 0):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        _, err = process.communicate(timeout=20)
+        stopped_after = time.monotonic() - interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130 and "llmgym: interrupted" in err and "Traceback" not in err, err
+    assert stopped_after < 5
+    episodes = load_jsonl(path)  # every line whole
+    assert 0 < len(episodes) < 3000
+    assert len({e.seed for e in episodes}) == len(episodes)
+
+
+def test_resume_with_other_env_kwargs_is_refused_naming_both(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert eval_wordle(out, "-n", "2", "--env-kwargs", '{"max_turns": 6}') == 0
+    assert all(e.metadata["env_kwargs"] == {"max_turns": 6} for e in load_jsonl(out / "episodes.jsonl"))
+    capsys.readouterr()
+    assert eval_wordle(out, "-n", "3", "--resume") == 2  # used to mix 6-turn and 10-turn episodes in one summary
+    assert "env_kwargs {'max_turns': 6}, not {}" in one_line_error(capsys)
+    assert len(load_jsonl(out / "episodes.jsonl")) == 2
+    assert eval_wordle(out, "-n", "3", "--resume", "--env-kwargs", '{"max_turns": 6}') == 0
+    assert len(load_jsonl(out / "episodes.jsonl")) == 3
+
+
+def test_resume_with_other_sampling_is_refused_but_other_seeds_are_fine(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert eval_wordle(out, "-n", "2") == 0
+    capsys.readouterr()
+    assert eval_wordle(out, "-n", "3", "--resume", "--temperature", "0") == 2
+    assert "temperature=0.7, not temperature=0.0" in one_line_error(capsys)
+    assert eval_wordle(out, "-n", "2", "--resume", "--max-tokens", "64") == 2
+    assert "max_tokens=256, not max_tokens=64" in one_line_error(capsys)
+    assert eval_wordle(out, "-n", "2", "--seed", "2", "--resume") == 0  # more seeds, same settings
+    assert sorted(e.seed for e in load_jsonl(out / "episodes.jsonl")) == [0, 1, 2, 3]
+
+
+def test_resume_of_a_file_without_recorded_env_kwargs_reads_the_summary(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert eval_wordle(out, "-n", "2", "--env-kwargs", '{"max_turns": 6}') == 0
+    episodes = load_jsonl(out / "episodes.jsonl")
+    for episode in episodes:
+        del episode.metadata["env_kwargs"]  # as written before episodes recorded them
+    save_jsonl(episodes, out / "episodes.jsonl")
+    capsys.readouterr()
+    assert eval_wordle(out, "-n", "3", "--resume") == 2
+    assert "summary.json" in one_line_error(capsys)

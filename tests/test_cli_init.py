@@ -1,13 +1,16 @@
-"""Tests for ``llmgym init``: names, refusal of bad input, and the scaffold installed end to end."""
+"""Tests for ``llmgym init`` (llmgym/scaffold.py): names, refusal of bad input (names that would shadow a module,
+folders that cannot be made), the files it writes, and the scaffold installed end to end."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +103,92 @@ def test_pip_install_then_list_make_and_its_own_tests(tmp_path):
     assert removed.returncode == 0, removed.stderr
     after = _llmgym("list", "--json")
     assert names.env_id not in after.stdout
+
+
+@pytest.mark.parametrize("name", ["numpy", "gymnasium", "pytest"])
+def test_init_refuses_the_name_of_an_installed_module(name, tmp_path, capsys):
+    assert importlib.util.find_spec(name) is not None
+    assert main(["init", name, "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"installed module {name}" in err
+    assert not (tmp_path / name).exists()
+
+
+def test_init_names_the_stdlib_module_it_would_shadow(tmp_path, capsys):
+    assert main(["init", "json", "--dir", str(tmp_path)]) == 2
+    assert "standard-library module json" in capsys.readouterr().err
+
+
+def test_init_rerun_over_its_own_importable_scaffold(tmp_path, monkeypatch):
+    root = scaffold("rerun-env", tmp_path)
+    monkeypatch.syspath_prepend(str(root))  # as after `pip install -e rerun-env`
+    assert importlib.util.find_spec("rerun_env") is not None
+    assert scaffold("rerun-env", tmp_path, force=True) == root  # the same project: allowed
+    with pytest.raises(ValueError, match="installed module rerun_env"):
+        scaffold("rerun-env", tmp_path / "elsewhere")  # a second copy would shadow the first
+
+
+def test_init_ignores_a_bare_folder_of_that_name_on_the_path(tmp_path, monkeypatch):
+    (tmp_path / "path" / "bare_env").mkdir(parents=True)  # a namespace package: any real package wins over it
+    monkeypatch.syspath_prepend(str(tmp_path / "path"))
+    assert scaffold("bare_env", tmp_path / "projects").is_dir()
+
+
+def test_init_reports_os_errors_in_one_line(tmp_path, capsys):
+    """Regression: an OS error while creating the project was a traceback."""
+    assert main(["init", "a" * 300, "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmgym: error: cannot create the project") and "File name too long" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    if Path("/sys/kernel").is_dir():  # sysfs: no folder can be made there, not even by root
+        assert main(["init", "my-env", "--dir", "/sys/kernel"]) == 2
+        assert capsys.readouterr().err.startswith("llmgym: error: cannot create the project")
+
+
+def test_scaffold_description_with_backslashes_and_newlines_keeps_the_package_valid(tmp_path):
+    import ast
+    import tomllib
+
+    from llmgym.scaffold import scaffold
+
+    root = scaffold("desc-env", tmp_path, description='Paths like C:\\Names\\x.\nSecond "line"\\')
+    expected = "Paths like C:\\Names\\x. Second 'line'\\"
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"] == expected
+    for path in root.rglob("*.py"):
+        ast.parse(path.read_text(), str(path))  # a SyntaxError before the fix
+    package_init = ast.parse((root / "desc_env" / "__init__.py").read_text())
+    assert ast.get_docstring(package_init).splitlines()[0] == expected
+    env_module = ast.parse((root / "desc_env" / "env.py").read_text())
+    values = [node.value.value for node in ast.walk(env_module)
+              if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "description"]
+    assert values == [expected]
+    assert expected in (root / "README.md").read_text()
+
+
+def test_scaffold_into_a_path_that_is_a_file_is_a_clear_error(tmp_path, capsys):
+    from llmgym.cli import main
+
+    (tmp_path / "my-env").write_text("mine")
+    assert main(["init", "my-env", "--dir", str(tmp_path)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert (tmp_path / "my-env").read_text() == "mine"
+
+
+@pytest.mark.parametrize("name", ["tests", "Tests"])
+def test_a_name_whose_package_would_be_the_tests_folder_is_refused(name):
+    from llmgym.scaffold import names_for
+
+    with pytest.raises(ValueError, match="shadow"):
+        names_for(name)
+
+
+def test_a_keyword_project_name_is_refused_as_a_keyword():
+    with pytest.raises(ValueError, match="'class' is a Python keyword"):
+        names_for("class")
+
+
+def test_the_scaffolded_checker_test_prints_the_whole_report(tmp_path):
+    from llmgym.scaffold import scaffold
+
+    tests = (scaffold("report-env", tmp_path) / "tests" / "test_env.py").read_text()
+    assert "assert report.passed, str(report)" in tests

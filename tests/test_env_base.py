@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import gymnasium as gym
 import pytest
 
 from llmgym import LLMEnv, Reward, Rubric, tool
@@ -290,3 +293,68 @@ def test_a_str_subclass_action_plays_as_the_plain_string():
 
     actions = [call("echo", text="hi"), "Saying. " + call("echo", text="there"), "<tool_call>{oops}</tool_call>", "bye"]
     assert play([Reply(a) for a in actions]) == play(actions)
+
+
+def native_search_call(content, arguments):
+    """An assistant message with ``content`` and a native call of WikiSearch's ``search`` (``arguments``: JSON text)."""
+    return {"role": "assistant", "content": content,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "search", "arguments": arguments}}]}
+
+
+@pytest.mark.parametrize("content", [None, "", "<tool_call>", "see <tool_call>{}</tool_call>"])
+def test_native_call_arguments_count_toward_the_size_limit_and_token_budget(content):
+    """Regression: native calls skipped the size limit and token budget when the text held a ``<tool_call>`` tag."""
+    env = gym.make("llmgym/WikiSearch-v0", max_action_chars=1000, max_tokens=100)
+    env.reset(seed=0)
+    observation, _, _, truncated, _ = env.step(native_search_call(content, json.dumps({"query": "x " * 200_000})))
+    assert "the limit is 1000" in observation and truncated
+    assert env.unwrapped.tokens_used > 100_000
+
+
+def test_a_small_native_call_beside_a_tag_in_the_text_is_counted_once_with_the_text():
+    env = gym.make("llmgym/WikiSearch-v0")
+    env.reset(seed=0)
+    env.step(native_search_call("<tool_call>", json.dumps({"query": "cats"})))
+    counted = env.unwrapped.tokens_used
+    assert counted == env.unwrapped.count_tokens('<tool_call>\n<tool_call>{"name": "search", "arguments": {"query": "cats"}}</tool_call>')
+
+
+@pytest.mark.parametrize("arguments", [{"word": b"crane"}, {"word": {1, 2}}, "cycle"])
+def test_dict_arguments_that_are_not_json_are_an_observation_not_a_crash(arguments):
+    """Regression: dict arguments that are not JSON used to crash ``step``."""
+    if arguments == "cycle":
+        arguments = {}
+        arguments["self"] = arguments
+    env = gym.make("llmgym/Wordle-v0")
+    env.reset(seed=0)
+    observation, reward, *_, info = env.step(
+        {"role": "assistant", "tool_calls": [{"function": {"name": "guess", "arguments": arguments}}]})
+    assert "arguments must be JSON" in observation and reward < 0
+    json.dumps(info["messages"])  # the transcript stays JSON
+
+
+@pytest.mark.parametrize("kwargs", [{"max_turns": 2.5}, {"max_turns": True}, {"max_turns": "three"}, {"max_turns": 0},
+                                    {"max_tokens": 0}, {"max_tokens": 1.5}, {"max_action_chars": -1},
+                                    {"max_tool_calls": 1.0}])
+def test_budget_arguments_must_be_whole_numbers_of_at_least_one(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        gym.make("llmgym/WikiSearch-v0", **kwargs)
+
+
+def test_numpy_integers_and_none_token_budget_are_fine():
+    import numpy as np
+
+    env = gym.make("llmgym/WikiSearch-v0", max_turns=np.int64(2), max_tokens=None)
+    assert env.unwrapped.max_turns == 2
+
+
+def test_step_before_any_reset_says_no_episode_started():
+    import gymnasium as gym
+
+    env = gym.make("llmgym/Wordle-v0")
+    with pytest.raises(gym.error.ResetNeeded):  # Gymnasium's order enforcing, on for every registered id
+        env.step("crane")
+    with pytest.raises(RuntimeError, match="no episode has started: call reset"):  # the env itself, unwrapped
+        env.unwrapped.step("crane")
+    env.reset(seed=0)
+    env.close()

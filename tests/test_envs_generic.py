@@ -1,4 +1,4 @@
-"""Every registered llmgym environment: check_env, determinism, fuzz."""
+"""Every registered llmgym environment: check_env, determinism, fuzz; and arguments no env can play with are refused."""
 
 from __future__ import annotations
 
@@ -104,3 +104,16 @@ def test_fuzz_never_raises(env_id, data):
         if terminated or truncated:
             env.reset(seed=1)
     env.close()
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "message"), [
+    ("llmgym/Wordle-v0", {"max_guesses": 0}, "max_guesses"),  # played one turn that could never guess
+    ("llmgym/Wordle-v0", {"max_guesses": -1}, "max_guesses"),
+    ("llmgym/Wordle-v0", {"max_guesses": 2.5}, "max_guesses"),
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": 0}, "per_test_timeout_s"),  # every test would time out
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": -1.0}, "per_test_timeout_s"),
+    ("llmgym/CodeTests-v0", {"per_test_timeout_s": float("nan")}, "per_test_timeout_s"),
+])
+def test_degenerate_env_arguments_are_refused(env_id, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make(env_id, **kwargs)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl
@@ -65,3 +68,10 @@ def test_lone_surrogates_from_an_agent_round_trip(tmp_path):
     save_jsonl([episode], tmp_path / "e.jsonl")
     assert load_jsonl(tmp_path / "e.jsonl") == [episode]
     (tmp_path / "e.jsonl").read_text(encoding="utf-8")  # still valid UTF-8
+
+
+def test_episode_to_json_turns_numpy_bools_and_arrays_into_plain_values():
+    metadata = {"a": np.False_, "arr": np.array([[1, 2]]), "f": np.array([np.nan])}
+    episode = Episode("x", terminated=np.bool_(True), metadata=metadata)
+    data = json.loads(episode.to_json())
+    assert data["terminated"] is True and data["metadata"] == {"a": False, "arr": [[1, 2]], "f": [None]}

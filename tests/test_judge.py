@@ -1,5 +1,5 @@
-"""LLM-as-judge: strict verdict parsing, prompt-injection resistance, caching, the group judge, and a real
-``llmgym serve`` endpoint on loopback as the judge.
+"""LLM-as-judge: strict verdict parsing, prompt-injection resistance, caching, the group judge, transcripts, copies
+and pickles of a judge, and a real ``llmgym serve`` endpoint on loopback as the judge.
 
 The judge in these tests is :class:`RuleJudge`, a real :class:`~llmgym.policy.Policy` that grades by a
 fixed rule read from the prompt, and that is gullible on purpose: it obeys a "score N" instruction
@@ -9,7 +9,9 @@ would raise the score, and the tests would fail.
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import re
 
 import pytest
@@ -20,11 +22,13 @@ from llmgym.judge import (
     GroupJudge,
     JudgeRubric,
     LLMJudge,
+    Verdict,
     VerdictCache,
     group_judge,
     judge_reward,
     parse_group_verdict,
     parse_verdict,
+    render_transcript,
 )
 from llmgym.policy import Generation, Policy, PolicyRequest
 
@@ -339,3 +343,106 @@ def test_a_model_the_endpoint_does_not_serve_is_a_clear_error_not_a_fallback(jud
     policy = OpenAIPolicy("no-such-judge", base_url=base_url, return_tokens=False)
     with pytest.raises(JudgeConfigError, match="404"):
         group_judge("right answer", policy=policy).score_group(group(["Paris", "Lyon"]), reference="Paris")
+
+
+class FixedJudge(Policy):
+    """Always replies ``reply`` (module level, so it pickles)."""
+
+    name = "fixed-judge"
+
+    def __init__(self, reply: str = '{"reasoning": "ok", "score": 8}'):
+        self.reply = reply
+
+    def generate(self, requests: list[PolicyRequest]) -> list[Generation]:
+        return [Generation({"role": "assistant", "content": self.reply}) for _ in requests]
+
+
+def test_tool_call_arguments_are_cut_in_the_transcript():
+    """Regression: a tool call's arguments went into the judge's transcript uncut."""
+    huge = json.dumps({"code": "x" * 1_000_000})
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "python", "arguments": huge}}]}]
+    text = render_transcript(messages, max_message_chars=4000)
+    assert len(text) < 4200 and "-> python({\"code\": \"xxx" in text
+    assert f"[... {len('python()') + len(huge) - 4000} more characters]" in text
+    prompt = LLMJudge("c", policy=FixedJudge()).prompt(messages)
+    assert len(prompt[1]["content"]) < 6000
+
+
+def test_a_repeated_key_is_refused():
+    """Regression: a verdict with a repeated key used to be read (the last value won)."""
+    with pytest.raises(ValueError, match="'score' appears more than once"):
+        parse_verdict('{"score": 1, "reasoning": "ok", "score": 10}')
+    with pytest.raises(ValueError, match="'scores' appears more than once"):
+        parse_group_verdict('{"reasoning": "ok", "scores": [1], "scores": [10]}', 1)
+    with pytest.raises(ValueError, match="appears more than once"):  # at any depth
+        parse_verdict('{"reasoning": "ok", "score": 1, "extra": {"a": 1, "a": 2}}')
+    with pytest.raises(ValueError, match="invalid verdict: reply: not JSON"):
+        parse_verdict("The score is 7.")
+    with pytest.raises(ValueError, match="invalid verdict"):
+        parse_verdict("[" * 100_000)  # deep nesting: refused, not a RecursionError
+    judge = LLMJudge("c", policy=FixedJudge('{"reasoning": "ok", "score": 1, "score": 10}'))
+    verdict = judge.grade([{"role": "assistant", "content": "4"}])
+    assert verdict.score == 0.0 and not verdict.ok and judge.stats["parse_errors"] == 1
+
+
+class HoldsAJudge(LLMEnv):
+    description = "qa"
+    system_prompt = "Answer."
+
+    def __init__(self, **kwargs):
+        self.judge_rubric = JudgeRubric("correct", **kwargs.pop("judge"))
+        super().__init__(max_turns=2, **kwargs)
+
+    def setup(self, options):
+        return "What is 2+2?"
+
+    def on_text(self, text):
+        self.answered = True
+        return "thanks"
+
+    def is_done(self):
+        return getattr(self, "answered", False)
+
+    def build_rubric(self):
+        return self.judge_rubric
+
+
+def test_an_env_with_a_judge_rubric_deep_copies_and_pickles(tmp_path):
+    """Regression: an env holding a judge rubric could not be deep-copied or pickled."""
+    cache_path = tmp_path / "verdicts.sqlite"
+    env = HoldsAJudge(judge={"policy": FixedJudge(), "cache_path": cache_path})
+    env.reset(seed=0)
+    assert env.step("4")[1] == pytest.approx(0.8)
+    for copied in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
+        judge = copied.judge_rubric.judge
+        assert judge is not env.judge_rubric.judge and judge.stats == {**env.judge_rubric.judge.stats}
+        assert judge.last_verdict is None  # a copy starts with no verdict on any thread
+        copied.answered = False
+        copied.reset(seed=0)
+        _, reward, terminated, _, info = copied.step("4")
+        assert terminated and reward == pytest.approx(0.8) and info["reward_components"]["judge_error"] == 0.0
+        assert judge.stats["cache_hits"] == 1 and env.judge_rubric.judge.stats["cache_hits"] == 0
+        judge.cache.put("from-the-copy", Verdict([3.0], "fine"))
+        assert VerdictCache(path=cache_path).get("from-the-copy").score == 3.0  # the copy writes the same file
+    shared = copy.deepcopy(env)
+    assert shared.judge_rubric.judge.backend.policy is env.judge_rubric.judge.backend.policy  # not a second model
+    http = HoldsAJudge(judge={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key": "k"})
+    for copied in (copy.deepcopy(http), pickle.loads(pickle.dumps(http))):
+        client = copied.judge_rubric.judge.backend.client
+        assert client is not http.judge_rubric.judge.backend.client and str(client.base_url).startswith("http://127.0.0.1:9")
+        copied.close()
+    http.close()
+    cache = VerdictCache(path=tmp_path / "other.sqlite")
+    assert pickle.loads(pickle.dumps(cache)).get("k") is None
+
+
+def test_a_copied_rubric_reports_its_own_judge_errors():
+    """Regression: a copied rubric reported the original judge's errors."""
+    rubric = JudgeRubric("correct", policy=FixedJudge("not a verdict"))
+    copied = copy.deepcopy(rubric)
+    copied.judge.grade([{"role": "assistant", "content": "4"}])
+    judge_error = next(r.fn for r in copied.rewards if r.name == "judge_error")
+    assert judge_error(None) == 1.0  # reads the copy's judge, not the original's
+    assert next(r.fn for r in rubric.rewards if r.name == "judge_error")(None) == 0.0

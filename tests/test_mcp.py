@@ -1,12 +1,22 @@
 """MCP tools as env tools, against the real stdio server in tests/mcp_server_for_tests.py.
 
 Covers schema derivation, valid calls, argument validation before the call, tool errors and timeouts
-as observations, a server that dies, startup failures, LLMEnv.add_tools and an MCPEnv episode.
+as observations, a server that dies, startup failures, LLMEnv.add_tools and an MCPEnv episode; ``$ref`` in a
+tool's schema; a toolset collected, or copied, stops or keeps its server as it should.
 """
 
 from __future__ import annotations
 
+import copy
+import gc
+import os
+import pickle
+import re
+import subprocess
 import sys
+import threading
+import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -155,3 +165,126 @@ def test_mcp_invalid_input_schema_stops_the_server():
 
 def test_mcp_duplicate_tool_name_is_refused_and_stops_the_server():
     _refused_at_startup({"MCP_TEST_DUPLICATE": "1"}, "'add' twice")
+
+
+SUBMIT_SERVER = '''
+try:
+    from mcp.server.mcpserver import MCPServer
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as MCPServer
+
+server = MCPServer("has-submit")
+
+
+@server.tool()
+def submit(answer: str) -> str:
+    """The server's own submit (clashes with MCPEnv's)."""
+    return answer
+
+
+if __name__ == "__main__":
+    server.run()
+'''
+
+
+def _servers(marker: str) -> set[str]:
+    """Pids of this process's children whose command line contains ``marker``."""
+    ps = subprocess.run(["ps", "-ww", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in ps.splitlines() if marker in line}
+
+
+def _loop_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-") and t.is_alive()}
+
+
+def _gone(marker: str, before: set[str], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _servers(marker) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _servers(marker) - before
+
+
+def test_an_unreferenced_toolset_is_collected_and_stops_its_server():
+    """Regression: a toolset no one referenced any more was never collected, and its server kept running."""
+    pytest.importorskip("mcp")
+    from llmgym.mcp import MCPToolset
+
+    before, loops = _servers("mcp_server_for_tests.py"), _loop_threads()
+    toolset = MCPToolset(sys.executable, SERVER)
+    assert toolset.tools()["add"].call({"a": 1, "b": 2}).content == "3"
+    assert _servers("mcp_server_for_tests.py") - before
+    alive = weakref.ref(toolset)
+    del toolset
+    gc.collect()
+    assert alive() is None  # the loop thread's target held the toolset
+    assert _gone("mcp_server_for_tests.py", before)
+    assert not _loop_threads() - loops
+
+
+def test_mcp_env_stops_the_server_when_its_init_fails(tmp_path):
+    """Regression: an MCPEnv whose init failed left its server running."""
+    pytest.importorskip("mcp")
+    from llmgym.mcp import MCPEnv
+
+    script = tmp_path / "submit_server.py"
+    script.write_text(SUBMIT_SERVER)
+    before = _servers(str(script))
+    gc.disable()  # without a collection, only MCPEnv closing its toolset stops the server
+    try:
+        with pytest.raises(ValueError, match="already taken"):
+            MCPEnv(sys.executable, [str(script)], task="t")
+        assert _gone(str(script), before)
+    finally:
+        gc.enable()
+
+
+def test_a_dangling_or_remote_ref_is_refused_naming_the_tool(toolset):
+    """Regression: a schema with a dangling ``$ref`` used to be accepted."""
+    from llmgym.mcp import MCPTool
+
+    for ref in ["#/$defs/missing", "https://example.invalid/schema.json", "#nowhere"]:
+        schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+        with pytest.raises(ValueError, match=f"MCP tool 'lookup_x'.*{re.escape(ref)}' does not resolve"):
+            MCPTool(toolset, "lookup_x", "", schema)
+    # a property named like a data keyword is still a schema, and so is a dynamic ref
+    with pytest.raises(ValueError, match="missing"):
+        MCPTool(toolset, "x", "", {"type": "object", "properties": {"default": {"$ref": "#/$defs/missing"}}})
+    with pytest.raises(ValueError, match="#missing"):
+        MCPTool(toolset, "x", "", {"type": "object", "properties": {"a": {"$dynamicRef": "#missing"}}})
+
+
+def test_local_refs_still_validate(toolset):
+    from llmgym.mcp import MCPTool
+
+    schema = {"type": "object", "properties": {"p": {"$ref": "#/$defs/point"}}, "required": ["p"],
+              "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+              "enum_like": {"enum": [{"$ref": "#/not/a/schema"}]}}
+    tool_ = MCPTool(toolset, "pointy", "", schema)
+    assert tool_.validate({"p": {"x": 1}}) is None
+    assert "'x' is a required property" in tool_.validate({"p": {}})
+    nested_id = {"$id": "https://x.test/root", "type": "object", "properties": {"a": {"$ref": "sub/other"}},
+                 "$defs": {"other": {"$id": "https://x.test/sub/other", "type": "string"}}}
+    assert MCPTool(toolset, "nested", "", nested_id).validate({"a": 1}) == "a: 1 is not of type 'string'"
+
+
+def test_a_schema_that_breaks_validation_is_an_error_observation(toolset):
+    from llmgym.mcp import MCPTool
+
+    endless = MCPTool(toolset, "endless", "", {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}})
+    result = endless.call({"a": 1})  # the ref resolves, but validating it recurses forever
+    assert not result.ok and result.content.startswith("Error: the arguments for endless could not be checked")
+    assert len(result.content) < 700
+
+
+def test_mcp_toolset_refuses_copies_with_a_clear_error():
+    pytest.importorskip("mcp")
+    from llmgym.mcp import MCPToolset
+
+    server = str(Path(__file__).with_name("mcp_server_for_tests.py"))
+    with MCPToolset(sys.executable, [server], timeout=5) as toolset:
+        for attempt in (copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="holds a running MCP server .* cannot be copied or pickled"):
+                attempt(toolset)
+        start = time.monotonic()
+        assert toolset.call("add", {"a": 1, "b": 2}).content == "3"  # still usable
+        assert time.monotonic() - start < 5

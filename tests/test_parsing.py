@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import llmgym  # noqa: F401
 from llmgym.parsing import parse_action, parse_text_tool_calls, without_thinking
 
 
@@ -101,3 +104,34 @@ def test_calls_drafted_while_thinking_are_not_made_and_block_numbers_run_on():
     assert [c.id for c in calls] == ["call_0", "call_1"] and errors == []
     assert prose == f"<think>maybe {call}</think> then <think>unfinished {call}"
     assert without_thinking(text) == f"{call} then {call}"
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_a_call_drafted_inside_think_is_not_made():
+    """Regression: a tool call drafted inside ``<think>`` used to be made."""
+    text = f"<think>maybe {call('guess', word='crane')}? no</think>\n{call('guess', word='slate')}"
+    prose, calls, errors = parse_text_tool_calls(text)
+    assert [c.arguments for c in calls] == [{"word": "slate"}] and errors == [] and calls[0].id == "call_0"
+    assert "<think>maybe" in prose  # the reasoning stays in the prose, unread
+    env = gym.make("llmgym/Wordle-v0").unwrapped
+    env.reset(seed=0)
+    env.step(text)
+    assert [guess[0] for guess in env.guesses] == ["slate"]
+
+
+def test_think_blocks_do_not_hide_calls_or_tag_errors_outside_them():
+    text = f"{call('a')}<think>x</think>{call('b')}<think>y {call('c')}</think><tool_call>"
+    _, calls, errors = parse_text_tool_calls(text)
+    assert [c.name for c in calls] == ["a", "b"] and [c.id for c in calls] == ["call_0", "call_1"]
+    assert errors == ["a <tool_call> block is not closed with </tool_call>"]
+    # tags out of order are no think block: the call is read as before
+    _, calls, _ = parse_text_tool_calls(f"</think>{call('a')}<think>")
+    assert [c.name for c in calls] == ["a"]
+
+
+def test_an_unclosed_think_is_reasoning_to_the_end():
+    _, calls, errors = parse_text_tool_calls(f"{call('a')} <think>and then {call('b')}")
+    assert [c.name for c in calls] == ["a"] and errors == []

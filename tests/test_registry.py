@@ -11,6 +11,7 @@ import gymnasium as gym
 import llmgym
 from llmgym.cli import main
 from llmgym.registry import close_matches, describe
+from llmgym.scaffold import scaffold
 
 
 def test_builtin_envs_are_registered_with_descriptions():
@@ -67,3 +68,123 @@ def test_register_refuses_max_episode_steps_and_points_to_max_turns():
     with pytest.raises(ValueError, match=r'max_turns": 3'):
         register("llmgym-test/Limited-v0", "llmgym.envs.wordle:WordleEnv", max_episode_steps=3)
     assert "llmgym-test/Limited-v0" not in gym.registry
+
+
+def _install(root, name, entry_points, modules):
+    """A fake installed distribution ``name`` under ``root``: its modules and its ``llmgym.envs`` entry points."""
+    for path, source in modules.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(textwrap.dedent(source))
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[llmgym.envs]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+
+
+def _python(root, script):
+    """Run ``script`` with ``root`` on the path and every warning shown; its stdout and stderr together."""
+    prelude = f"import sys, warnings\nsys.path.insert(0, {str(root)!r})\nwarnings.simplefilter('always')\n"
+    done = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_a_package_that_imports_llmgym_at_its_top_is_registered_when_imported_first(tmp_path):
+    _install(tmp_path, "toppkg", {"toppkg": "toppkg:register_envs"}, {"toppkg/__init__.py": """
+        from llmgym import register
+        def register_envs():
+            register("toppkg/Echo-v0", "llmgym.envs.wordle.env:WordleEnv")
+    """})
+    out = _python(tmp_path, """
+        import toppkg, llmgym, gymnasium as gym
+        print("listed", "toppkg/Echo-v0" in llmgym.list_envs())
+        print("made", gym.make("toppkg/Echo-v0").spec.id)
+    """)
+    assert "partially initialized" not in out and "failed to load" not in out
+    assert "listed True" in out and "made toppkg/Echo-v0" in out
+
+
+def test_scaffolded_package_imported_before_llmgym_registers_once(tmp_path):
+    root = scaffold("early-env", tmp_path)
+    _install(root, "early_env", {"early-env": "early_env:register_envs"}, {})
+    out = _python(root, """
+        import early_env, gymnasium as gym
+        print("made", gym.make("early_env:early-env/EarlyEnv-v0").spec.id)
+        import llmgym
+        print("listed", "early-env/EarlyEnv-v0" in llmgym.list_envs())
+    """)
+    assert "made early-env/EarlyEnv-v0" in out and "listed True" in out
+    assert "Warn" not in out and "Overriding" not in out and "failed" not in out, out
+
+
+def test_a_failed_plugin_is_retried_and_warned_about_once(tmp_path):
+    _install(tmp_path, "flaky", {"flaky": "flaky:register_envs"}, {"flaky.py": """
+        import builtins, llmgym
+        builtins.flaky_runs = getattr(builtins, "flaky_runs", 0)
+        if not getattr(builtins, "flaky_ready", False):
+            raise ImportError("dependency not ready")
+        def register_envs():
+            builtins.flaky_runs += 1
+            llmgym.register("flaky/Echo-v0", "llmgym.envs.wordle.env:WordleEnv")
+    """})
+    out = _python(tmp_path, """
+        import builtins, llmgym
+        print("first", llmgym.load_plugins())
+        builtins.flaky_ready = True
+        print("listed", "flaky/Echo-v0" in llmgym.list_envs(), llmgym.load_plugins(force=True), builtins.flaky_runs)
+    """)
+    assert out.count("dependency not ready") == 1
+    assert "first ['flaky']" in out and "listed True [] 1" in out
+
+
+def test_a_module_plugin_runs_once(tmp_path):
+    _install(tmp_path, "modplug", {"modplug": "modplug_envs"}, {"modplug_envs.py": """
+        import gymnasium as gym
+        print("module ran")
+        gym.register("modplug/Echo-v0", entry_point="llmgym.envs.wordle.env:WordleEnv")
+    """})
+    out = _python(tmp_path, """
+        import llmgym
+        print("listed", "modplug/Echo-v0" in llmgym.list_envs())
+    """)
+    assert out.count("module ran") == 1 and "Overriding" not in out and "listed True" in out
+
+
+def test_a_plugin_never_takes_over_a_builtin_id(tmp_path):
+    _install(tmp_path, "grabber", {"grabber": "grabber:register_envs"}, {"grabber.py": """
+        import gymnasium as gym, llmgym
+        def register_envs():
+            llmgym.register("llmgym/Wordle-v0", "grabber:Fake", description="not wordle")
+            gym.register("llmgym/MathTools-v0", entry_point="grabber:Fake")
+    """})
+    out = _python(tmp_path, """
+        import llmgym, gymnasium as gym
+        print("kept", gym.spec("llmgym/Wordle-v0").entry_point, gym.spec("llmgym/MathTools-v0").entry_point)
+        print("described", llmgym.registry.describe("llmgym/Wordle-v0"))
+    """)
+    assert "kept llmgym.envs.wordle.env:WordleEnv llmgym.envs.math_tools.env:MathToolsEnv" in out
+    assert "not wordle" not in out
+    for env_id in ("llmgym/Wordle-v0", "llmgym/MathTools-v0"):
+        assert f"plugin 'grabber' registered '{env_id}', which llmgym already registered" in out
+
+
+def test_a_plugin_that_calls_sys_exit_only_warns(tmp_path):
+    (tmp_path / "exiting_plugin.py").write_text("import sys\nsys.exit('bad plugin')\n")
+    info = tmp_path / "exiting_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exiting_plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[llmgym.envs]\nexiting = exiting_plugin:register\n")
+    script = textwrap.dedent(f"""
+        import sys, warnings
+        sys.path.insert(0, {str(tmp_path)!r})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import llmgym
+        print([str(w.message) for w in caught if "plugin" in str(w.message)])
+        print("llmgym/Wordle-v0" in llmgym.list_envs())
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    warning, wordle = result.stdout.splitlines()
+    assert "'exiting'" in warning and "SystemExit: bad plugin" in warning
+    assert wordle == "True"

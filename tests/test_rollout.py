@@ -1,14 +1,18 @@
-"""The rollout engine: groups, JSONL streaming, crash and resume, token-exact bookkeeping, summaries."""
+"""The rollout engine: groups, JSONL streaming, a crash and its resume, token-exact bookkeeping, summaries, what a
+wrapped or plain Gymnasium env returned, and the checks of its inputs. Resuming: test_rollout_resume.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import llmgym  # noqa: F401  registers the envs
+from llmgym.envs.wordle.env import WordleEnv
 from llmgym.envs.wordle.solver import WordleSolver
 from llmgym.episode import load_jsonl
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
@@ -405,20 +409,186 @@ def test_a_killed_process_loses_no_finished_episode(tmp_path):
     assert sorted(e.seed for e in load_jsonl(path)) == list(range(24))  # every line whole again
 
 
-def test_resume_keeps_a_complete_last_line_that_lost_its_newline(tmp_path):
-    path = tmp_path / "run.jsonl"
-    rollout(WORDLE, load_scripted("wordle"), seeds=2, jsonl_path=path)
-    path.write_text(path.read_text().rstrip("\n"))
-    calls = []
-    rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True,
-            progress=lambda done, total, episode: calls.append(episode.seed))
-    assert calls == [2]
-    assert [e.seed for e in load_jsonl(path)] == [0, 1, 2]
+class _Say(Policy):
+    async def agenerate(self, request):
+        return Generation(message={"role": "assistant", "content": "hi"})
 
 
-def test_resumed_episodes_take_this_runs_group_numbers(tmp_path):
-    # the file numbers seed 1 as group 1; resumed with seeds [1, 2], seed 2 is new in group 1: the two must not share it
+class _NoDeclaredSpace(gym.Env):
+    """A text env that never declares an action space: rollout played it before the Text check came in."""
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.turns = 0
+        return "start", {}
+
+    def step(self, action):
+        self.turns += 1
+        return f"got {action}", 1.0, self.turns >= 2, False, {}
+
+
+def test_an_env_declaring_no_action_space_is_still_played():
+    episodes = rollout(_NoDeclaredSpace, _Say(), seeds=2)
+    assert [e.turn_rewards for e in episodes] == [[1.0, 1.0], [1.0, 1.0]]
+    assert all("error" not in e.metadata for e in episodes)
+
+
+class Guess(Policy):
+    """Replies ``content`` every turn (a wrong guess by default: an episode only a budget ends)."""
+
+    def __init__(self, content="zzzzz"):
+        self.content = content
+
+    async def agenerate(self, request):
+        return Generation({"role": "assistant", "content": self.content})
+
+
+def test_a_time_limit_from_env_kwargs_is_recorded_as_truncation(tmp_path):
     path = tmp_path / "run.jsonl"
-    rollout(WORDLE, load_scripted("wordle"), seeds=[0, 1], group_size=2, jsonl_path=path)
-    resumed = rollout(WORDLE, load_scripted("wordle"), seeds=[1, 2], group_size=2, jsonl_path=path, resume=True)
-    assert [(e.seed, e.group) for e in resumed] == [(1, 0), (1, 0), (2, 1), (2, 1)]
+    episodes = rollout(WORDLE, Guess(), seeds=2, env_kwargs={"max_episode_steps": 2}, jsonl_path=path)
+    assert [(e.num_turns, e.terminated, e.truncated) for e in episodes] == [(2, False, True)] * 2
+    assert summarize(episodes)["truncated_rate"] == 1.0
+    assert load_jsonl(path) == episodes
+
+
+def test_a_time_limit_from_a_factory_is_recorded_as_truncation():
+    episode = rollout(lambda: gym.wrappers.TimeLimit(gym.make(WORDLE), 3), Guess(), seeds=1)[0]
+    assert (episode.num_turns, episode.terminated, episode.truncated) == (3, False, True)
+    assert "error" not in episode.metadata
+
+
+def test_a_reward_wrapper_gives_the_turn_rewards_and_the_base_env_the_rest():
+    raw = rollout(WORDLE, load_scripted("wordle"), seeds=[4])[0]
+    shaped = rollout(lambda: gym.wrappers.TransformReward(gym.make(WORDLE), lambda r: 100 * r - 1),
+                     load_scripted("wordle"), seeds=[4])[0]
+    assert shaped.turn_rewards == pytest.approx([100 * r - 1 for r in raw.turn_rewards])
+    assert shaped.reward_components == raw.reward_components  # the base env's, unweighted and unshaped
+    assert shaped.messages == raw.messages and shaped.tools == raw.tools
+    assert (shaped.terminated, shaped.truncated) == (raw.terminated, raw.truncated) == (True, False)
+
+
+@pytest.mark.parametrize("env, env_kwargs, error", [
+    ("CartPole-v1", None, TypeError),  # actions are not text
+    (WORDLE, {"nonsense_kw": 1}, TypeError),  # the env refuses its kwargs
+    (lambda: (_ for _ in ()).throw(RuntimeError("no sandbox")), None, RuntimeError),  # a factory that never builds
+])
+def test_a_run_that_cannot_start_keeps_the_earlier_file(tmp_path, env, env_kwargs, error):
+    path = tmp_path / "run.jsonl"
+    rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path)
+    before = path.read_bytes()
+    with pytest.raises(error):
+        rollout(env, load_scripted("wordle"), seeds=[0], jsonl_path=path, env_kwargs=env_kwargs)
+    assert path.read_bytes() == before
+
+
+def test_the_first_env_is_played_and_an_env_refused_up_front_is_closed(tmp_path):
+    built, closed = [], []
+
+    class Counted(WordleEnv):
+        def __init__(self):
+            super().__init__()
+            built.append(self)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    rollout(Counted, load_scripted("wordle"), seeds=3, max_concurrency=1)
+    assert len(built) == 1 and closed == built  # the env built to check the run is the one that plays
+
+    class Discrete(gym.Env):
+        action_space = gym.spaces.Discrete(2)
+
+        def close(self):
+            closed.append(self)
+
+    closed.clear()
+    with pytest.raises(TypeError, match="action space is Discrete"):
+        rollout(Discrete, load_scripted("wordle"), seeds=[0], jsonl_path=tmp_path / "x.jsonl")
+    assert len(closed) == 1 and not (tmp_path / "x.jsonl").exists()
+
+
+class PlainEnv(gym.Env):
+    """A plain Gymnasium text env of two turns whose reward components are ``components``."""
+
+    observation_space = action_space = Text(max_length=100)
+
+    def __init__(self, components):
+        self.components = components
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.turn = 0
+        return "start", {}
+
+    def step(self, action):
+        self.turn += 1
+        return "obs", np.float32(0.5), np.bool_(self.turn >= 2), False, {"reward_components": self.components}
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), np.float32(1.0), True, np.int64(1)])
+def test_numpy_reward_components_are_recorded_as_floats(tmp_path, value):
+    path = tmp_path / "run.jsonl"
+    episodes = rollout(lambda: PlainEnv({"solved": value}), Guess(), seeds=[0, 1], jsonl_path=path)
+    for episode in episodes:
+        assert "error" not in episode.metadata
+        assert episode.reward_components == [{"solved": 1.0}, {"solved": 1.0}]
+        assert all(type(v) is float for c in episode.reward_components for v in c.values())
+    assert load_jsonl(path) == episodes
+
+
+@pytest.mark.parametrize("value, error", [
+    ("yes", "ValueError: the env's reward component 'solved' on turn 1 is 'yes', not a number"),
+    (None, "ValueError: the env's reward component 'solved' on turn 1 is None, not a number"),
+    (math.nan, "ValueError: the env returned a non-finite reward component 'solved'=nan on turn 1"),
+])
+def test_a_reward_component_that_is_no_number_fails_the_episode_not_the_run(tmp_path, value, error):
+    path = tmp_path / "run.jsonl"
+    episodes = rollout(lambda: PlainEnv({"solved": value}), Guess(), seeds=[0, 1], jsonl_path=path)
+    assert [(e.metadata["error_source"], e.metadata["error"]) for e in episodes] == [("env", error)] * 2
+    assert load_jsonl(path) == episodes and summarize(episodes)["failed"] == 2
+
+
+@pytest.mark.parametrize("seeds, error, match", [
+    ([1.5], TypeError, r"seeds must be ints, got 1\.5 \(float\)"),
+    ([0, 2.0], TypeError, r"seeds must be ints, got 2\.0"),
+    (True, TypeError, "seeds must be a count"),
+    ([True], TypeError, "seeds must be ints, got True"),
+    ("012", TypeError, "seeds must be a count"),
+    (1.5, TypeError, "seeds must be a count"),
+    ([-1], ValueError, "seeds must be >= 0"),
+    (-1, ValueError, "seeds as a count must be >= 0"),
+])
+def test_bad_seeds_are_refused_up_front(tmp_path, seeds, error, match):
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(error, match=match):
+        rollout(WORDLE, Guess(), seeds=seeds, jsonl_path=path)
+    assert not path.exists()
+
+
+def test_numpy_int_seeds_are_plain_ints():
+    episodes = rollout(WORDLE, load_scripted("wordle"), seeds=np.array([3, 1]))
+    assert [e.seed for e in episodes] == [3, 1] and all(type(e.seed) is int for e in episodes)
+    assert [e.seed for e in rollout(WORDLE, load_scripted("wordle"), seeds=np.int64(2))] == [0, 1]
+
+
+def test_a_generation_whose_message_is_no_dict_stops_the_run_with_a_type_error():
+    class Bare(Policy):
+        async def agenerate(self, request):
+            return Generation("crane")  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match="Bare.agenerate returned a Generation whose message is a str, not a dict"):
+        rollout(WORDLE, Bare(), seeds=[0])
+
+
+def test_reply_content_that_is_no_string_is_a_policy_error(tmp_path):
+    path = tmp_path / "run.jsonl"
+    episodes = rollout(WORDLE, Guess(content=123), seeds=[0, 1], jsonl_path=path)
+    for episode in episodes:
+        assert episode.metadata["error_source"] == "policy"
+        assert episode.metadata["error"] == "TypeError: the reply's content is of type int, not a string"
+        assert episode.num_turns == 0 and [m["role"] for m in episode.messages] == ["system", "user"]
+    assert load_jsonl(path) == episodes
+    # None (a reply with no text) is still played, as an empty guess
+    episode = rollout(WORDLE, Guess(content=None), seeds=[0])[0]
+    assert "error" not in episode.metadata and episode.num_turns >= 1

@@ -1,8 +1,12 @@
-"""llmgym.sandbox: limits, isolation, hostile programs, the warm pool, and the Docker backend (skipped without an engine)."""
+"""llmgym.sandbox: limits, isolation, hostile programs, the warm pool, interrupted runs, and shared sandboxes and their
+copies. The worker's own behaviour is in test_sandbox_worker.py, the Docker backend in test_sandbox_docker.py."""
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
+import signal
 import threading
 import time
 from pathlib import Path
@@ -12,12 +16,14 @@ import pytest
 from llmgym.sandbox import (
     DockerSandbox,
     ExecutionResult,
+    LazySandbox,
     SandboxLimits,
     SubprocessSandbox,
     default_hidden_paths,
-    docker_available,
     make_sandbox,
+    shared_sandbox,
 )
+from llmgym.sandbox import shared as shared_module
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="namespaces and the uid drop need root")
@@ -217,14 +223,6 @@ def test_bad_limits_and_backend_names():
         SubprocessSandbox(pool_size=0)
 
 
-@pytest.mark.skipif(not docker_available(), reason="no Docker engine answers")
-def test_docker_backend():
-    with DockerSandbox(LIMITS) as box:
-        assert box.run("print(6 * 7)").stdout == "42\n"
-        assert not box.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)").ok
-        assert "time limit" in box.run("import time; time.sleep(30)", limits=LIMITS.replace(wall_time_s=1)).error
-
-
 _UNPRIVILEGED_PROBE = """
 import json, os
 from llmgym.sandbox import SandboxLimits, SubprocessSandbox
@@ -331,3 +329,90 @@ def test_a_file_holding_a_lone_surrogate_is_written_not_a_setup_failure(sandbox)
     # "\ud800" is valid in a JSON tool argument; the file gets its surrogatepass bytes, the run goes on
     result = sandbox.run('print(open("data.txt", "rb").read())', files={"data.txt": "a\ud800"})
     assert result.exit_code == 0 and result.stdout.strip() == "b'a\\xed\\xa0\\x80'"
+
+
+@pytest.mark.parametrize("name", ["wall_time_s", "cpu_time_s", "memory_mb", "max_output_bytes"])
+def test_infinite_limits_are_refused(name):
+    with pytest.raises(ValueError, match=f"SandboxLimits.{name} must be finite, got inf"):
+        SandboxLimits(**{name: float("inf")})
+    with pytest.raises(ValueError, match=f"SandboxLimits.{name} must be > 0, got nan"):
+        SandboxLimits(**{name: float("nan")})
+
+
+def test_huge_finite_limits_run(sandbox):
+    huge = SandboxLimits(wall_time_s=1e300, cpu_time_s=1e300, memory_mb=10**15, file_size_mb=10**15,
+                         max_processes=10**20, max_open_files=10**9)
+    result = sandbox.run("print('ok')", limits=huge)
+    assert result.ok and result.stdout == "ok\n", result.error
+
+
+class _Interrupted(BaseException):
+    """Stands in for KeyboardInterrupt (pytest treats a real one as the end of the session)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_interrupted_run_kills_its_worker_and_program():
+    """Regression: Ctrl-C during run() left the worker and the program running until the wall clock, even after
+    close()."""
+    sandbox = SubprocessSandbox(LIMITS)
+    sandbox.start()
+    worker_pid = sandbox._idle[0].proc.pid
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(_Interrupted):
+            sandbox.run("import time; time.sleep(100)")
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    try:
+        assert not _alive(worker_pid)
+        result = sandbox.run("print('after')")  # a fresh worker serves the next run
+        assert result.ok and result.stdout == "after\n"
+    finally:
+        sandbox.close()
+
+
+def test_files_must_be_text_with_a_clear_error():
+    with SubprocessSandbox(LIMITS) as sandbox:  # no worker starts: the check comes first
+        with pytest.raises(TypeError, match=r"files\['data.bin'\] must be text \(str\), got bytes \(decode bytes"):
+            sandbox.run("print(1)", files={"data.bin": b"\x00\x01"})
+        assert not sandbox._idle
+    with pytest.raises(TypeError, match=r"files\['n'\] must be text \(str\), got int"):
+        DockerSandbox(LIMITS).run("print(1)", files={"n": 3})
+
+
+def test_shared_and_lazy_sandboxes_copy_after_their_first_run():
+    """Regression: MathTools could be deep-copied or pickled before its first python call, not after (a thread lock)."""
+    lazy = LazySandbox("subprocess", LIMITS, role="copy-after-first-run")
+    assert lazy.run("print(1)").stdout == "1\n"
+    key = lazy._handle._key
+    twin = copy.deepcopy(lazy)
+    clone = pickle.loads(pickle.dumps(lazy))
+    try:
+        assert twin._handle._sandbox is lazy._handle._sandbox is clone._handle._sandbox
+        assert shared_module._pools[key][1] == 3
+        assert twin.run("print(2)").stdout == "2\n"
+        assert clone.run("print(3)").stdout == "3\n"
+    finally:
+        twin.close()
+        clone.close()
+    assert lazy.run("print(4)").stdout == "4\n"
+    lazy.close()
+    assert key not in shared_module._pools
+
+    handle = shared_sandbox("subprocess", LIMITS, role="copy-when-closed")
+    handle.close()
+    assert copy.deepcopy(handle)._closed

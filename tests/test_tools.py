@@ -1,8 +1,9 @@
-"""Tool schema derivation and argument validation."""
+"""Tool schema derivation, argument validation and its error messages, and what ``@tool`` refuses."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import enum
+from typing import Annotated, Literal, Optional, Union
 
 import jsonschema
 import pydantic
@@ -239,3 +240,78 @@ def test_numbers_and_numeric_strings_are_still_accepted_and_schema_unchanged():
     assert properties["at_least_one"] == {"default": 1, "minimum": 1, "type": "integer", "description": "an integer >= 1."}
     assert properties["counts"]["items"] == {"type": "integer"} and properties["flag"]["type"] == "boolean"
     assert _typed.call({**BASE, "at_least_one": 0}).ok is False
+
+
+def test_async_tools_are_refused_at_decoration():
+    with pytest.raises(TypeError, match="async functions are not supported.*MCP"):
+        @tool
+        async def fetch(x: int) -> int:
+            """Fetch."""
+            return x
+
+
+def test_positional_only_tool_arguments_are_refused_at_decoration():
+    with pytest.raises(TypeError, match="positional-only argument 'a'"):
+        @tool
+        def po(a: int, /) -> int:
+            """Echo."""
+            return a
+
+
+@tool
+def _union(pick: Union[int, str], level: Optional[Literal[1, 2]] = None) -> str:
+    """Echo a union.
+
+    Args:
+        pick: a number or a name.
+        level: 1 or 2.
+    """
+    return repr((pick, level))
+
+
+def test_union_errors_name_the_member_type_not_the_boolean_check():
+    """Regression: the agent read "pick.function-before[_refuse_bool(), int]: ..." where it used to read "pick.int:
+    ..."."""
+    content = _union.call({"pick": True}).content
+    assert "pick.int: Input should be a number, not a boolean" in content, content
+    assert "function-before" not in content and "_refuse_bool" not in content
+    assert "function-before" not in _union.call({"pick": 1.5}).content
+    assert _union.call({"pick": 3, "level": 2}).content == "(3, 2)"
+
+
+class _Level(enum.Enum):
+    LOW = 1
+    HIGH = 2
+
+
+class _Count(enum.IntEnum):
+    ONE = 1
+    TWO = 2
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+@tool
+def _enums(level: _Level, count: _Count = _Count.ONE, counts: Optional[list[_Count]] = None, color: _Color = _Color.RED) -> str:
+    """Echo enums.
+
+    Args:
+        level: 1 or 2.
+        count: 1 or 2.
+        counts: 1s and 2s.
+        color: a colour.
+    """
+    return repr((level, count, counts, color))
+
+
+def test_enums_of_numbers_refuse_json_booleans_as_numeric_literals_do():
+    """Regression: the schema says {"enum": [1, 2], "type": "integer"}, yet ``true`` used to be ``_Level.LOW``."""
+    for arguments in ({"level": True}, {"level": 1, "count": True}, {"level": 1, "counts": [1, True]}):
+        result = _enums.call(arguments)
+        assert not result.ok and "not a boolean" in result.content, (arguments, result.content)
+    assert _enums.call({"level": 2, "count": "2", "counts": [1], "color": "red"}).content == (
+        "(<_Level.HIGH: 2>, <_Count.TWO: 2>, [<_Count.ONE: 1>], <_Color.RED: 'red'>)"
+    )
+    assert _enums.parameters["$defs"]["_Level"] == {"enum": [1, 2], "type": "integer"}

@@ -51,9 +51,8 @@ happens to be fully right: "everyone is the second role" now averages 0.39 on
 knights_knaves (the items where everyone is a knave), the input order 0.14 on
 word_sorting. The question holds no answer to copy, and the python sandbox
 sees neither the dataset nor llmgym's sources.
-``tests/envs/test_reasoning_gym_adapter.py`` and
-``tests/envs/test_envs_session6.py`` check that such policies score far
-below an honest one.
+``tests/envs/test_reasoning_gym_adapter.py`` checks that such policies score
+far below an honest one.
 
 Registration: importing reasoning_gym builds every task module (3.5 s here),
 so ``import llmgym`` registers only :data:`~llmgym.envs.adapters.RG_DEFAULT_TASKS` by name, without

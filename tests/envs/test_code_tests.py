@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import llmgym  # noqa: F401
-from llmgym.envs.code_tests import CodeTestsSolver, grade, make_problem, write_solution
-from llmgym.envs.code_tests import handwritten
+from llmgym.envs.code_tests import CodeTestsSolver, grade, handwritten, make_problem, write_solution
 from llmgym.sandbox import SubprocessSandbox
+
 from scripted_play import play_scripted
 
 
@@ -195,3 +195,91 @@ def test_bad_submissions_are_errors_the_agent_can_act_on():
     env.close()
     with pytest.raises(ValueError, match="source must be 'generated', 'handwritten' or 'mixed', got 'web'"):
         gym.make("llmgym/CodeTests-v0", source="web")
+
+
+def _score(function, problem):
+    return sum(json.loads(json.dumps(function(*args))) == want for args, want in problem.hidden) / len(problem.hidden)
+
+
+@pytest.mark.parametrize("source", ["handwritten", "mixed"])
+def test_a_table_of_past_examples_scores_far_below_an_honest_solution(source):
+    """Regression: a policy that remembered every visible example of 400 episodes answered fresh seeds' hidden tests by
+    lookup."""
+    table: dict[str, dict[str, object]] = {}
+    for seed in range(400):
+        problem = make_problem(np.random.default_rng(seed), source)
+        for args, want in problem.visible:
+            table.setdefault(problem.function, {})[repr(list(args))] = want
+    memorised, honest = [], []
+    for seed in range(1000, 1060):
+        problem = make_problem(np.random.default_rng(seed), "handwritten")
+        known = table.get(problem.function, {})
+        memorised.append(_score(lambda *args: known.get(repr(list(args))), problem))
+        namespace: dict[str, object] = {}
+        exec(write_solution(problem.spec), namespace)
+        honest.append(_score(namespace[problem.function], problem))
+    assert np.mean(honest) == 1.0
+    assert np.mean(memorised) < 0.2, np.mean(memorised)
+
+
+def test_handwritten_hidden_tests_are_drawn_fresh_per_episode():
+    inputs = {json.dumps(args) for seed in range(200) for args, _ in make_problem(np.random.default_rng(seed), "handwritten").hidden}
+    assert len(inputs) > 1500  # 200 episodes x 12 tests, nearly all distinct, not a fixed pool of ~60
+
+
+def test_a_pass_body_scores_what_the_docstring_says():
+    # None is a correct answer only for kth_largest on too few distinct values: the docstring states the share.
+    by_name: dict[str, list[float]] = {}
+    for seed in range(600):
+        problem = make_problem(np.random.default_rng(seed), "mixed")
+        by_name.setdefault(problem.name, []).append(_score(lambda *args: None, problem))
+    assert {name for name, rates in by_name.items() if max(rates) > 0} == {"kth_largest"}
+    assert 0.12 < np.mean(by_name["kth_largest"]) < 0.25
+    assert np.mean([rate for rates in by_name.values() for rate in rates]) < 0.04
+
+
+def test_code_tests_forged_result_line_with_a_unicode_digit_index_does_not_break_grading():
+    """Regression: the program can read the nonce from the grading program; "²".isdigit() is True but int("²") raised
+    on the host."""
+    from llmgym.envs.code_tests import CodeTestsEnv
+
+    env = CodeTestsEnv(source="generated")
+    try:
+        env.reset(seed=1)
+        code = (
+            "import re, sys\n"
+            "nonce = re.search(r\"'([0-9a-f]{16})'\", open(sys.modules['__main__'].__file__).read()).group(1)\n"
+            "print(nonce + ' \\u00b2 ok 1 ' + '\\u0661 ok 1', flush=True)\n"
+            f"def {env.problem.function}(*args):\n    return 1\n"
+        )
+        observation, _, terminated, _, info = env.step(submit(code))
+        assert terminated and observation.startswith("Submitted."), observation
+        assert info["reward_components"]["submitted"] == 1.0
+    finally:
+        env.close()
+
+
+def test_code_tests_a_value_nested_too_deep_to_read_fails_that_test_only():
+    from llmgym.envs.code_tests.harness import grade
+    from llmgym.sandbox import SubprocessSandbox
+
+    code = (
+        "import sys\nsys.setrecursionlimit(100000)\n"
+        "def f(x):\n    if x == 0:\n        return 7\n    v = []\n    for _ in range(5000):\n        v = [v]\n    return v\n"
+    )
+    with SubprocessSandbox() as box:
+        report = grade(box, code, "f", [([1], [1]), ([0], 7)], per_test_s=5)
+    assert report.outcomes[0].got == "unreadable output" and not report.outcomes[0].passed
+    assert report.outcomes[1].passed
+
+
+def test_code_tests_feedback_writes_values_in_python_as_the_prompt_does():
+    env = gym.make("llmgym/CodeTests-v0")
+    obs, _ = env.reset(seed=3)  # is_balanced: the examples read "== False"
+    assert "== False" in obs
+    # seed 3's examples: '(([])[]) b[]' (True), 'b}{}][]' (False), '[[]}' (False)
+    code = "def is_balanced(text):\n    return None if text.startswith('b') else not text.startswith('(')\n"
+    obs = env.step("<tool_call>" + json.dumps({"name": "run_examples", "arguments": {"code": code}}) + "</tool_call>")[0]
+    env.close()
+    assert "expected False, got None" in obs and "expected False, got True" in obs
+    assert "false" not in obs and "null" not in obs

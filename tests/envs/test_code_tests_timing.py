@@ -1,4 +1,5 @@
-"""CodeTests: a solution that reaches the harness's frames or globals cannot stretch a test's time limit.
+"""CodeTests: a solution that reaches the harness's frames or globals, or ignores the alarm, cannot stretch a test's
+time limit.
 
 Each attack below does the slow work (0.5 s per test against a 0.25 s limit)
 and tampers with the grading program's own state: its bound clock, its start
@@ -87,3 +88,21 @@ def test_a_test_is_timed_with_loading_the_solution_included(box):
     report = grade(box, code, "f", CASES, per_test_s=PER_TEST_S)
     assert report.passed == 0 and len(report.runs) == len(CASES)
     assert all(run.timed_out and run.duration_s < 60 for run in report.runs)  # killed at the limit, not after the load
+
+
+def test_a_solution_that_ignores_the_alarm_still_times_out():
+    """Regression: a solution that ignored the per-test alarm ran past the per-test time limit."""
+    code = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "def f(x):\n    time.sleep(0.8)\n    return x\n")
+    with SubprocessSandbox() as box:
+        report = grade(box, code, "f", [([i], i) for i in range(4)], per_test_s=0.3)
+    assert report.passed == 0
+    assert all("took longer than 0.3 s" in outcome.got for outcome in report.outcomes)
+
+
+def test_a_solution_that_ignores_the_alarm_inside_the_call_still_times_out():
+    code = ("import signal, time\n"
+            "def f(x):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(0.8)\n    return x\n")
+    with SubprocessSandbox() as box:
+        report = grade(box, code, "f", [([1], 1), ([2], 2)], per_test_s=0.3)
+    assert report.passed == 0

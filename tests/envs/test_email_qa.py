@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 import llmgym  # noqa: F401
 from llmgym.envs.email_qa import EmailQASolver, answer_is_right, generate_inbox, is_abstention, make_question
+
 from scripted_play import play_scripted
 
 
@@ -116,3 +118,78 @@ def test_search_filters_and_errors():
     env.close()
     with pytest.raises(ValueError, match=r"unanswerable_rate must be in \[0, 1\], got 2.0"):
         gym.make("llmgym/EmailQA-v0", unanswerable_rate=2.0)
+
+
+def test_email_qa_short_hedge_listing_every_candidate_is_not_paid():
+    """Reward hack: answer with every fact of the question's kind (no "or", under 12 words): was always right."""
+    from llmgym.envs.email_qa import EmailQAEnv
+
+    env = EmailQAEnv(unanswerable_rate=0.0)
+    hedged = 0
+    for seed in range(30):
+        env.reset(seed=seed)
+        question = env.question
+        candidates = [fact["answer"] for kind, fact in env.inbox.facts if kind == question.kind]
+        if len(candidates) < 2:
+            continue
+        hedged += 1
+        env.step('<tool_call>{"name": "answer", "arguments": {"text": "%s", "sources": []}}</tool_call>' % " ".join(candidates))
+        assert env.outcome() == -1.0
+        env.reset(seed=seed)  # the honest answer still pays
+        env.step('<tool_call>{"name": "answer", "arguments": {"text": "It is %s.", "sources": []}}</tool_call>' % question.answer)
+        assert env.outcome() == 1.0
+    assert hedged >= 5
+    env.close()
+
+
+@pytest.mark.parametrize(("text", "gold"), [
+    ("$300", "$300.00"),
+    ("$1204.5", "$1204.50"),
+    ("The amount is $1,204.50.", "$1204.50"),
+    ("1204.50", "$1204.50"),
+    ("$ 300.0 due 2024-05-01", "$300.00"),
+])
+def test_email_qa_equal_amounts_are_right(text, gold):
+    assert answer_is_right(text, gold)
+
+
+@pytest.mark.parametrize(("text", "gold"), [
+    ("$1204.05", "$1204.50"),
+    ("$1204", "$1204.50"),
+    ("$3000", "$300.00"),
+    ("$30.00", "$300.00"),
+    ("$300 or $400", "$300.00"),
+    ("QWE123", "$300.00"),
+])
+def test_email_qa_other_amounts_are_wrong(text, gold):
+    assert not answer_is_right(text, gold)
+
+
+def test_email_qa_text_answers_unchanged():
+    assert answer_is_right("The code is BGM419.", "BGM419") and not answer_is_right("BGM418", "BGM419")
+    assert answer_is_right("maple 12", "Maple 12") and not answer_is_right("Maple 1", "Maple 12")
+
+
+def _invoice_episode():
+    env = gym.make("llmgym/EmailQA-v0")
+    for seed in range(200):
+        env.reset(seed=seed)
+        question = env.unwrapped.question
+        if question.kind == "invoice" and question.answer.endswith("0"):
+            return env, question
+    raise AssertionError("no invoice question with a trailing zero in 200 seeds")
+
+
+def test_email_qa_amount_without_trailing_zeros_scores_right():
+    env, question = _invoice_episode()
+    short = "$" + str(Decimal(question.answer[1:])).rstrip("0").rstrip(".")
+    assert short != question.answer
+    _, _, terminated, _, info = env.step(call("answer", text=short, sources=list(question.sources)))
+    assert terminated and info["reward_components"]["outcome"] == 1.0
+
+
+def test_email_qa_wrong_amount_is_still_a_hallucination():
+    env, question = _invoice_episode()
+    wrong = "$" + str(Decimal(question.answer[1:]) + Decimal("0.01"))
+    _, _, terminated, _, info = env.step(call("answer", text=wrong, sources=list(question.sources)))
+    assert terminated and info["reward_components"]["outcome"] == -1.0

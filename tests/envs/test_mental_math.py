@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -107,3 +106,44 @@ def test_a_reply_with_a_huge_number_is_an_answer_not_a_crash():
     assert terminated and info["reward_components"]["correct"] == 0.0
     env.reset(options={"a": 3, "b": 4, "op": "+"})
     assert env.step("0" * 5000 + "7")[4]["reward_components"]["correct"] == 1.0
+
+
+def test_on_text_reads_the_answer_outside_the_reasoning():
+    env = gym.make("llmgym/MentalMath-v0").unwrapped
+    observation, _ = env.reset(seed=0)  # "What is 8 + 6?"
+    _, reward, terminated, _, info = env.step("<think>maybe 15? no: 8 + 6 = 14</think>14")
+    assert terminated and info["reward_components"]["correct"] == 1.0
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("<think>8 + 6 = 14</think>")  # reasoning alone is no answer
+    assert info["reward_components"]["correct"] == 0.0
+
+
+def test_mental_math_reads_the_typeset_minus_sign():
+    from llmgym.envs.mental_math import MentalMathEnv, last_integer
+
+    assert last_integer("5 \u2212 8 = \u22123") == -3 and last_integer("7 \u2212 5") == 5
+    env = MentalMathEnv(operations="-")
+    env.reset(seed=0, options={"a": 5, "b": 8, "op": "-"})
+    _, reward, terminated, _, info = env.step("\u22123")
+    assert terminated and info["reward_components"] == {"correct": 1.0, "concise": 1.0}
+    env.reset(seed=0, options={"a": 1, "b": 2, "op": "+"})
+    assert env.step("\u22123")[1] == pytest.approx(0.2)  # -3 is wrong for 1 + 2 = 3, never read as 3
+
+
+@pytest.mark.parametrize(
+    "reply, correct",
+    [("The answer is 9.0", 1.0), ("9.00", 1.0), ("It is 9.", 1.0), ("9.5", 0.0), ("4.5 + 4.5 = 9", 1.0), ("0.9", 0.0)],
+)
+def test_mental_math_reads_a_decimal_as_a_person_would(reply, correct):
+    env = gym.make("llmgym/MentalMath-v0")
+    env.reset(options={"a": 4, "b": 5, "op": "+"})
+    assert env.step(reply)[4]["reward_components"]["correct"] == correct
+    env.close()
+
+
+def test_mental_math_reads_thousands_separators():
+    env = gym.make("llmgym/MentalMath-v0", max_operand=99, operations="*")
+    env.reset(options={"a": 85, "b": 63, "op": "*"})
+    obs, reward, *_ = env.step("85 * 63 = 5,355")
+    assert obs == "Answer recorded: 5355" and reward == pytest.approx(1.0)
+    env.close()

@@ -11,6 +11,10 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
+import re
+
+from gymnasium.utils.env_checker import check_env
+
 import llmgym  # noqa: E402  registers the envs
 from llmgym.envs.adapters import RG_DEFAULT_TASKS, rg_env_id  # noqa: E402
 from llmgym.envs.adapters import reasoning_gym as rg  # noqa: E402
@@ -158,3 +162,105 @@ def test_register_all_registers_every_task():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert float(out.stdout.split()[-1]) == pytest.approx(1.1)
+
+
+def test_reasoning_gym_index_option_refuses_bools_and_takes_numpy_ints():
+    import numpy as np
+    import pytest
+
+    pytest.importorskip("reasoning_gym")
+    from llmgym.envs.adapters.reasoning_gym import ReasoningGymEnv
+
+    env = ReasoningGymEnv("chain_sum", config={"size": 10})
+    for bad in (True, False, 1.0, "1"):
+        with pytest.raises(ValueError, match="index"):
+            env.reset(options={"index": bad})
+    question, _ = env.reset(options={"index": np.int64(3)})
+    assert env.index == 3 and type(env.index) is int and question == env.dataset[3]["question"]
+
+
+def _everyone_second_role(question: str) -> str:
+    """A constant guess that reads nothing but the answer format: 'A is a knave, and B is a knave'."""
+    template = re.search(r'Format your answer like: "(.*)"\)', question)
+    assert template, question
+    return re.sub(r"(\w+)/(\w+)", r"\2", template.group(1))
+
+
+def _unsorted_words(question: str) -> str:
+    """word_sorting's input copied back in its own order."""
+    return question.rsplit(":", 1)[1].strip()
+
+
+def _play(task: str, policy, seeds: int = 200, **kwargs) -> tuple[float, list[dict[str, float]]]:
+    env = gym.make(f"llmgym/rg-{task}-v0", **kwargs)
+    total, components = 0.0, []
+    for seed in range(seeds):
+        question, _ = env.reset(seed=seed)
+        _, reward, terminated, _, info = env.step(f"<answer>{policy(question, env.unwrapped.entry)}</answer>")
+        assert terminated
+        total += reward
+        components.append(info["reward_components"])
+    env.close()
+    return total / seeds, components
+
+
+def test_rg_constant_guess_scores_far_below_correct_answers_on_knights_knaves():
+    pytest.importorskip("reasoning_gym")
+    honest, _ = _play("knights_knaves", lambda q, entry: entry["answer"])
+    guess, components = _play("knights_knaves", lambda q, entry: _everyone_second_role(q))
+    assert honest == pytest.approx(1.1)
+    assert guess < 0.4 * honest, guess  # paid partial credit it averaged 0.70
+    for c in components:  # the verifier's score is still logged, and pays only when it is full
+        assert c["correct"] == (1.0 if c["verifier_score"] == 1.0 else 0.0)
+    assert sum(0 < c["verifier_score"] < 1 for c in components) > 50  # the guess does earn partial scores
+
+
+def test_rg_copying_the_input_earns_little_on_word_sorting():
+    pytest.importorskip("reasoning_gym")
+    copied, components = _play("word_sorting", lambda q, entry: _unsorted_words(q))
+    assert copied < 0.2, copied  # paid partial credit it averaged 0.37
+    assert sum(c["verifier_score"] for c in components) / len(components) > 0.2
+
+
+def test_rg_partial_credit_option_pays_the_verifier_score():
+    pytest.importorskip("reasoning_gym")
+    guess, components = _play("knights_knaves", lambda q, entry: _everyone_second_role(q), partial_credit=True)
+    assert guess > 0.6, guess
+    assert all(c["correct"] == c["verifier_score"] for c in components)
+    env = gym.make("llmgym/rg-knights_knaves-v0", partial_credit=True)
+    assert env.unwrapped.partial_credit is True
+    assert env.unwrapped.rubric.weights() == {"correct": 1.0, "verifier_score": 0.0, "format": 0.1, "tool_cost": -0.02}
+
+
+def test_rg_no_answer_pays_nothing_and_honest_answers_keep_full_marks():
+    pytest.importorskip("reasoning_gym")
+    env = gym.make("llmgym/rg-chain_sum-v0")
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(f"<answer>{env.unwrapped.entry['answer']}</answer>")
+    assert reward == pytest.approx(1.1) and env.unwrapped.solved
+    assert info["reward_components"] == {"correct": 1.0, "verifier_score": 1.0, "format": 1.0, "tool_cost": 0.0}
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("   ")
+    assert reward == 0.0 and info["reward_components"]["verifier_score"] == 0.0 and not env.unwrapped.solved
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"partial_credit": True}])
+def test_rg_env_checker_passes_with_either_scoring(kwargs):
+    pytest.importorskip("reasoning_gym")
+    env = gym.make("llmgym/rg-knights_knaves-v0", **kwargs)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+@pytest.mark.parametrize("max_turns", [0, -1])
+def test_rg_refuses_a_turn_budget_below_one(max_turns):
+    pytest.importorskip("reasoning_gym")
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        gym.make("llmgym/rg-chain_sum-v0", max_turns=max_turns)
+
+
+def test_rg_turn_budget_defaults():
+    pytest.importorskip("reasoning_gym")
+    assert gym.make("llmgym/rg-chain_sum-v0").unwrapped.max_turns == 1
+    assert gym.make("llmgym/rg-chain_sum-v0", max_turns=None, python_tool=True).unwrapped.max_turns == 8
+    assert gym.make("llmgym/rg-chain_sum-v0", max_turns=3).unwrapped.max_turns == 3

@@ -167,3 +167,47 @@ def test_plain_text_commands_act_like_tool_calls():
         assert a[0] == b[0] and a[1] == b[1] and a[4]["reward_components"]["invalid"] == 0.0
     _, reward, *_ = by_text.step("I think the goal is up there")
     assert reward == pytest.approx(-0.05)
+
+
+def test_rule_discovery_unhashable_difficulty_is_a_clear_value_error():
+    import pytest
+
+    from llmgym.envs.rule_discovery import RuleDiscoveryEnv
+
+    with pytest.raises(ValueError, match="difficulty"):
+        RuleDiscoveryEnv(difficulty=["easy"])
+    env = RuleDiscoveryEnv()
+    for bad in (["easy"], {"level": 1}):
+        with pytest.raises(ValueError, match="difficulty"):
+            env.reset(seed=0, options={"difficulty": bad})
+    observation, _ = env.reset(seed=0, options={"difficulty": "easy"})
+    assert observation.startswith("Difficulty: easy.")
+
+
+@pytest.mark.parametrize("max_turns", [0, -2])
+def test_rule_discovery_refuses_a_turn_budget_below_one(max_turns):
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        gym.make("llmgym/RuleDiscovery-v0", max_turns=max_turns)
+
+
+def test_rule_discovery_turn_budget_follows_the_level_unless_fixed():
+    env = gym.make("llmgym/RuleDiscovery-v0", max_turns=None)
+    assert env.unwrapped.max_turns == 50
+    env.reset(seed=0, options={"difficulty": "hard"})
+    assert env.unwrapped.max_turns == 80
+    fixed = gym.make("llmgym/RuleDiscovery-v0", max_turns=4)
+    fixed.reset(seed=0, options={"difficulty": "hard"})
+    assert fixed.unwrapped.max_turns == 4
+
+
+def test_rule_discovery_accepts_max_tool_calls():
+    env = gym.make("llmgym/RuleDiscovery-v0", difficulty="easy", max_tool_calls=2)
+    assert env.unwrapped.max_tool_calls == 2
+    env.reset(seed=0)
+    obs, *_ = env.step(_call("look") + _call("look"))
+    assert obs.count("Map:") == 2
+    default = gym.make("llmgym/RuleDiscovery-v0", difficulty="easy")
+    assert default.unwrapped.max_tool_calls == 1  # one action a turn unless asked otherwise
+    default.reset(seed=0)
+    obs, *_ = default.step(_call("look") + _call("look"))
+    assert obs.count("Map:") == 1

@@ -256,3 +256,63 @@ def test_a_move_written_inside_think_is_not_played_and_not_shown_to_the_opponent
     aec.step("<think>my secret plan: [0] then [8]</think> [4]")
     seen = aec.observe("player_1")["text"]
     assert "secret plan" not in seen and "[Player 0] [4]" in seen
+
+
+def test_textarena_non_finite_invalid_penalty_is_refused_at_construction():
+    import pytest
+
+    pytest.importorskip("textarena")
+    from llmgym.envs.adapters.textarena import TextArenaEnv
+
+    for bad in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match="invalid_penalty"):
+            TextArenaEnv("GuessTheNumber-v0", invalid_penalty=bad)
+    env = TextArenaEnv("GuessTheNumber-v0", invalid_penalty=0.0)
+    env.reset(seed=0)
+    assert env.step("")[1] == 0.0
+
+
+def test_unknown_textarena_game_lists_only_games_the_adapter_can_make():
+    pytest.importorskip("textarena")
+    from llmgym.envs.adapters.textarena import make_game
+
+    with pytest.raises(ValueError, match="unknown TextArena game 'BabyAiText-v0'") as err:
+        make_game("BabyAiText-v0")  # registered by TextArena, but with no -raw id
+    known = str(err.value).split("known: ", 1)[1].split(", ")
+    assert "BabyAiText-v0" not in known and "TicTacToe-v0" in known and "Taboo-v0-city/country" in known
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Chess-v0 compiles on Python >= 3.12")
+def test_textarena_game_needing_a_newer_python_fails_with_one_clear_error():
+    pytest.importorskip("textarena")
+    from llmgym.envs.adapters.textarena_aec import aec_env
+
+    with pytest.raises(RuntimeError, match=r"'Chess-v0' cannot be imported on Python 3\.\d+: its code has a SyntaxError"):
+        aec_env("Chess-v0")
+    with pytest.raises(RuntimeError, match="'Klondike-v0' cannot be imported"):
+        gym.make("llmgym/ta-GuessTheNumber-v0", game="Klondike-v0")
+
+
+def _textarena_totals(game, num_players, moves_of):
+    from llmgym.envs.adapters.textarena_aec import aec_env
+
+    env = aec_env(game, num_players=num_players)
+    env.reset(seed=0)
+    totals = dict.fromkeys(env.possible_agents, 0.0)
+    for agent in env.agent_iter(40):
+        _, reward, terminated, truncated, _ = env.last()
+        totals[agent] += reward
+        env.step(None if terminated or truncated else moves_of(agent))
+    return totals
+
+
+def test_textarena_invalid_move_that_eliminates_a_player_is_charged():
+    """Regression: Liar's Dice goes on after player_0's second invalid move eliminates it; that move used to cost
+    nothing."""
+    pytest.importorskip("textarena")
+    totals = _textarena_totals("LiarsDice-v0", 3, lambda agent: "garbage" if agent == "player_0" else "[4]")
+    # eliminated first (-1) and second (0), each after two invalid moves (-0.1 each); player_2 wins (+1)
+    assert totals == pytest.approx({"player_0": -1.2, "player_1": -0.2, "player_2": 1.0})
+    # two players: the losing second invalid move is charged once, as before
+    two = _textarena_totals("TicTacToe-v0", 2, lambda agent: "garbage")
+    assert two == pytest.approx({"player_0": -1.2, "player_1": 1.0})

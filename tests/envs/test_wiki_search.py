@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import llmgym  # noqa: F401
-from llmgym.envs.wiki_search import WikiSearchSolver, answer_matches, generate_world, make_question
+from llmgym.envs.wiki_search import WikiSearchEnv, WikiSearchSolver, answer_matches, generate_world, make_question
 from llmgym.envs.wiki_search.world import QUESTION_KINDS
+
 from scripted_play import play_scripted
 
 
@@ -121,3 +122,46 @@ def test_search_and_read_errors_are_observations():
     assert obs.splitlines()[0].startswith(f"[{person}#")
     with pytest.raises(ValueError, match=r"unknown question kinds \['trivia'\]; choose from"):
         gym.make("llmgym/WikiSearch-v0", kinds=["trivia"])
+
+
+def test_wiki_search_docstring_counts_the_passages_a_world_has():
+    import gymnasium as gym
+
+    from llmgym.envs.wiki_search import env as wiki_env
+
+    env = gym.make("llmgym/WikiSearch-v0")
+    sizes = set()
+    for seed in range(5):
+        env.reset(seed=seed)
+        sizes.add(len(env.unwrapped.world.passages))
+    env.close()
+    assert sizes == {56}
+    assert "each of the 56\nreads" in wiki_env.__doc__
+
+
+def test_wiki_search_short_hedge_of_every_country_is_wrong():
+    """Regression: there are three countries: answering all three (5 words allowed for a 1-word gold) was always
+    "correct"."""
+    for seed in range(5):
+        env = WikiSearchEnv(kinds=["employer_hq_country"])
+        env.reset(seed=seed)
+        countries = sorted({city["country"] for city in env.world.cities.values()})
+        *_, info = env.step(call("answer", text=" or ".join(countries)))
+        assert info["reward_components"]["correct"] == 0.0
+        env.reset(seed=seed)
+        *_, info = env.step(call("answer", text=f"the {env.question.answer}."))
+        assert info["reward_components"]["correct"] == 1.0
+
+
+def test_wiki_search_hedged_years_and_rivers_are_wrong_but_gold_with_filler_is_right():
+    env = WikiSearchEnv(kinds=["birthplace_founded", "founder_birthplace_river"])
+    for seed in range(6):
+        env.reset(seed=seed)
+        gold = env.question.answer
+        other = next(str(c["founded"]) for c in env.world.cities.values() if str(c["founded"]) != gold) \
+            if gold.isdigit() else next(f"{c['river']} River" for c in env.world.cities.values() if f"{c['river']} River" != gold)
+        *_, info = env.step(call("answer", text=f"{gold}, {other}"))
+        assert info["reward_components"]["correct"] == 0.0
+        env.reset(seed=seed)
+        *_, info = env.step(call("answer", text=f"It is {gold}"))
+        assert info["reward_components"]["correct"] == 1.0

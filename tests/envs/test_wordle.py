@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import llmgym  # noqa: F401
 from llmgym.envs.wordle import WordleSolver, load_words, score_guess
+from llmgym.envs.wordle.env import WordleEnv
 
 
 @pytest.mark.parametrize(
@@ -201,3 +202,69 @@ def test_a_guess_after_the_solving_one_in_the_same_reply_is_not_run(wordle):
     assert terminated and obs.splitlines()[:2] == ["[guess] CRANE G G G G G", "Solved in 1 guess!"]
     assert "[guess] Error: the task is already over; this call was not run" in obs
     assert [word for word, _, _ in wordle.unwrapped.guesses] == ["crane"]
+
+
+def test_wordle_out_of_turns_note_stays_inside_the_observation_space():
+    """Regression: the "Out of turns" note used to push the observation past its space."""
+    env = gym.make("llmgym/Wordle-v0", max_turns=1)
+    env.reset(seed=0)
+    observation, *_ = env.step("<tool_call>x</tool_call>" * 1365)
+    assert env.observation_space.contains(observation)
+    assert observation.endswith(f"Out of turns. The word was {env.unwrapped.answer.upper()}.")
+
+
+def test_wordle_last_reply_never_reveals_the_word_before_a_later_guess_in_it_solves():
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, terminated, truncated, _ = env.step(_call("crane") + _call("slate") + _call("audio"))
+    assert terminated and not truncated
+    assert "Out of turns" not in obs and "The word was" not in obs, obs
+    assert obs.splitlines()[-1] == "Solved in 3 guesses!"
+
+
+def test_wordle_out_of_turns_is_said_once_after_the_last_replys_guesses():
+    env = WordleEnv(max_turns=1)
+    env.reset(seed=0, options={"answer": "audio"})
+    obs, _, terminated, truncated, _ = env.step(_call("crane") + _call("slate"))
+    assert truncated and not terminated
+    assert obs.count("The word was AUDIO") == 1 and obs.splitlines()[-1] == "Out of turns. The word was AUDIO."
+
+
+def test_wordle_one_guess_budget_is_singular():
+    env = WordleEnv(max_guesses=1)
+    obs, _ = env.reset(seed=0)
+    assert obs == "Guess the five-letter word. You have 1 guess."
+    assert "at most 1 guess." in env.system_prompt
+
+
+def test_wordle_prompt_and_observations_state_the_real_budgets():
+    env = gym.make("llmgym/Wordle-v0", max_guesses=4, max_turns=2)
+    obs, info = env.reset(seed=0, options={"answer": "squid"})
+    assert "at most 4 guesses" in info["messages"][0]["content"] and "6" not in info["messages"][0]["content"]
+    assert "4 guesses but only 2 replies" in obs
+    obs = env.step("crane")[0]
+    assert obs.splitlines()[-1] == "3 guesses left in 1 reply."
+    obs, _, terminated, truncated, _ = env.step("slate")
+    assert truncated and not terminated and obs.splitlines()[-1] == "Out of turns. The word was SQUID."
+    env.close()
+
+
+def test_wordle_one_reply_may_still_use_several_guesses():
+    env = gym.make("llmgym/Wordle-v0", max_turns=1)
+    obs, _ = env.reset(seed=0, options={"answer": "squid"})
+    assert "6 guesses but only 1 reply" in obs
+    obs, _, terminated, *_ = env.step(_call("crane") + _call("squid"))
+    assert terminated and "Solved in 2 guesses!" in obs
+    env.close()
+
+
+def test_wordle_defaults_unchanged_and_singular_counts():
+    env = gym.make("llmgym/Wordle-v0")
+    obs, info = env.reset(seed=0, options={"answer": "squid"})
+    assert obs == "Guess the five-letter word. You have 6 guesses."
+    assert "at most 6 guesses" in info["messages"][0]["content"]
+    lasts = [env.step(word)[0].splitlines()[-1] for word in ("crane", "slate", "moist", "pilot", "bumpy")]
+    assert lasts == ["5 guesses left.", "4 guesses left.", "3 guesses left.", "2 guesses left.", "1 guess left."]
+    env.reset(seed=0, options={"answer": "squid"})
+    assert env.step("squid")[0].endswith("Solved in 1 guess!")
+    env.close()

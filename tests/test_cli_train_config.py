@@ -1,18 +1,14 @@
-"""Regressions of ``llmgym train grpo``'s settings sources and ``llmgym init``'s shadowing check.
+"""``llmgym train grpo``'s settings: the env id and every field may come from a flag, ``--set`` or a ``--config``
+file, and two sources that disagree are a usage error.
 
-``train grpo``: the env id may come from ENV_ID, ``--set env_id=`` or a ``--config`` file, and
-two sources that disagree (also a flag and a ``--set`` of the same field) are a usage error.
 The trainer is a stub here: nothing is trained, only the config the CLI built is looked at.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from llmgym.cli import main
-from llmgym.scaffold import scaffold
 
 ENV = "llmgym/MathTools-v0"  # not GRPOConfig's default env_id, so a dropped value shows
 
@@ -78,38 +74,35 @@ def test_help_states_the_precedence(capsys):
     assert "override a --config file" in out and "must have one value" in out
 
 
-@pytest.mark.parametrize("name", ["numpy", "gymnasium", "pytest"])
-def test_init_refuses_the_name_of_an_installed_module(name, tmp_path, capsys):
-    assert importlib.util.find_spec(name) is not None
-    assert main(["init", name, "--dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and f"installed module {name}" in err
-    assert not (tmp_path / name).exists()
-
-
-def test_init_names_the_stdlib_module_it_would_shadow(tmp_path, capsys):
-    assert main(["init", "json", "--dir", str(tmp_path)]) == 2
-    assert "standard-library module json" in capsys.readouterr().err
-
-
-def test_init_rerun_over_its_own_importable_scaffold(tmp_path, monkeypatch):
-    root = scaffold("rerun-env", tmp_path)
-    monkeypatch.syspath_prepend(str(root))  # as after `pip install -e rerun-env`
-    assert importlib.util.find_spec("rerun_env") is not None
-    assert scaffold("rerun-env", tmp_path, force=True) == root  # the same project: allowed
-    with pytest.raises(ValueError, match="installed module rerun_env"):
-        scaffold("rerun-env", tmp_path / "elsewhere")  # a second copy would shadow the first
-
-
-def test_init_ignores_a_bare_folder_of_that_name_on_the_path(tmp_path, monkeypatch):
-    (tmp_path / "path" / "bare_env").mkdir(parents=True)  # a namespace package: any real package wins over it
-    monkeypatch.syspath_prepend(str(tmp_path / "path"))
-    assert scaffold("bare_env", tmp_path / "projects").is_dir()
-
-
 def test_an_unknown_env_id_is_a_one_line_error(capsys):
     pytest.importorskip("transformers")
     # GRPOTrainer makes one env before it loads the model, so this loads no model
     assert main(["train", "grpo", "llmgym/Wordl-v0", "--model", "tiny-random", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "llmgym/Wordl-v0" in err and "Wordle" in err
+
+
+@pytest.mark.parametrize("sets, field", [(["steps=five"], "steps"), (["micro_batch_size=2.5"], "micro_batch_size"),
+                                         (["is_cap=[1,"], "is_cap")])
+def test_set_values_are_type_checked_without_config(sets, field, stub_trainer, capsys):
+    argv = ["train", "grpo", "llmgym/Wordle-v0"] + [x for s in sets for x in ("--set", s)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert field in err and "not supported between" not in err
+
+
+def test_set_none_and_conversions(stub_trainer, tmp_path):
+    assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "is_cap=none", "--set", "max_grad_norm=NULL",
+                 "--set", 'steps="3"', "--set", "scale_rewards=none", "--set", "curriculum_kwarg=null"]) == 0
+    config = stub_trainer.config
+    assert config.is_cap is None and config.max_grad_norm is None and config.steps == 3
+    assert config.scale_rewards == "none" and config.curriculum_kwarg is None  # a str field keeps the word
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text("is_cap = 3.0\nsteps = 7\n")
+    assert main(["train", "grpo", "--config", str(cfg), "--set", "is_cap=none", "--steps", "2"]) == 0
+    assert stub_trainer.config.is_cap is None and stub_trainer.config.steps == 2
+
+
+def test_set_empty_key(capsys):
+    assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "=3"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err

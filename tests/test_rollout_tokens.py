@@ -1,14 +1,10 @@
-"""Regressions of token assembly (llmgym/rollout_tokens.py) and collation (trainers/batch.py)."""
+"""Token assembly across turns (llmgym/rollout_tokens.py): prompt and completion tokens, mask, log-probs, turn spans."""
 
-import numpy as np
-import pytest
+from __future__ import annotations
 
 from llmgym.episode import Episode
 from llmgym.policy import Generation
 from llmgym.rollout_tokens import TokenRecord
-
-torch = pytest.importorskip("torch")
-from llmgym.trainers.batch import collate  # noqa: E402
 
 _MSG = {"role": "assistant", "content": "x"}
 
@@ -34,23 +30,3 @@ def test_missing_logprobs_on_a_nonempty_turn_still_drop_them():
     episode = Episode("x")
     record.fill(episode)
     assert episode.token_ids == [1, 2, 3, 4] and episode.logprobs == []
-
-
-def _episode():
-    return Episode("x", token_ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -0.5, -0.1])
-
-
-@pytest.mark.parametrize("length", [2, 4])
-def test_collate_rejects_advantages_of_the_wrong_length(length):
-    with pytest.raises(ValueError, match="3 tokens but %d advantages" % length):
-        collate([_episode()], [np.ones(length)])
-
-
-def test_collate_rejects_a_wrong_number_of_advantage_arrays():
-    with pytest.raises(ValueError, match="1 advantage arrays for 2 episodes"):
-        collate([_episode(), _episode()], [np.ones(3)])
-
-
-def test_collate_places_advantages_on_their_tokens():
-    batch = collate([_episode(), Episode("x", token_ids=[1, 2], mask=[0, 1])], [np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0])])
-    assert batch.advantages.tolist() == [[0.0, 1.0, 2.0], [0.0, 3.0, 0.0]]
