@@ -133,9 +133,8 @@ def run_sync(coro: Any) -> Any:
     loop = asyncio.new_event_loop()
     task = loop.create_task(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(_run_loop, loop, task)
-        try:
-            return future.result()
+        try:  # from before the thread starts: a Ctrl-C at any moment it runs must reach the except below
+            return pool.submit(_run_loop, loop, task).result()
         except BaseException:  # Ctrl-C here: stop the coroutine too, instead of waiting for it to run to its end
             loop.call_soon_threadsafe(task.cancel)
             raise

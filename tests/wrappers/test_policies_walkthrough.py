@@ -7,6 +7,7 @@ not local, out-of-range seeds, the context-length message of a chat request.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import httpx
@@ -16,14 +17,30 @@ from llmgym.policy import PolicyRequest, SamplingParams
 from llmgym.wrappers.server import create_app, serve_in_thread
 
 
-@pytest.fixture(scope="module")
-def tiny():
+@contextlib.contextmanager
+def _serve_tiny():
+    """``llmgym serve`` of a tiny random model, in this process: ``(base_url, policy)``."""
     from llmgym.wrappers.models import tiny_random_model
     from llmgym.wrappers.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(*tiny_random_model())
     with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
         yield base_url, policy
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """One server for the tests that leave its model as they found it."""
+    with _serve_tiny() as served:
+        yield served
+
+
+@pytest.fixture
+def tiny_for_adapters():
+    """A server of its own for a test that loads LoRA adapters into the model: a load that fails
+    (or a peft that cannot unload) must not leave the other tests a server that refuses requests."""
+    with _serve_tiny() as served:
+        yield served
 
 
 def _chat(base_url: str, **body) -> httpx.Response:
@@ -42,12 +59,12 @@ def _adapter(tmp_path, name: str, hidden_size: int) -> str:
     return str(tmp_path / name)
 
 
-def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny, tmp_path):
+def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny_for_adapters, tmp_path):
     # An adapter made for another model fails part-way through loading. It used to leave a
     # half-initialised adapter under the name: the name could never be loaded again
     # ("Adapter with name w already exists"), and a failed load_inplace kept the name listed
     # while its requests silently ran on re-initialised (base-model) weights.
-    base_url, _ = tiny
+    base_url, _ = tiny_for_adapters
     good, wide = _adapter(tmp_path, "good", 64), _adapter(tmp_path, "wide", 128)
     load = lambda name, path, **kw: httpx.post(  # noqa: E731
         f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path, **kw}, timeout=60)
