@@ -181,8 +181,12 @@ def test_ddp_two_cpu_ranks_end_with_identical_weights(tmp_path):
 
 @pytest.mark.slow
 def test_learns_to_write_vowels(tmp_path):
-    """A tiny random Llama raises its mean reward well above the random level within ~14 steps."""
-    config = small_config(tmp_path, env_kwargs={"turns": 1}, steps=14, prompts_per_step=4, group_size=8,
+    """A tiny random Llama raises its mean reward well above the random level within 20 steps.
+
+    Regression: with transformers 5.x the tiny model starts near-uniform (entropy ~ln|V|) and takes
+    ~15 steps to leave the random level (0.37), so 14 steps no longer sufficed.
+    """
+    config = small_config(tmp_path, env_kwargs={"turns": 1}, steps=20, prompts_per_step=4, group_size=8,
                           max_new_tokens=8, learning_rate=5e-2, save_every=100)
     trainer = GRPOTrainer(config)
     history = trainer.train()
