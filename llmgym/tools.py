@@ -105,7 +105,6 @@ class Tool:
         arguments_type = TypedDict(f"{self.name}_arguments", fields)  # type: ignore[operator]
         arguments_type.__pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # type: ignore[attr-defined]
         self._adapter = pydantic.TypeAdapter(arguments_type)
-        self._validate = self._adapter.validator.validate_python  # the compiled validator, called directly
         parameters = self._adapter.json_schema()
         _strip_titles(parameters)
         parameters.setdefault("properties", {})
@@ -130,7 +129,7 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolError(f"arguments for {self.name} must be a JSON object")
         try:
-            return self._validate(arguments)
+            return self._adapter.validate_python(arguments)
         except pydantic.ValidationError as err:
             raise ToolError(self._invalid(err)) from None
 
@@ -140,10 +139,8 @@ class Tool:
 
     def call(self, arguments: dict[str, Any], bound_to: Any = None) -> ToolResult:
         """Validate ``arguments`` (as :meth:`validate`) and run the tool; never raises for the agent's mistakes."""
-        try:  # a dict goes straight to the compiled validator: tools are called every step
-            kwargs = self._validate(arguments) if type(arguments) is dict else self.validate(arguments)
-        except pydantic.ValidationError as err:
-            return ToolResult(f"Error: {self._invalid(err)}", ok=False)
+        try:
+            kwargs = self.validate(arguments)
         except ToolError as err:
             return ToolResult(f"Error: {err}", ok=False)
         try:  # separate from validation: an error raised inside the body is the tool failing, not bad arguments
