@@ -16,8 +16,10 @@ from llmgym.rollout import rollout
 
 
 def test_ctrl_c_in_rollout_called_from_a_running_loop_stops_the_run(tmp_path):
-    # In a notebook (a running loop) rollout runs on a thread of its own; Ctrl-C used to wait
-    # there until every episode had been played, and left the run going on. Ctrl-C comes from the
+    """Regression: in a notebook (a running loop) rollout runs on a thread of its own; Ctrl-C used to wait
+    there until every episode had been played, and left the run going on; and this test failed whenever pytest
+    was started with SIGINT ignored (a background job of a non-interactive shell, as CI runs it)."""
+    # Ctrl-C comes from the
     # policy once the run is under way, not after a fixed delay that a busy machine may not have
     # started the run in; and a run played out is 240 turns of 50 ms, two at a time (~6 s), so
     # "stopped" is told by the episodes played, not by a clock.
@@ -37,11 +39,14 @@ def test_ctrl_c_in_rollout_called_from_a_running_loop_stops_the_run(tmp_path):
             rollout("llmgym/Wordle-v0", Counting(), seeds=40, max_concurrency=2, jsonl_path=path)
 
     threads_before = set(threading.enumerate())  # other tests' threads are not this run's
+    # A shell that starts pytest in the background (CI, `cmd &`) leaves SIGINT ignored: Ctrl-C must mean Ctrl-C here.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(notebook())
     finally:
         loop.close()
+        signal.signal(signal.SIGINT, previous_handler)
     played = len(calls)
     time.sleep(0.2)
     assert len(calls) == played  # nothing runs on in the background
