@@ -19,10 +19,9 @@ def test_ctrl_c_in_rollout_called_from_a_running_loop_stops_the_run(tmp_path):
     """Regression: in a notebook (a running loop) rollout runs on a thread of its own; Ctrl-C used to wait
     there until every episode had been played, and left the run going on; and this test failed whenever pytest
     was started with SIGINT ignored (a background job of a non-interactive shell, as CI runs it)."""
-    # Ctrl-C comes from the
-    # policy once the run is under way, not after a fixed delay that a busy machine may not have
-    # started the run in; and a run played out is 240 turns of 50 ms, two at a time (~6 s), so
-    # "stopped" is told by the episodes played, not by a clock.
+    # Ctrl-C comes from the policy once the run is under way, not after a fixed delay that a busy machine
+    # may not have started the run in; and a run played out is 240 turns of 50 ms, two at a time (~6 s),
+    # so "stopped" is told by the episodes played, not by a clock.
     path = tmp_path / "run.jsonl"
     calls = []
 
