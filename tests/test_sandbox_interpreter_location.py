@@ -9,6 +9,13 @@ namespace of its own (nothing of it is seen outside), on fresh tmpfs over
 machine's own setup). Each runs the same
 ordinary and hostile programs in a :class:`SubprocessSandbox` whose workers
 use that interpreter.
+
+Those tmpfs hide whatever the host keeps in ``/home`` and ``/tmp``, and the
+suite itself may live there (CI runs a fresh clone and virtualenv in ``/tmp``):
+the helper binds the folders of its own interpreter and llmgym's sources (the
+worker script) back at their paths, read-only, before it starts a worker. The
+home and the virtualenv it makes get names the host does not use, so they
+never land on a folder bound back.
 """
 
 from __future__ import annotations
@@ -25,10 +32,20 @@ import pytest
 from llmgym.sandbox import SandboxLimits
 from llmgym.sandbox._worker import interpreter_paths
 
+
+def _unused(path: str) -> str:
+    """``path``, else ``path-2``, ``path-3``...: the first the host lacks (the helper binds host folders back)."""
+    candidate, number = path, 1
+    while os.path.lexists(candidate):
+        number += 1
+        candidate = f"{path}-{number}"
+    return candidate
+
+
 LIMITS = SandboxLimits(wall_time_s=20, cpu_time_s=10, memory_mb=512)
-HOME = "/home/alice"
+HOME = _unused("/home/alice")
 KEY = f"{HOME}/.ssh/id_ed25519"
-VENV = "/tmp/venv"
+VENV = _unused("/tmp/venv")
 
 ORDINARY = {
     "stdlib": "import doctest, inspect, socket, statistics, threading, unittest\n"
@@ -56,30 +73,52 @@ HOSTILE = {
 
 _HELPER = """
 import ctypes, json, os, subprocess, sys
+import llmgym
 from llmgym.sandbox import SandboxLimits, SubprocessSandbox
+from llmgym.sandbox._worker import interpreter_paths
+from llmgym.sandbox.subprocess_backend import WORKER_SCRIPT
 
 libc = ctypes.CDLL(None, use_errno=True)
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
 
 
 def mount(source, target, fstype, flags, data=None):
-    if libc.mount(source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode()):
+    source, fstype, data = (text and text.encode() for text in (source, fstype, data))
+    if libc.mount(source, target.encode(), fstype, flags, data):
         raise OSError(ctypes.get_errno(), "mount " + target)
 
 
+def under(path, folder):
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 limits, home, key, venv, programs = json.loads(sys.argv[1])
+covered = [os.path.realpath(os.path.dirname(path)) for path in (home, venv)]
+# what this process and its workers need from the host's /home and /tmp, which the tmpfs below hide: the folders of
+# this interpreter (the suite's virtualenv may be in /tmp) and llmgym's sources (the worker script; a checkout in /tmp)
+needed = set(interpreter_paths()) | {os.path.realpath(os.path.dirname(llmgym.__file__))}
+needed = [p for p in needed if not any(q != p and under(p, q) for q in needed)]
 if libc.unshare(0x00020000):  # CLONE_NEWNS: these mounts stay in this process and go with it
     raise OSError(ctypes.get_errno(), "unshare")
 mount("none", "/", None, MS_REC | MS_PRIVATE)
-for folder in (os.path.dirname(home), os.path.dirname(venv)):
+# handles opened in this namespace (a bind's source must be in it) before the tmpfs cover their folders
+kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in needed if any(under(p, folder) for folder in covered)}
+base = os.open(sys.base_prefix, os.O_PATH | os.O_DIRECTORY)
+for folder in covered:
     mount("tmpfs", folder, "tmpfs", 0, "mode=1777")
+for path, handle in sorted(kept.items()):  # back at their own paths, read-only: nothing of the host can change
+    os.makedirs(path, exist_ok=True)
+    mount("/proc/self/fd/%d" % handle, path, None, MS_BIND | MS_REC)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+if not os.path.isfile(WORKER_SCRIPT):
+    raise FileNotFoundError("the tmpfs hide the sandbox worker script " + WORKER_SCRIPT)
 os.mkdir(home, 0o700)
 os.makedirs(os.path.dirname(key))
 with open(key, "w") as handle:
     handle.write("PRIVATE KEY")
 prefix = os.path.join(home, ".pyenv", "versions", "%d.%d" % sys.version_info[:2])
 os.makedirs(prefix)
-mount(sys.base_prefix, prefix, None, MS_BIND | MS_REC)
+mount("/proc/self/fd/%d" % base, prefix, None, MS_BIND | MS_REC)
 pyenv = os.path.join(prefix, "bin", "python%d.%d" % sys.version_info[:2])
 subprocess.run([pyenv, "-m", "venv", "--without-pip", venv], check=True)
 hidden = os.path.join(venv, "hidden_tests")  # inside a folder bound back: hiding it must win, run after run
