@@ -1,8 +1,8 @@
 """MaskablePPO (sb3-contrib) learns a text environment: Wordle over eight candidate words.
 
 The agent reads Wordle's text feedback through all-MiniLM-L6-v2 embeddings
-(:class:`~llmgym.wrappers.sb3.TextEmbeddingObservation`) and picks one of
-eight words (:class:`~llmgym.wrappers.sb3.CandidateActions`; words already
+(:class:`~llmgym.wrappers.classic_rl.sb3.TextEmbeddingObservation`) and picks one of
+eight words (:class:`~llmgym.wrappers.classic_rl.sb3.CandidateActions`; words already
 guessed are masked). The hidden word is one of the eight, so a random
 guesser solves 75% of games in 3.5 guesses on average; the best policy,
 one fixed opening and then the word the feedback points to, solves every
@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 import llmgym  # noqa: F401  (registers llmgym/Wordle-v0)
-from llmgym.wrappers.sb3 import CandidateActions, TextEmbeddingObservation
+from llmgym.wrappers.classic_rl.sb3 import CandidateActions, TextEmbeddingObservation
 
 WORDS = ("crane", "pious", "lymph", "mound", "fight", "slate", "brick", "gusto")
 

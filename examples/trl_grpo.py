@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import llmgym  # noqa: E402,F401
-from llmgym.wrappers.trl import trl_dataset, trl_environment  # noqa: E402
+from llmgym.trainers.trl import trl_dataset, trl_environment  # noqa: E402
 
 ENV_ID = "llmgym/Wordle-v0"
 TOOL_CALL = '<tool_call>\n{"name": "guess", "arguments": {"word": "crane"}}\n</tool_call><|im_end|>'

@@ -11,6 +11,7 @@ Example:
     ['messages', 'reward_components', 'tools', 'turn']
 """
 
+from llmgym import _moved
 from llmgym.env import LLMEnv
 from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl
 from llmgym.messages import Message, ToolCall
@@ -51,4 +52,5 @@ __all__ = [
     "make_vec",
 ]
 
+_moved.install()  # old module names keep working for a release (llmgym/_moved.py)
 load_plugins()

@@ -84,7 +84,7 @@ def _refuse_flatten(space: Text, *args: Any) -> NoReturn:
     # any character, so that would fail on the first emoji (or on any reply at all).
     raise ValueError(
         f"{space!r} cannot be flattened to numbers: it contains strings of any characters. "
-        "Turn text into numbers first, e.g. with llmgym.wrappers.sb3.TextEmbeddingObservation "
+        "Turn text into numbers first, e.g. with llmgym.wrappers.classic_rl.sb3.TextEmbeddingObservation "
         "(observations) or CandidateActions (actions); see docs/interop.md"
     )
 

@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests mirror the package: tests/test_*.py for the core, tests/envs/, tests/wrappers/, tests/trainers/.
+"""Shared fixtures. Tests mirror the package: tests/test_*.py for the core, tests/envs/, tests/wrappers/ (with server/,
+decoding/ and classic_rl/ as in wrappers/), tests/trainers/. Test file names are unique across folders (no __init__.py).
 
 Helpers shared by several test modules are plain modules beside them: cli_runs.py (a scripted eval, the one-line
 CLI error), forking.py, envs/scripted_play.py and envs/multiagent_actions.py.

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from llmgym.cli import CLIError, main
-from llmgym.cli.eval import _missing_extra, exit_status
+from llmgym.cli._policies import missing_extra
+from llmgym.cli.eval import exit_status
 from llmgym.episode import Episode, load_jsonl, save_jsonl
 
 from cli_runs import eval_wordle, one_line_error
@@ -110,11 +111,11 @@ def test_a_missing_local_model_is_a_clear_error(tmp_path, capsys):
 
 
 def test_missing_extras_are_named():
-    assert _missing_extra(ImportError("No module named 'matplotlib'", name="matplotlib")) == (
+    assert missing_extra(ImportError("No module named 'matplotlib'", name="matplotlib")) == (
         'matplotlib is not installed: pip install "llmgym[plot]"')
-    assert "llmgym[local]" in _missing_extra(ImportError("x", name="llama_cpp.llama"))
+    assert "llmgym[local]" in missing_extra(ImportError("x", name="llama_cpp.llama"))
     hint = 'the OpenAI-compatible policy needs the openai package: pip install "llmgym[openai]"'
-    assert _missing_extra(ImportError(hint)) == hint
+    assert missing_extra(ImportError(hint)) == hint
 
 
 def test_eval_with_a_local_transformers_checkpoint(tmp_path, capsys):

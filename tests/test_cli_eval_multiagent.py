@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("pettingzoo")
 
 from llmgym.cli import main  # noqa: E402
-from llmgym.cli._opponents import RandomPlayer, scripted_players  # noqa: E402
+from llmgym.envs.multiagent.evaluation import RandomPlayer, scripted_players  # noqa: E402
 from llmgym.episode import load_jsonl  # noqa: E402
 
 TTT = "llmgym/ma-TicTacToe-v0"

@@ -29,3 +29,8 @@ def test_text_equality_includes_the_charset():
     assert Text(20, charset="abc") != Text(20, charset="xyz")
     assert Text(20, charset="abc") == Text(20, charset="cba")
     assert "charset='abc'" in repr(Text(20, charset="abc"))
+
+
+def test_text_sample_with_an_empty_charset_gives_the_empty_string():
+    space = Text(5, charset="", seed=1)
+    assert [space.sample() for _ in range(10)] == [""] * 10  # was ValueError on any non-zero length

@@ -1,5 +1,17 @@
-"""Gymnasium wrappers and policy adapters (imports as ``llmgym.wrappers``).
+"""Policy adapters and what serves them (imports as ``llmgym.wrappers``).
 
-Each adapter lives in its own module and is imported from there, so a
-missing optional extra only affects the adapter that needs it.
+The adapters, each in its own module and imported from there, so a missing
+optional extra only affects the adapter that needs it:
+``llamacpp_policy``, ``transformers_policy``, ``openai_policy``,
+``vllm_policy`` and ``scripted``, with ``prompting`` (chat templates and the
+text tool protocol), ``thinking`` (``<think>`` budgets), ``batching`` and
+``models`` (finding and loading model files; ``load_policy``).
+
+Each other role has a subpackage named for it:
+
+- ``server``: ``llmgym serve``, any policy behind vLLM's OpenAI-compatible API.
+- ``decoding``: faster CPU decoding for the transformers policy (int8 copies,
+  the static-cache Llama step).
+- ``classic_rl``: Gymnasium wrappers that give a text env the spaces classic RL
+  libraries take (Stable-Baselines3).
 """

@@ -99,7 +99,7 @@ class TransformersPolicy(Policy):
             be parsed by the env.
         rollout_precision: ``"fp32"`` decodes with the model's own weights;
             ``"int8"`` (CPU only) with int8 copies of its Linear weights
-            (:class:`~llmgym.wrappers.int8_rollout.Int8Linears`, ~2x faster
+            (:class:`~llmgym.wrappers.decoding.int8.Int8Linears`, ~2x faster
             decoding of small batches). Log-probs are then those of the int8
             model, the distribution actually sampled; after changing the
             weights call :meth:`weights_changed` so the copies are rebuilt.
@@ -107,7 +107,7 @@ class TransformersPolicy(Policy):
             thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
             CPU model the same thread also trains, as in the GRPO trainer.
         fast_decode: decode a plain Llama model on the CPU with
-            :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` (a static
+            :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` (a static
             key/value cache; the same logits up to float rounding; a batch-4
             SmolLM2-135M token took 36.6 instead of 41.2 ms with int8 copies,
             68.3 instead of 71.6 in fp32); ``False`` runs the transformers
@@ -194,24 +194,24 @@ class TransformersPolicy(Policy):
         if self.rollout_precision == "fp32":
             return contextlib.nullcontext()
         if self._int8 is None:
-            from llmgym.wrappers.int8_rollout import Int8Linears
+            from llmgym.wrappers.decoding.int8 import Int8Linears
 
             self._int8 = Int8Linears(self.model)
         return self._int8.active()
 
     def _fast_decoder_reason(self) -> str | None:
-        """Why decoding does not use :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` (``None`` when it does)."""
+        """Why decoding does not use :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` (``None`` when it does)."""
         if not self.fast_decode:
             return "fast_decode=False"
-        from llmgym.wrappers.llama_decode import LlamaDecoder
+        from llmgym.wrappers.decoding.llama import LlamaDecoder
 
         return LlamaDecoder.unsupported(self.model)
 
     def _fast_decoder(self) -> Any:
-        """A :class:`~llmgym.wrappers.llama_decode.LlamaDecoder` for this model, or ``None`` (see ``fast_decode``)."""
+        """A :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` for this model, or ``None`` (see ``fast_decode``)."""
         if self._fast_decoder_reason() is not None:
             return None
-        from llmgym.wrappers.llama_decode import LlamaDecoder
+        from llmgym.wrappers.decoding.llama import LlamaDecoder
 
         return LlamaDecoder(self.model, fuse=self._int8.fused if self.rollout_precision == "int8" else None)
 

@@ -10,6 +10,8 @@ the factory that builds the PettingZoo env (``"aec"`` or ``"parallel"`` in
 - ``versus``: single-agent Gymnasium envs against scripted opponents
   (``llmgym/TicTacToe-v0`` and friends).
 - ``rollout``: :func:`~.rollout.play_match` and the win/draw/loss matrix.
+- ``evaluation``: :func:`~.evaluation.evaluate`, one player against others in both
+  seats (what ``llmgym eval --opponent`` runs), and the games' scripted opponents.
 
 Example:
     >>> from llmgym.envs.multiagent import make_multiagent

@@ -422,6 +422,36 @@ class WinMatrix:
             lines.append(a.ljust(width) + "".join(cells))
         return "\n".join(lines)
 
+    @classmethod
+    def from_games(
+        cls, names: list[str], games: Iterable[tuple[tuple[str, Episode], tuple[str, Episode]]]
+    ) -> WinMatrix:
+        """The matrix of played games, each given as ``((a, a's episode), (b, b's episode))``, first seat first.
+
+        A game counts for both players, each from its own side; a self-play game (``a == b``) counts once,
+        from the first seat. A game stopped by an exception (outcome ``"unfinished"``) counts in neither
+        ``counts`` nor ``mean_reward``. A seat's reward includes what it was paid before its first move
+        (``metadata["reward_before_first_turn"]``: the first mover forfeited).
+
+        Example:
+            >>> def seat(outcome, reward):
+            ...     return Episode("g", turn_rewards=[reward], metadata={"outcome": outcome})
+            >>> m = WinMatrix.from_games(["a", "b"], [(("a", seat("win", 1.0)), ("b", seat("loss", -1.0)))])
+            >>> m.counts["a"]["b"], m.counts["b"]["a"]["loss"], m.mean_reward["b"]["a"]
+            ({'win': 1, 'draw': 0, 'loss': 0}, 1, -1.0)
+        """
+        counts = {a: {b: dict.fromkeys(OUTCOMES, 0) for b in names} for a in names}
+        totals = {a: {b: 0.0 for b in names} for a in names}
+        for first, second in games:
+            sides = [(first, second)] if first[0] == second[0] else [(first, second), (second, first)]
+            for (name, episode), (other, _) in sides:
+                outcome = episode.metadata.get("outcome")
+                if outcome in OUTCOMES:  # an unfinished game's partial reward would skew the mean
+                    counts[name][other][outcome] += 1
+                    totals[name][other] += episode.total_reward + episode.metadata.get("reward_before_first_turn", 0.0)
+        mean = {a: {b: totals[a][b] / max(1, sum(counts[a][b].values())) for b in names} for a in names}
+        return cls(names, counts, mean)
+
 
 def win_matrix(
     env_factory: Callable[[], Any],
@@ -462,9 +492,8 @@ def win_matrix(
     """
     names = list(players)
     seed_list = [int(s) for s in seeds]
-    counts = {a: {b: dict.fromkeys(OUTCOMES, 0) for b in names} for a in names}
-    totals = {a: {b: 0.0 for b in names} for a in names}
     all_games: list[dict[str, Episode]] = []
+    played: list[tuple[tuple[str, Episode], tuple[str, Episode]]] = []  # (name, episode) per seat, for the matrix
     agents = _agents_of(env_factory)  # the seats are needed before any game: an env that cannot be built stops here
     if len(agents) != 2:
         raise ValueError(f"win_matrix needs a two-player game, this one has agents {agents}")
@@ -474,18 +503,8 @@ def win_matrix(
         for a, b in [(a, b) for a in names for b in names if a != b or self_play]:
             games = await aplay_match(env_factory, {first: players[a], second: players[b]}, seed_list,
                                       sampling=sampling, max_concurrency=max_concurrency, env_id=env_id)
-            for game in games:
-                all_games.append(game)
-                for name, other, agent in ((a, b, first), (b, a, second)):
-                    if a == b and agent == second:
-                        continue  # self-play: count each game once, from the first seat
-                    outcome = game[agent].metadata["outcome"]
-                    if outcome in OUTCOMES:  # an unfinished game's partial reward would skew the mean
-                        counts[name][other][outcome] += 1
-                        totals[name][other] += game[agent].total_reward
+            all_games.extend(games)
+            played.extend(((a, game[first]), (b, game[second])) for game in games)
 
     run_sync(run())
-    mean = {
-        a: {b: totals[a][b] / max(1, sum(counts[a][b].values())) for b in names} for a in names
-    }
-    return WinMatrix(names, counts, mean), all_games
+    return WinMatrix.from_games(names, played), all_games

@@ -8,8 +8,9 @@ with a progress bar, streams the episodes to ``OUT/episodes.jsonl``, writes
 a local model (``--backend``, default the embedded SmolLM2 through llama.cpp).
 On a multi-agent game (``llmgym/ma-*``), ``--opponent SPEC`` (repeatable) plays
 it against other players in both seats and summarizes a win/draw/loss matrix
-(:mod:`llmgym.cli._opponents`).
-Adapters are imported here, inside the command, so ``import llmgym`` stays light.
+(:func:`llmgym.envs.multiagent.evaluation.evaluate`). Policies and players are
+built from the flags by :mod:`llmgym.cli._policies`; adapters are imported
+there, inside the command, so ``import llmgym`` stays light.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ import json
 import math
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from llmgym.cli import EXTRA_FOR_MODULE, CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
+from llmgym.cli._policies import OPPONENT_HELP, build_player, build_policy, check_url, scripted_player
 
 __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
@@ -61,8 +60,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", action="store_true", help="write OUT/rewards.png, the reward distribution per component")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from llmgym.cli._opponents import OPPONENT_HELP
-
     parser.add_argument("--opponent", action="append", metavar="SPEC", help=OPPONENT_HELP)
     parser.add_argument("--round-robin", action="store_true",
                         help="with several --opponent: also play the opponents against each other")
@@ -105,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.top_p <= 1:
         raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
     for url in args.base_url or []:
-        _check_url(url)
+        check_url(url)
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
         raise CLIError(f'--plot needs matplotlib: pip install "llmgym[{EXTRA_FOR_MODULE["matplotlib"]}]"')
     out = check_output_path(args.out, "--out", folder=True)
@@ -119,9 +116,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     if args.opponent is not None:
-        from llmgym.cli._opponents import run_multiagent
-
-        return run_multiagent(args, env_kwargs)
+        return _run_games(args, env_kwargs)
     try:
         gym.make(args.env_id, **env_kwargs).close()
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
@@ -130,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     path = out / "episodes.jsonl"
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     previous = _resumed_policies(path, out, args.env_id, env_kwargs, sampling) if args.resume else set()
-    policy = _build_policy(args)
+    policy = build_policy(args)
     if previous - {policy.name}:
         policy.close()
         raise CLIError(f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
@@ -161,6 +156,103 @@ def run(args: argparse.Namespace) -> int:
     report_summary(summary, args, out, episodes, _print_table)
     return exit_status(summary["failed"], summary["episodes"], "episode", episodes,
                        retry="; run again with --resume to retry them")
+
+
+def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
+    """The multi-agent branch: the evaluated policy against each ``--opponent``, in both seats.
+
+    Every opponent plays ``-n`` seeds x ``--group-size`` games with the evaluated policy in each
+    seat (self-play: one seat order); ``--round-robin`` adds the opponents against each other.
+    Episodes (one per agent per game) stream to ``OUT/episodes.jsonl``; ``OUT/summary.json``
+    holds the matrix.
+    """
+    from llmgym.envs.multiagent import MULTIAGENT_ENVS, make_multiagent
+    from llmgym.envs.multiagent.evaluation import aevaluate, seat_orders, unique_names
+    from llmgym.episode import JSONLWriter
+    from llmgym.policy import Policy, SamplingParams
+    from llmgym.rollout import run_sync
+
+    env_id = args.env_id
+    if env_id not in MULTIAGENT_ENVS:
+        from llmgym.cli import did_you_mean
+
+        matches = did_you_mean(env_id, list(MULTIAGENT_ENVS))
+        hint = f" Did you mean: {', '.join(matches)}?" if matches else f" Known: {', '.join(sorted(MULTIAGENT_ENVS))}."
+        raise CLIError(f"--opponent needs a multi-agent environment; {env_id!r} is not one.{hint}")
+    if args.resume:
+        raise CLIError("--resume is not supported with --opponent: run again with another --out")
+    try:
+        make_multiagent(env_id, **env_kwargs).close()
+    except (TypeError, ValueError) as err:  # an unknown argument, or a value the game refuses
+        raise CLIError(f"{env_id} does not take these --env-kwargs: {err}") from None
+    except Exception as err:  # any other failure to build it: one line, not a traceback
+        raise CLIError(f"{env_id} could not be built: {type(err).__name__}: {err}") from None
+
+    if args.policy:
+        kind, _, name = args.policy.partition(":")
+        if kind != "scripted" or not name:
+            raise CLIError(f"--policy must look like scripted:NAME (e.g. scripted:minimax), got {args.policy!r}")
+        evaluated = scripted_player(env_id, name)
+    else:
+        evaluated = build_policy(args)
+    opponents: list[Any] = []
+    try:
+        for spec in args.opponent:
+            opponents.append(build_player(spec, env_id, args, evaluated))
+    except CLIError:
+        for player in {id(p): p for p in [evaluated, *opponents]}.values():
+            if isinstance(player, Policy):
+                player.close()
+        raise
+
+    seeds = list(range(args.seed, args.seed + args.num_seeds))
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    out = Path(args.out)
+    path = out / "episodes.jsonl"
+    if path.exists() and not args.json:
+        print(f"replacing {path}")
+    bar = None
+    if not args.no_progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("games"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                       console=Console(stderr=True))
+        orders = seat_orders(unique_names([evaluated, *opponents]), args.round_robin)
+        bar.add_task("games", total=len(orders) * len(seeds) * args.group_size)
+        bar.start()
+    started = time.perf_counter()
+    try:
+        with JSONLWriter(path, append=False) as writer:
+
+            def record(game: dict[str, Any]) -> None:
+                for episode in game.values():
+                    writer.write(episode)
+                if bar is not None:
+                    bar.advance(bar.task_ids[0])
+
+            result = run_sync(aevaluate(
+                lambda: make_multiagent(env_id, **env_kwargs), evaluated, opponents, seeds,
+                group_size=args.group_size, round_robin=args.round_robin, sampling=sampling,
+                max_concurrency=args.concurrency, env_id=env_id, on_game=record))
+    finally:
+        if bar is not None:
+            bar.stop()
+        for player in {id(p): p for p in [evaluated, *opponents]}.values():
+            if isinstance(player, Policy):
+                player.close()
+    wall = time.perf_counter() - started
+
+    summary = result.summary()
+    summary["run"] = {
+        "env_id": env_id, "policy": result.policy, "opponents": list(args.opponent), "players": result.players,
+        "seeds": [seeds[0], seeds[-1]], "group_size": args.group_size, "round_robin": args.round_robin,
+        "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
+        "wall_s": wall, "episodes_file": str(path),
+    }
+    report_summary(summary, args, out, result.episodes_of(result.policy), _print_matrix)
+    return exit_status(summary["failed_games"], summary["games"], "game",
+                       (e for game in result.games for e in game.values()))
 
 
 def _resumed_policies(path: Path, out: Path, env_id: str, env_kwargs: dict[str, Any], sampling: Any) -> set[str]:
@@ -232,121 +324,6 @@ def exit_status(failed: int, total: int, unit: str, episodes: Iterable[Any], ret
     return 1
 
 
-def _build_policy(args: argparse.Namespace) -> Any:
-    """The policy the arguments ask for; missing extras and unreachable servers become CLIErrors."""
-    try:
-        if args.policy:
-            kind, _, name = args.policy.partition(":")
-            if kind != "scripted" or not name:
-                raise CLIError(f"--policy must look like scripted:NAME (e.g. scripted:wordle), got {args.policy!r}")
-            from llmgym.wrappers.scripted import load_scripted
-
-            try:
-                return load_scripted(name)
-            except ValueError as err:
-                raise CLIError(str(err)) from None
-        if args.base_url:
-            from llmgym.wrappers.openai_policy import OpenAIPolicy
-
-            cards = [_list_models(url, args.api_key) for url in args.base_url]
-            models = [[card["id"] for card in listed] for listed in cards]
-            model = args.model or (models[0][0] if models[0] else None)
-            if model is None:
-                raise CLIError(f"{args.base_url[0]} lists no models; pass --model")
-            for url, served, listed in zip(args.base_url, models, cards):
-                if served and model not in served:
-                    shown = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
-                    if all(card.get("owned_by") in STRICT_MODEL_OWNERS for card in listed):
-                        # every request would be a 404 (vLLM: "model does not exist")
-                        raise CLIError(f"{url} does not serve model {model!r}; it serves: {shown}")
-                    # others take names they do not list (Ollama: llama3.2 for llama3.2:latest; llama.cpp's
-                    # server: any name): let the run report what the server says
-                    print(f"llmgym: {url} does not list model {model!r} (it lists: {shown}); trying it anyway",
-                          file=sys.stderr)
-            # eval needs no token ids: asking for them only costs bandwidth
-            return OpenAIPolicy(model, base_url=args.base_url, api_key=args.api_key, return_tokens=False,
-                                max_concurrency=args.concurrency)
-        from llmgym.wrappers.models import load_policy
-
-        try:
-            return load_policy(args.backend, args.model)
-        except (OSError, ValueError) as err:
-            raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
-    except ImportError as err:
-        raise CLIError(_missing_extra(err)) from None
-
-
-def _missing_extra(err: ImportError) -> str:
-    """A one-line install hint for an ImportError."""
-    text = str(err)
-    if "pip install" in text:
-        return text
-    module = (err.name or "").split(".")[0]
-    extra = EXTRA_FOR_MODULE.get(module)
-    if extra is None:
-        return f"a package is missing: {text}"
-    return f"{module} is not installed: pip install \"llmgym[{extra}]\""
-
-
-#: ``owned_by`` of the model cards of servers that refuse (404) any model name they do not list.
-STRICT_MODEL_OWNERS = frozenset({"llmgym", "vllm"})
-
-
-def _check_server(url: str, api_key: str | None) -> list[str]:
-    """The model ids a server lists at ``URL/models``; a clear CLIError when it cannot be reached."""
-    return [card["id"] for card in _list_models(url, api_key)]
-
-
-def _check_url(url: str) -> None:
-    """Refuse a server URL that is not ``http(s)://HOST...``.
-
-    Raises:
-        CLIError: naming the URL and the form it should have.
-
-    Example:
-        >>> _check_url("http://127.0.0.1:8000/v1")
-        >>> try:
-        ...     _check_url("notaurl")
-        ... except CLIError as err:
-        ...     print(err)
-        'notaurl' is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # a malformed host, e.g. an unclosed IPv6 bracket
-        ok = False
-    if not ok:
-        raise CLIError(f"{url!r} is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1")
-
-
-def _list_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
-    """The model cards (each with a string ``id``) a server lists at ``URL/models``; a clear CLIError when it
-    cannot be reached."""
-    import os
-
-    _check_url(url)
-    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-    request = urllib.request.Request(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = json.loads(response.read().decode() or "{}")
-    except urllib.error.HTTPError as err:
-        if err.code in (401, 403):
-            raise CLIError(f"the server at {url} refused the API key (HTTP {err.code}); pass --api-key") from None
-        if err.code == 404:
-            raise CLIError(f"{url}/models was not found (HTTP 404): is {url} an OpenAI-compatible /v1 URL?") from None
-        return []  # it answers: let the run report what it says
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", err)
-        raise CLIError(
-            f"cannot reach the server at {url} ({reason}). Is it running (`llmgym serve`, `vllm serve`) "
-            "and does the URL end in /v1?"
-        ) from None
-    data = body.get("data") if isinstance(body, dict) else None
-    return [m for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -370,6 +347,32 @@ def _print_table(summary: dict[str, Any]) -> None:
         table.add_row(escape(f"  {name} (mean per episode)"), _fmt(value))
     table.add_row("wall time", f"{run['wall_s']:.1f} s")
     Console().print(table)
+
+
+def _print_matrix(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    run, players = summary["run"], summary["players"]
+    table = Table("W/D/L", *map(escape, players), "score", "mean reward",
+                  title=escape(f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s"),
+                  caption="row player's wins/draws/losses against the column player, both seats; "
+                  "score and mean reward: against the others; self-play counts first-mover results; * = evaluated")
+    for a in players:
+        row = []
+        for b in players:
+            c = summary["matrix"][a][b]
+            row.append(f"{c['win']}/{c['draw']}/{c['loss']}" if c["games"] else "-")
+        total = summary["totals"][a]
+        table.add_row(escape(a) + (" *" if a == summary["policy"] else ""), *row, _fmt(total["score"]),
+                      _fmt(total["mean_reward"]))
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: no need to wrap the names
+        console = Console(width=max(80, 30 + max(len(n) for n in players) + sum(max(len(n), 6) + 3 for n in players)))
+    console.print(table)
+    if summary["failed_games"]:
+        print(f"{summary['failed_games']} failed games are not counted")
 
 
 def plot_rewards(episodes: list[Any], path: Path, title: str = "") -> Path:

@@ -133,7 +133,7 @@ def test_a_negative_thinking_budget_is_refused_before_batching():
 def test_an_empty_stop_string_does_not_cut_a_served_completion():
     from llmgym.policy import SamplingParams
     from llmgym.wrappers.models import tiny_random_model
-    from llmgym.wrappers.server_complete import complete_ids
+    from llmgym.wrappers.server.complete import complete_ids
 
     model, tokenizer = tiny_random_model(0)
     ids = tokenizer("hello there").input_ids

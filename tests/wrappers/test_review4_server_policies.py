@@ -57,13 +57,13 @@ def test_eval_refuses_a_model_that_a_strict_server_does_not_list(owner, capsys):
     import argparse
 
     from llmgym.cli import CLIError
-    from llmgym.cli.eval import _build_policy
+    from llmgym.cli._policies import build_policy
 
     stub = _ModelsOnly([{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": owner}])
     try:
         args = argparse.Namespace(policy=None, base_url=[stub.url], model="gpt-4", api_key=None, concurrency=1)
         with pytest.raises(CLIError, match="does not serve model 'gpt-4'; it serves: Qwen/Qwen3-8B"):
-            _build_policy(args)
+            build_policy(args)
     finally:
         stub.close()
 
@@ -74,14 +74,14 @@ def test_eval_tries_a_model_that_ollama_or_llama_server_does_not_list(capsys):
     pytest.importorskip("openai")
     import argparse
 
-    from llmgym.cli.eval import _build_policy
+    from llmgym.cli._policies import build_policy
 
     for cards in ([{"id": "llama3.2:latest", "object": "model", "owned_by": "library"}],
                   [{"id": "models/qwen.gguf", "object": "model", "owned_by": "llamacpp"}]):
         stub = _ModelsOnly(cards)
         try:
             args = argparse.Namespace(policy=None, base_url=[stub.url], model="llama3.2", api_key=None, concurrency=1)
-            policy = _build_policy(args)
+            policy = build_policy(args)
             assert policy.model == "llama3.2"
             assert f"does not list model 'llama3.2' (it lists: {cards[0]['id']}); trying it anyway" in (
                 capsys.readouterr().err)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from llmgym.wrappers.batching import MicroBatcher
-from llmgym.wrappers.server_protocol import ChatCompletionRequest, CompletionRequest, LoadLoRARequest, parse_body
+from llmgym.wrappers.server.protocol import ChatCompletionRequest, CompletionRequest, LoadLoRARequest, parse_body
 
 
 @pytest.mark.parametrize("field", ["n", "stream", "logprobs"])
@@ -40,8 +40,8 @@ def test_a_failed_in_place_lora_reload_no_longer_lists_the_deleted_adapter(tmp_p
     peft = pytest.importorskip("peft")
     from llmgym.policy import PolicyRequest, SamplingParams
     from llmgym.wrappers.models import tiny_random_model
-    from llmgym.wrappers.server_backend import ServedModel
-    from llmgym.wrappers.server_protocol import APIError
+    from llmgym.wrappers.server.backend import ServedModel
+    from llmgym.wrappers.server.protocol import APIError
     from llmgym.wrappers.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(*tiny_random_model())

@@ -249,7 +249,7 @@ def test_inverse_cdf_sampling_follows_the_distribution():
 
 
 def test_int8_rollouts_report_the_int8_models_logprobs(tiny):
-    from llmgym.wrappers.int8_rollout import Int8Linears
+    from llmgym.wrappers.decoding.int8 import Int8Linears
 
     model, tokenizer = tiny
     policy = TransformersPolicy(model, tokenizer, rollout_precision="int8")

@@ -1,11 +1,12 @@
 """``llmgym serve`` answers whatever a client sends with a 4xx and an OpenAI-style body, and keeps the connection.
 
 Covers what a user probing the server found: bodies nested 1,000 levels deep (a 500 on every POST
-endpoint, then "connection reset" on the next request), strings that are not Unicode, LoRA loads
-without weights or with garbage weights (500s, half-registered adapters), unloading an adapter that
-requests are using, generation after a load, a bug's 500 that must not close the connection, streams
-whose client hangs up (they kept writing, logging asyncio's "socket.send() raised exception." per
-chunk), and 64 concurrent clients.
+endpoint, then "connection reset" on the next request), strings that are not Unicode, malformed
+``tool_choice`` (a 500), LoRA loads without weights or with garbage weights (500s, half-registered
+adapters), unloading an adapter that requests are using, two loads or unloads of one name at once,
+generation after a load, a bug's 500 that must not close the connection, streams whose client hangs
+up (they kept writing, logging asyncio's "socket.send() raised exception." per chunk), and 64
+concurrent clients.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytest.importorskip("fastapi")
 from llmgym.policy import Generation, Policy  # noqa: E402
 from llmgym.wrappers.scripted import load_scripted  # noqa: E402
 from llmgym.wrappers.server import create_app, serve_in_thread  # noqa: E402
-from llmgym.wrappers.server_protocol import MAX_JSON_DEPTH  # noqa: E402
+from llmgym.wrappers.server.protocol import MAX_JSON_DEPTH  # noqa: E402
 
 HI = [{"role": "user", "content": "hi"}]
 CHAT = json.dumps({"messages": HI}).encode()
@@ -108,6 +109,30 @@ def test_bodies_that_are_not_requests_get_a_400_and_the_connection_stays_open(sc
         _assert_openai_error(status, answer, 400, param)
         assert says in answer["error"]["message"]
         assert _exchange(sock, "POST", "/v1/chat/completions", CHAT)[0] == 200
+
+
+TOOLS = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("choice", [{"type": "function", "function": "x"}, {"type": "function", "function": [1]},
+                                    {"type": "function"}, {"type": "retrieval", "function": {"name": "guess"}}])
+def test_a_malformed_tool_choice_is_a_400_naming_it(scripted, choice):
+    """Regression: a malformed ``tool_choice`` used to be a 500."""
+    response = httpx.post(f"{scripted}/chat/completions", timeout=30,
+                          json={"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": choice})
+    assert response.status_code == 400, response.text
+    assert "tool_choice" in json.dumps(response.json()["error"])
+
+
+def test_required_or_named_tool_choice_without_tools_is_a_400(scripted):
+    for choice in ["required", {"type": "function", "function": {"name": "guess"}}]:
+        response = httpx.post(f"{scripted}/chat/completions", timeout=30,
+                              json={"messages": [{"role": "user", "content": "hi"}], "tool_choice": choice})
+        assert response.status_code == 400 and "needs tools" in response.json()["error"]["message"]
+    named = httpx.post(f"{scripted}/chat/completions", timeout=30, json={
+        "messages": [{"role": "user", "content": "Guess."}], "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "guess"}}})
+    assert named.status_code == 200 and named.json()["choices"][0]["finish_reason"] == "tool_calls"
 
 
 class BrokenPolicy(Policy):
@@ -277,6 +302,49 @@ def test_generation_after_a_load_and_unloading_an_adapter_in_use(lora_server):
     assert _logprobs(base_url, "a.b") == 404 and _served(base_url) == ["tiny"]
     assert _logprobs(base_url, "tiny") == pytest.approx(base, abs=1e-5)
     assert httpx.post(f"{base_url}/unload_lora_adapter", json={"lora_name": "a.b"}).status_code == 404
+
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            yield base_url
+    finally:
+        policy.close()
+
+
+def _twice_at_once(post, args) -> list[httpx.Response]:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return list(pool.map(post, args))
+
+
+def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_give_one_404(tiny, tmp_path):
+    peft = pytest.importorskip("peft")
+    from llmgym.wrappers.models import tiny_random_model
+
+    paths = []
+    for name, seed in (("first", 1), ("second", 2)):
+        model, _ = tiny_random_model(seed=seed)
+        config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False)
+        peft.get_peft_model(model, config).save_pretrained(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    loads = _twice_at_once(lambda path: httpx.post(
+        f"{tiny}/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60), paths)
+    cards = httpx.get(f"{tiny}/models").json()["data"]
+    unloads = _twice_at_once(lambda _: httpx.post(
+        f"{tiny}/unload_lora_adapter", json={"lora_name": "a"}, timeout=60), [0, 1])
+    # as vLLM: loading an already-loaded name is a 400, never a silent replacement of the first
+    assert sorted(r.status_code for r in loads) == [200, 400]
+    assert "already been loaded" in next(r for r in loads if r.status_code == 400).json()["error"]["message"]
+    loaded = paths[[r.status_code for r in loads].index(200)]
+    assert [(card["id"], card["root"]) for card in cards[1:]] == [("a", loaded)]
+    assert sorted(r.status_code for r in unloads) == [200, 404]
+    assert [card["id"] for card in httpx.get(f"{tiny}/models").json()["data"]] == ["tiny"]
 
 
 # -- streams whose client hangs up --------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Regression tests for bugs found in review of ``llmgym serve`` (server.py, server_backend.py, server_protocol.py)."""
+"""What ``llmgym serve``'s responses hold.
+
+Streams carry what the full response does (the usage chunk, logprobs, the echoed prompt), on the
+transformers and llama.cpp backends; ``top_logprobs`` without ``logprobs`` is a 400, as in vLLM.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 
 import httpx
@@ -11,35 +14,6 @@ import pytest
 pytest.importorskip("fastapi")
 
 from llmgym.wrappers.server import create_app, serve_in_thread  # noqa: E402
-
-
-def _twice_at_once(post, args) -> list[httpx.Response]:
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        return list(pool.map(post, args))
-
-
-def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_give_one_404(tiny, tmp_path):
-    peft = pytest.importorskip("peft")
-    from llmgym.wrappers.models import tiny_random_model
-
-    paths = []
-    for name, seed in (("first", 1), ("second", 2)):
-        model, _ = tiny_random_model(seed=seed)
-        config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False)
-        peft.get_peft_model(model, config).save_pretrained(tmp_path / name)
-        paths.append(str(tmp_path / name))
-    loads = _twice_at_once(lambda path: httpx.post(
-        f"{tiny}/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60), paths)
-    cards = httpx.get(f"{tiny}/models").json()["data"]
-    unloads = _twice_at_once(lambda _: httpx.post(
-        f"{tiny}/unload_lora_adapter", json={"lora_name": "a"}, timeout=60), [0, 1])
-    # as vLLM: loading an already-loaded name is a 400, never a silent replacement of the first
-    assert sorted(r.status_code for r in loads) == [200, 400]
-    assert "already been loaded" in next(r for r in loads if r.status_code == 400).json()["error"]["message"]
-    loaded = paths[[r.status_code for r in loads].index(200)]
-    assert [(card["id"], card["root"]) for card in cards[1:]] == [("a", loaded)]
-    assert sorted(r.status_code for r in unloads) == [200, 404]
-    assert [card["id"] for card in httpx.get(f"{tiny}/models").json()["data"]] == ["tiny"]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,4 @@
-"""``python -m llmgym.trainers.grpo``'s ``main``: a bad config or env id exits 2 with one message, before a model loads.
-
-Belongs in tests/trainers/ (kept here while that folder is being reorganised).
-"""
+"""``python -m llmgym.trainers.grpo``'s ``main``: a bad config or env id exits 2 with one message, before a model loads."""
 
 from __future__ import annotations
 

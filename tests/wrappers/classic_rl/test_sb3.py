@@ -1,4 +1,4 @@
-"""Tests for llmgym.wrappers.sb3: candidate actions with masks, cached text embeddings, SB3 interop."""
+"""The SB3 wrappers (wrappers/classic_rl/sb3.py): candidate actions with masks, cached text embeddings, SB3 interop."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 import llmgym  # noqa: F401  (registers the envs)
 
 pytest.importorskip("stable_baselines3")
-from llmgym.wrappers.sb3 import CandidateActions, TextEmbeddingObservation  # noqa: E402
+from llmgym.wrappers.classic_rl.sb3 import CandidateActions, TextEmbeddingObservation  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 class TrigramEncoder:
@@ -36,6 +36,10 @@ class TrigramEncoder:
 
 def three_words(env, obs, info):
     return ["crane", None, "pious"]
+
+
+def letter_counts(texts):
+    return np.array([[t.count(c) + 1.0 for c in "aeiou"] for t in texts], dtype=np.float32)
 
 
 def wrapped(encoder=None, max_candidates: int = 4) -> gym.Env:
@@ -108,9 +112,51 @@ def test_wrappers_record_their_constructor_args():
     assert {"candidates": three_words, "max_candidates": 5, "invalid_action": ""} in specs
 
 
+def test_the_mask_after_the_last_step_agrees_with_info():
+    """Regression: after the last step the action mask disagreed with ``info["candidates"]``."""
+    env = CandidateActions(gym.make("llmgym/Wordle-v0"), lambda env, obs, info: ["crane", "pious"], max_candidates=3)
+    env.reset(seed=0, options={"answer": "pious"})
+    assert env.action_masks().tolist() == [True, True, False]
+    _, _, terminated, _, info = env.step(1)
+    assert terminated and info["candidates"] == []
+    assert env.action_masks().tolist() == [False, False, False]
+    env.reset(seed=0)
+    assert env.action_masks().tolist() == [True, True, False]
+
+
+def test_sb3_make_vec_env_snippet_from_the_docs():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    candidates = lambda env, obs, info: ["crane", "slate", None, "pious"]  # noqa: E731
+    encode = lambda texts: np.ones((len(texts), 3), dtype=np.float32)  # noqa: E731  (no model load)
+    wrap = lambda env: TextEmbeddingObservation(CandidateActions(env, candidates, max_candidates=4), encoder=encode)  # noqa: E731
+    vec_env = make_vec_env("llmgym/Wordle-v0", n_envs=2, wrapper_class=wrap, env_kwargs={"render_mode": None})
+    assert vec_env.reset().shape == (2, 3)
+    assert [m.tolist() for m in vec_env.env_method("action_masks")] == [[True, True, False, True]] * 2
+    vec_env.close()
+
+
+def test_the_wrapped_env_can_be_remade_from_its_spec_and_passes_gymnasium_check_env():
+    from gymnasium.utils.env_checker import check_env
+
+    env = wrapped(letter_counts)
+    remade = gym.make(env.spec)  # was TypeError: CandidateActions missing 'candidates'
+    assert remade.get_wrapper_attr("candidate_fn") is three_words
+    assert remade.get_wrapper_attr("max_candidates") == 4
+    with pytest.warns(UserWarning, match="different from the unwrapped"):
+        check_env(env)
+
+
+@pytest.mark.parametrize("lone", ["crane", {"role": "assistant", "content": "crane"}])
+def test_a_candidate_function_returning_one_action_instead_of_a_list_is_a_clear_error(lone):
+    env = CandidateActions(gym.make("llmgym/Wordle-v0"), lambda env, obs, info: lone, max_candidates=8)
+    with pytest.raises(TypeError, match="list of actions"):
+        env.reset(seed=0)  # was: candidates ['c', 'r', 'a', 'n', 'e'] (or the dict's keys)
+
+
 @pytest.mark.slow
 def test_minilm_embeddings_match_sentence_transformers_and_separate_meanings():
-    from llmgym.wrappers.sb3 import load_sentence_encoder
+    from llmgym.wrappers.classic_rl.sb3 import load_sentence_encoder
 
     encoder = load_sentence_encoder()
     texts = ["The cat sat on the mat.", "A kitten rests on a rug.", "Quarterly tax filing deadline", ""]

@@ -1,7 +1,4 @@
-"""Collation of episodes into a training batch (llmgym/trainers/batch.py): advantages are checked and placed.
-
-Belongs in tests/trainers/ (kept here while that folder is being reorganised).
-"""
+"""Collation of episodes into a training batch (llmgym/trainers/batch.py): advantages are checked and placed."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
   one bad request fails alone. Requests whose client has gone are dropped
   before they reach the model.
 - **LoRA** (transformers models): adapters are loaded onto the served model in
-  place by :class:`~llmgym.wrappers.server_lora.LoRAAdapters` (peft's
+  place by :class:`~llmgym.wrappers.server.lora.LoRAAdapters` (peft's
   functional API); a batch for adapter ``x`` runs with ``x`` active, a
   base-model batch with the adapters disabled. Loads and unloads wait for the
   running batch; requests queued for an adapter that is gone by their turn
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.wrappers.server_lora import LoRAAdapters
-from llmgym.wrappers.server_protocol import APIError
+from llmgym.wrappers.server.lora import LoRAAdapters
+from llmgym.wrappers.server.protocol import APIError
 
 __all__ = ["ServedModel"]
 
@@ -248,7 +248,7 @@ class ServedModel:
             self._running = []
 
     def _generate_blocking(self, adapter: str | None, raw: bool, jobs: list[_Job]) -> list[Generation]:
-        from llmgym.wrappers.server_complete import score_generation
+        from llmgym.wrappers.server.complete import score_generation
 
         with contextlib.nullcontext() if self._lora is None else self._lora.active(adapter):
             if raw:
@@ -267,7 +267,7 @@ class ServedModel:
     def _complete_blocking(self, jobs: list[_Job]) -> list[Generation]:
         """Raw completions; ``max_tokens=0`` ones only get their prompt back (scored on llama.cpp here,
         on transformers by the caller's scoring pass)."""
-        from llmgym.wrappers.server_complete import check_prompt_ids, complete_ids, complete_ids_llama, prompt_only
+        from llmgym.wrappers.server.complete import check_prompt_ids, complete_ids, complete_ids_llama, prompt_only
 
         if self.hf_model is None:
             return [complete_ids_llama(self.policy, [(job.prompt_ids, job.request.sampling)], job.top_logprobs,

@@ -19,7 +19,8 @@ so an env that also reads plain-text answers (Wordle's bare guesses) sees
 tool calls only; every tool call is one env turn; and a rollout that stops
 before the episode ends is scored with the rewards earned so far (end-of-
 episode rubric terms only arrive when the episode ends). For full-fidelity
-multi-turn training with llmgym's own rollouts, use ``llmgym.trainers``.
+multi-turn training with llmgym's own rollouts, use the GRPO trainer beside
+this module (:mod:`llmgym.trainers.grpo`).
 Tested with TRL 1.16 (``pip install trl==1.16.0``; TRL marks the hook experimental).
 """
 

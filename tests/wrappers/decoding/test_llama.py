@@ -1,4 +1,4 @@
-"""LlamaDecoder: the static-cache decoding step gives the transformers forward's tokens and log-probs."""
+"""LlamaDecoder (wrappers/decoding/llama.py): its steps give the transformers forward's tokens and log-probs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
-from llmgym.wrappers import llama_decode  # noqa: E402
-from llmgym.wrappers.int8_rollout import Int8Linears  # noqa: E402
-from llmgym.wrappers.llama_decode import LlamaDecoder  # noqa: E402
+from llmgym.wrappers.decoding import llama  # noqa: E402
+from llmgym.wrappers.decoding.int8 import Int8Linears  # noqa: E402
+from llmgym.wrappers.decoding.llama import LlamaDecoder  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
 from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
 
@@ -45,7 +45,7 @@ def test_the_cache_grows_past_its_first_allocation(tiny, monkeypatch):
     model, tokenizer = tiny
     request = [PolicyRequest([{"role": "user", "content": "hi"}], [], SamplingParams(max_tokens=20, seed=3))]
     slow = TransformersPolicy(model, tokenizer, fast_decode=False).generate(request)[0]
-    monkeypatch.setattr(llama_decode, "_FIRST_GROWTH", 2)  # room for 2 tokens: grown 4 times on the way to 20
+    monkeypatch.setattr(llama, "_FIRST_GROWTH", 2)  # room for 2 tokens: grown 4 times on the way to 20
     fast = TransformersPolicy(model, tokenizer).generate(request)[0]
     assert fast.token_ids == slow.token_ids and fast.logprobs == pytest.approx(slow.logprobs, abs=1e-4)
 

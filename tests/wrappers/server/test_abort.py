@@ -9,7 +9,7 @@ import time
 import pytest
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.wrappers.server_backend import ServedModel
+from llmgym.wrappers.server.backend import ServedModel
 
 REQUEST = PolicyRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=8, temperature=0))
 
@@ -82,7 +82,7 @@ def test_a_batch_with_a_client_left_is_not_aborted():
 def test_transformers_policy_abort_ends_the_batch_after_the_current_token():
     pytest.importorskip("transformers")
     from llmgym.wrappers.models import tiny_random_model
-    from llmgym.wrappers.server_complete import complete_ids
+    from llmgym.wrappers.server.complete import complete_ids
     from llmgym.wrappers.transformers_policy import TransformersPolicy
 
     policy = TransformersPolicy(*tiny_random_model())

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from llmgym.wrappers.server_protocol import APIError
+from llmgym.wrappers.server.protocol import APIError
 
 __all__ = ["LoRAAdapters"]
 
@@ -40,7 +40,7 @@ class LoRAAdapters:
     """The LoRA adapters loaded onto ``model`` (a transformers model), by the names clients use.
 
     Not thread-safe: the caller runs one method at a time and none while the model generates
-    (:class:`~llmgym.wrappers.server_backend.ServedModel` holds its model lock).
+    (:class:`~llmgym.wrappers.server.backend.ServedModel` holds its model lock).
     Outside :meth:`active` the adapters are disabled, so the model computes as the base model.
     """
 
