@@ -41,6 +41,9 @@ MOVED: dict[str, str] = {
     "llmgym.wrappers.llama_decode": "llmgym.wrappers.decoding.llama",
     "llmgym.wrappers.sb3": "llmgym.wrappers.classic_rl.sb3",
     "llmgym.wrappers.trl": "llmgym.trainers.trl",
+    "llmgym.rollout_resume": "llmgym.rollout.resume",
+    "llmgym.rollout_stats": "llmgym.rollout.stats",
+    "llmgym.rollout_tokens": "llmgym.rollout.tokens",
 }
 
 

@@ -153,6 +153,8 @@ def test_each_room_imports_only_the_rooms_below_it(source):
 def test_no_package_imports_a_package_that_imports_it_back():
     graph: dict[str, set[str]] = defaultdict(set)
     for module, imports in IMPORTS.items():
+        if module == "llmgym":  # the public facade: ``llmgym.rollout`` etc. re-exported for ``from llmgym import ...``
+            continue
         graph[package(module)]
         for target, _, _ in imports:
             if package(target) != package(module):

@@ -17,7 +17,7 @@ from llmgym.envs.wordle.solver import WordleSolver
 from llmgym.episode import load_jsonl
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout import TokenMismatchError, arollout, rollout, summarize
-from llmgym.rollout_stats import mean_ci
+from llmgym.rollout.stats import mean_ci
 from llmgym.spaces import Text
 from llmgym.wrappers.scripted import ScriptedPolicy, load_scripted, observations
 

@@ -1,10 +1,10 @@
-"""Token assembly across turns (llmgym/rollout_tokens.py): prompt and completion tokens, mask, log-probs, turn spans."""
+"""Token assembly across turns (llmgym/rollout/tokens.py): prompt and completion tokens, mask, log-probs, turn spans."""
 
 from __future__ import annotations
 
 from llmgym.episode import Episode
 from llmgym.policy import Generation
-from llmgym.rollout_tokens import TokenRecord
+from llmgym.rollout.tokens import TokenRecord
 
 _MSG = {"role": "assistant", "content": "x"}
 

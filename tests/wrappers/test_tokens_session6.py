@@ -17,7 +17,7 @@ import pytest
 
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout import rollout
-from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
+from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 from llmgym.wrappers.batching import MicroBatcher
 
 WORDLE = "llmgym/Wordle-v0"

@@ -1,11 +1,11 @@
-"""The rollout engine: many episodes at once, recorded token-exactly, streamed to JSONL.
+"""How a rollout runs: workers, turns, records, the JSONL stream.
 
 Holds :func:`rollout` (blocking) and :func:`arollout` (async), which play a
 policy on an environment for a list of seeds, ``group_size`` episodes per
 seed (a GRPO group), and :func:`summarize`, which turns episodes into the
 numbers ``llmgym eval`` prints. Token bookkeeping lives in
-:mod:`llmgym.rollout_tokens`, statistics in :mod:`llmgym.rollout_stats`, the
-checks of a resumed file in :mod:`llmgym.rollout_resume`.
+:mod:`llmgym.rollout.tokens`, statistics in :mod:`llmgym.rollout.stats`, the
+checks of a resumed file in :mod:`llmgym.rollout.resume`.
 
 How a run works: ``max_concurrency`` workers (asyncio tasks) each own one env
 instance and take (seed, index-in-group) jobs from a queue. Each turn awaits
@@ -42,9 +42,9 @@ from llmgym.env import LLMEnv
 from llmgym.episode import Episode, JSONLWriter, floor_logprobs
 from llmgym.messages import Message, assistant, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.rollout_resume import as_recorded, episode_key, resume_conflict, resumed_episodes
-from llmgym.rollout_stats import summarize
-from llmgym.rollout_tokens import TokenMismatchError, TokenRecord
+from llmgym.rollout.resume import as_recorded, episode_key, resume_conflict, resumed_episodes
+from llmgym.rollout.stats import summarize
+from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
 __all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resume_conflict", "TokenMismatchError",
            "EnvSource"]

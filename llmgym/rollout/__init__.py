@@ -1,0 +1,15 @@
+"""The rollout engine: many episodes at once, recorded token-exactly, streamed to JSONL.
+
+Holds :func:`rollout` (blocking) and :func:`arollout` (async) from
+:mod:`~llmgym.rollout.engine`; token bookkeeping in :mod:`~llmgym.rollout.tokens`,
+the numbers ``llmgym eval`` prints (:func:`summarize`) in :mod:`~llmgym.rollout.stats`,
+the checks of a resumed JSONL file in :mod:`~llmgym.rollout.resume`.
+"""
+
+from llmgym.rollout.engine import EnvSource, arollout, rollout, run_sync
+from llmgym.rollout.resume import episode_key, resume_conflict
+from llmgym.rollout.stats import summarize
+from llmgym.rollout.tokens import TokenMismatchError
+
+__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resume_conflict", "TokenMismatchError",
+           "EnvSource"]
