@@ -43,7 +43,8 @@ STEP_BUDGET_US = 50.0
 def time_steps(episodes: int) -> dict[str, Any]:
     """p50 and p90 of one ``env.step``, in µs, over ``episodes`` scripted episodes."""
     env = gym.make(ENV_ID)
-    actions = ['<tool_call>{"name": "guess", "arguments": {"word": "%s"}}</tool_call>' % word for word in GUESSES]
+    calls = [{"name": "guess", "arguments": {"word": word}} for word in GUESSES]
+    actions = [f"<tool_call>{json.dumps(call)}</tool_call>" for call in calls]
     step_ns = []
     for seed in range(episodes):
         env.reset(seed=seed)
@@ -92,7 +93,9 @@ def time_eval(episodes: int, backend: str, model: str | None) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=2000, help="scripted episodes for the step time (default 2000)")
-    parser.add_argument("--eval-episodes", type=int, default=4, help="model episodes for the env's share (default 4; 0 skips)")
+    parser.add_argument(
+        "--eval-episodes", type=int, default=4, help="model episodes for the env's share (default 4; 0 skips)"
+    )
     parser.add_argument("--backend", default="llama.cpp", help="policy backend for the eval (default llama.cpp)")
     parser.add_argument("--model", default=None, help="model for the eval (default SmolLM2-135M-Instruct; tiny-random)")
     args = parser.parse_args()
@@ -100,24 +103,35 @@ def main() -> int:
     step = time_steps(args.episodes)
     step["budget_p50_us"] = STEP_BUDGET_US
     step["within_budget"] = step["p50_us"] <= STEP_BUDGET_US
-    print(f"step: p50 {step['p50_us']:.1f} µs, p90 {step['p90_us']:.1f} µs over {step['steps']} steps "
-          f"(budget: p50 <= {STEP_BUDGET_US:.0f} µs: {'met' if step['within_budget'] else 'MISSED'})", flush=True)
+    print(
+        f"step: p50 {step['p50_us']:.1f} µs, p90 {step['p90_us']:.1f} µs over {step['steps']} steps "
+        f"(budget: p50 <= {STEP_BUDGET_US:.0f} µs: {'met' if step['within_budget'] else 'MISSED'})",
+        flush=True,
+    )
     results: dict[str, Any] = {"step": step}
     if args.eval_episodes > 0:
         results["eval"] = evaluation = time_eval(args.eval_episodes, args.backend, args.model)
-        print(f"eval: env {evaluation['env_s'] * 1e3:.1f} ms of {evaluation['wall_s']:.1f} s wall over "
-              f"{evaluation['episodes']} episodes ({evaluation['turns']} turns): env share {evaluation['env_share']:.4%}")
+        print(
+            f"eval: env {evaluation['env_s'] * 1e3:.1f} ms of {evaluation['wall_s']:.1f} s wall over "
+            f"{evaluation['episodes']} episodes ({evaluation['turns']} turns): env share {evaluation['env_share']:.4%}"
+        )
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "env_step",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
-        "python": platform.python_version(),
-        "command": " ".join(["python", "benchmarks/env_step.py", *sys.argv[1:]]),
-        "load_average": list(os.getloadavg()),
-        **results,
-    }, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "env_step",
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+                "python": platform.python_version(),
+                "command": " ".join(["python", "benchmarks/env_step.py", *sys.argv[1:]]),
+                "load_average": list(os.getloadavg()),
+                **results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
     return 0 if step["within_budget"] else 1
 

@@ -2,7 +2,8 @@
 
 Usage::
 
-    python benchmarks/grpo.py                       # tiny random Llama and SmolLM2-135M, 5 steps, 3 interleaved runs each
+    python benchmarks/grpo.py                       # tiny random Llama and SmolLM2-135M: 5 steps,
+                                                    # 3 interleaved runs each
     python benchmarks/grpo.py --models tiny --steps 4
 
 Both trainers get the same plain safetensors checkpoint (the tiny random Llama
@@ -37,10 +38,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PROMPTS = [
-    "Name a fruit.", "Say hello.", "What color is the sky?", "Count to three.", "Name an animal.",
-    "Give me a word that rhymes with cat.", "What is two plus two?", "Name a country.", "Say something nice.",
-    "What day comes after Monday?", "Name a planet.", "Spell the word cat.", "What is water made of?",
-    "Name a musical instrument.", "Describe the sun in one word.", "What do bees make?",
+    "Name a fruit.",
+    "Say hello.",
+    "What color is the sky?",
+    "Count to three.",
+    "Name an animal.",
+    "Give me a word that rhymes with cat.",
+    "What is two plus two?",
+    "Name a country.",
+    "Say something nice.",
+    "What day comes after Monday?",
+    "Name a planet.",
+    "Spell the word cat.",
+    "What is water made of?",
+    "Name a musical instrument.",
+    "Describe the sun in one word.",
+    "What do bees make?",
 ]
 TRL_VERSION = "1.16.0"
 
@@ -87,10 +100,25 @@ def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp3
     gym.register("llmgym-bench/Prompts-v0", entry_point=PromptsEnv)
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmgym-bench-grpo-{os.getpid()}"
     config = GRPOConfig(
-        env_id="llmgym-bench/Prompts-v0", model=model, out=str(out), steps=steps, prompts_per_step=1, group_size=4,
-        seed_pool=len(PROMPTS), max_new_tokens=32, temperature=1.0, learning_rate=1e-6, beta=0.0,
-        loss_aggregation="token_mean", micro_batch_size=4, progress=False, plot=False, save_every=10**6,
-        torch_threads=threads, device="cpu", rollout_precision=rollout_precision,
+        env_id="llmgym-bench/Prompts-v0",
+        model=model,
+        out=str(out),
+        steps=steps,
+        prompts_per_step=1,
+        group_size=4,
+        seed_pool=len(PROMPTS),
+        max_new_tokens=32,
+        temperature=1.0,
+        learning_rate=1e-6,
+        beta=0.0,
+        loss_aggregation="token_mean",
+        micro_batch_size=4,
+        progress=False,
+        plot=False,
+        save_every=10**6,
+        torch_threads=threads,
+        device="cpu",
+        rollout_precision=rollout_precision,
     )
     trainer = GRPOTrainer(config)
     try:
@@ -103,13 +131,17 @@ def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp3
     tokens = sum(m["tokens/total"] for m in timed)
     # the training loop's peak (metrics are taken before the final checkpoint is written; TRL saves nothing)
     peak = max(m["memory/peak_rss_mb"] for m in history)
-    return {"s_per_step": seconds / len(timed), "tokens_per_s": tokens / seconds, "peak_rss_mb": peak,
-            "completion_tokens_per_step": sum(m["tokens/generated"] for m in timed) / len(timed),
-            "generation_s_per_step": sum(m["time/generation_s"] for m in timed) / len(timed),
-            "train_s_per_step": sum(m["time/train_s"] for m in timed) / len(timed),
-            "logp_mismatch": sum(m["logp_mismatch"] for m in history) / len(history),
-            "rollout_precision": rollout_precision,
-            "reward_mean": sum(m["reward/mean"] for m in history) / len(history)}
+    return {
+        "s_per_step": seconds / len(timed),
+        "tokens_per_s": tokens / seconds,
+        "peak_rss_mb": peak,
+        "completion_tokens_per_step": sum(m["tokens/generated"] for m in timed) / len(timed),
+        "generation_s_per_step": sum(m["time/generation_s"] for m in timed) / len(timed),
+        "train_s_per_step": sum(m["time/train_s"] for m in timed) / len(timed),
+        "logp_mismatch": sum(m["logp_mismatch"] for m in history) / len(history),
+        "rollout_precision": rollout_precision,
+        "reward_mean": sum(m["reward/mean"] for m in history) / len(history),
+    }
 
 
 def run_trl(model: str, steps: int, threads: int) -> dict:
@@ -143,21 +175,39 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
     chats = [[{"role": "system", "content": ""}, {"role": "user", "content": p}] for p in PROMPTS]
     data = Dataset.from_dict({"prompt": chats})
     args = trl.GRPOConfig(
-        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=32,
-        learning_rate=1e-6, beta=0.0, loss_type="dapo", max_steps=steps, logging_steps=1, report_to=[],
-        use_cpu=True, save_strategy="no", bf16=False, seed=0, temperature=1.0, disable_tqdm=True,
+        output_dir=output_dir,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=32,
+        learning_rate=1e-6,
+        beta=0.0,
+        loss_type="dapo",
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
+        temperature=1.0,
+        disable_tqdm=True,
     )
     tokenizer = AutoTokenizer.from_pretrained(model)
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                              processing_class=tokenizer, callbacks=[Timer()])
+    trainer = trl.GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[Timer()]
+    )
     try:
         trainer.train()
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
     seconds = marks[-1] - marks[1]  # from the start of step 2 to the end
     counted = tokens[-1] - tokens[0] if len(tokens) >= 2 else float("nan")
-    return {"s_per_step": seconds / (steps - 1), "tokens_per_s": counted / seconds, "peak_rss_mb": peak_rss_mb(),
-            "trl_version": trl.__version__}
+    return {
+        "s_per_step": seconds / (steps - 1),
+        "tokens_per_s": counted / seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "trl_version": trl.__version__,
+    }
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -191,10 +241,25 @@ def checkpoints(names: list[str]) -> dict[str, str]:
 
 def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict:
     """Run ``kind`` (``ours``, ``ours-int8`` or ``trl``) in a fresh process; its JSON line, or ``{"error": ...}``."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": str(REPO)}
-    command = [python, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--steps", str(steps),
-               "--threads", str(threads)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(REPO),
+    }
+    command = [
+        python,
+        str(Path(__file__).resolve()),
+        "--worker",
+        kind,
+        "--model",
+        model,
+        "--steps",
+        str(steps),
+        "--threads",
+        str(threads),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
     if result.returncode != 0:
         return {"error": result.stderr[-2000:]}
@@ -212,8 +277,12 @@ def main() -> int:
     parser.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
     parser.add_argument("--steps", type=int, default=5, help="steps per run (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for both trainers")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each trainer, interleaved; the median run (by tokens/s) is reported")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each trainer, interleaved; the median run (by tokens/s) is reported",
+    )
     parser.add_argument("--trl-venv", default=str(HERE / ".venv-trl"), help="virtual environment holding TRL")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo.json"))
     parser.add_argument("--worker", choices=["ours", "ours-int8", "trl"], help=argparse.SUPPRESS)
@@ -225,7 +294,11 @@ def main() -> int:
         if args.worker == "trl":
             print(json.dumps(run_trl(args.model, args.steps, args.threads)))
         else:
-            print(json.dumps(run_ours(args.model, args.steps, args.threads, "int8" if args.worker == "ours-int8" else "fp32")))
+            print(
+                json.dumps(
+                    run_ours(args.model, args.steps, args.threads, "int8" if args.worker == "ours-int8" else "fp32")
+                )
+            )
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     trl_python = str(ensure_trl_venv(Path(args.trl_venv)))
@@ -234,7 +307,11 @@ def main() -> int:
     for name, path in checkpoints(names).items():
         # Interleaved repeats: the same work varies by up to ~40% from run to run on this shared
         # 2-core VM, so each trainer runs --repeats times in turn and its median run is reported.
-        kinds = (("trl", "trl", trl_python), ("llmgym", "ours", sys.executable), ("llmgym_int8", "ours-int8", sys.executable))
+        kinds = (
+            ("trl", "trl", trl_python),
+            ("llmgym", "ours", sys.executable),
+            ("llmgym_int8", "ours-int8", sys.executable),
+        )
         runs: dict[str, list[dict]] = {key: [] for key, _, _ in kinds}
         for _ in range(args.repeats):
             for key, kind, python in kinds:
@@ -248,8 +325,11 @@ def main() -> int:
         row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
         # the ratio within each interleaved repeat (both trainers under that repeat's load), then its median
         for key in ("llmgym", "llmgym_int8"):
-            paired = [ours["tokens_per_s"] / trl["tokens_per_s"] for ours, trl in zip(runs[key], runs["trl"])
-                      if "error" not in ours and "error" not in trl]
+            paired = [
+                ours["tokens_per_s"] / trl["tokens_per_s"]
+                for ours, trl in zip(runs[key], runs["trl"])
+                if "error" not in ours and "error" not in trl
+            ]
             row[f"{key}_tokens_per_s_ratio_per_repeat"] = paired
             if paired:
                 row[f"{key}_tokens_per_s_ratio_per_repeat_median"] = statistics.median(paired)
@@ -257,14 +337,32 @@ def main() -> int:
         print(name, json.dumps(row, indent=1))
     report = {
         "benchmark": "GRPO step, llmgym vs TRL GRPOTrainer",
-        "settings": {"prompts": len(PROMPTS), "num_generations": 4, "completions_per_step": 4,
-                     "max_completion_tokens": 32, "learning_rate": 1e-6, "beta": 0.0, "loss": "dapo / token_mean",
-                     "steps": args.steps, "warmup_steps": 1, "repeats": args.repeats, "torch_threads": args.threads, "dtype": "float32",
-                     "rows": {"llmgym": "fp32 rollouts (the trained weights)",
-                              "llmgym_int8": "rollout_precision='int8': weight-only int8 rollout copies, fp32 training"}},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_before": load_before, "load_average_after": os.getloadavg(),
-                    "note": "a 2-core machine shared with other jobs: timings vary with their load"},
+        "settings": {
+            "prompts": len(PROMPTS),
+            "num_generations": 4,
+            "completions_per_step": 4,
+            "max_completion_tokens": 32,
+            "learning_rate": 1e-6,
+            "beta": 0.0,
+            "loss": "dapo / token_mean",
+            "steps": args.steps,
+            "warmup_steps": 1,
+            "repeats": args.repeats,
+            "torch_threads": args.threads,
+            "dtype": "float32",
+            "rows": {
+                "llmgym": "fp32 rollouts (the trained weights)",
+                "llmgym_int8": "rollout_precision='int8': weight-only int8 rollout copies, fp32 training",
+            },
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "note": "a 2-core machine shared with other jobs: timings vary with their load",
+        },
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }

@@ -57,8 +57,15 @@ def _last_reply(messages: list[dict[str, Any]]) -> str:
     return next((m.get("content") or "" for m in reversed(messages) if m["role"] == "assistant"), "")
 
 
-def evaluate(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], episodes: int, max_tokens: int,
-             temperature: float) -> dict[str, Any]:
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    max_tokens: int,
+    temperature: float,
+) -> dict[str, Any]:
     """Play ``episodes`` fixed-seed episodes with ``model``; reward statistics overall and per component."""
     from llmgym.policy import SamplingParams
     from llmgym.rollout import rollout
@@ -68,8 +75,13 @@ def evaluate(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any]
     model.eval()
     policy = TransformersPolicy(model, tokenizer, batch_size=16, name="smollm2-eval")
     try:
-        played = rollout(env_id, policy, seeds=[EVAL_SEED_OFFSET + i for i in range(episodes)], env_kwargs=env_kwargs,
-                         sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=1234))
+        played = rollout(
+            env_id,
+            policy,
+            seeds=[EVAL_SEED_OFFSET + i for i in range(episodes)],
+            env_kwargs=env_kwargs,
+            sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=1234),
+        )
     finally:
         model.train(was_training)
     rewards = [e.total_reward for e in played]
@@ -105,15 +117,21 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         values = np.array([row.get(key, np.nan) for row in result["curve"]], dtype=float)
         window = min(5, len(values))
         smoothed = np.convolve(values, np.ones(window) / window, mode="valid")
-        line, = curve.plot(steps, values, alpha=0.3)
-        curve.plot(steps[window - 1:], smoothed, color=line.get_color(), label=f"{key} ({window}-step mean)")
+        (line,) = curve.plot(steps, values, alpha=0.3)
+        curve.plot(steps[window - 1 :], smoothed, color=line.get_color(), label=f"{key} ({window}-step mean)")
     curve.set(xlabel="GRPO step", ylabel="training reward (32 samples)", title=result["env"])
     curve.legend(fontsize=7)
     names = ["reward", *result["before"]["components"]]
     for offset, phase in ((-0.2, "before"), (0.2, "after")):
         stats = [result[phase]["reward"] if n == "reward" else result[phase]["components"][n] for n in names]
-        bars.bar(np.arange(len(names)) + offset, [s["mean"] for s in stats], 0.4, yerr=[s["ci95"] for s in stats],
-                 capsize=3, label=phase)
+        bars.bar(
+            np.arange(len(names)) + offset,
+            [s["mean"] for s in stats],
+            0.4,
+            yerr=[s["ci95"] for s in stats],
+            capsize=3,
+            label=phase,
+        )
     bars.set_xticks(np.arange(len(names)), names)
     bars.set(title=f"eval, {result['eval']['episodes']} held-out seeds (95% CI)")
     bars.legend(fontsize=7)
@@ -135,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--lora", action="store_true")
-    parser.add_argument("--rollout-precision", choices=["fp32", "int8"], default="fp32",
-                        help="the training rollouts' weights (evaluation always decodes the fp32 model)")
+    parser.add_argument(
+        "--rollout-precision",
+        choices=["fp32", "int8"],
+        default="fp32",
+        help="the training rollouts' weights (evaluation always decodes the fp32 model)",
+    )
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/grpo_learning_curve")
@@ -160,33 +182,79 @@ def main(argv: list[str] | None = None) -> int:
     print(f"before: {before['reward']}", flush=True)
     evaluated = time.perf_counter()
     config = GRPOConfig(
-        env_id=args.env, env_kwargs=env_kwargs, model="smollm2-135m", out=args.out, steps=args.steps,
-        prompts_per_step=args.prompts_per_step, group_size=args.group_size, seed_pool=EVAL_SEED_OFFSET,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, learning_rate=args.learning_rate,
-        lora=args.lora, lora_r=16, lora_alpha=32, micro_batch_size=8, save_every=max(args.steps, 1), plot=True,
-        progress=False, torch_threads=args.threads, device="cpu", bf16=False, rollout_precision=args.rollout_precision,
+        env_id=args.env,
+        env_kwargs=env_kwargs,
+        model="smollm2-135m",
+        out=args.out,
+        steps=args.steps,
+        prompts_per_step=args.prompts_per_step,
+        group_size=args.group_size,
+        seed_pool=EVAL_SEED_OFFSET,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        lora=args.lora,
+        lora_r=16,
+        lora_alpha=32,
+        micro_batch_size=8,
+        save_every=max(args.steps, 1),
+        plot=True,
+        progress=False,
+        torch_threads=args.threads,
+        device="cpu",
+        bf16=False,
+        rollout_precision=args.rollout_precision,
     )
     trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
     history = trainer.train()
     trainer.close()
     trained = time.perf_counter()
-    after = evaluate(trainer.model, tokenizer, args.env, env_kwargs, args.eval_episodes, args.max_new_tokens, args.temperature)
+    after = evaluate(
+        trainer.model, tokenizer, args.env, env_kwargs, args.eval_episodes, args.max_new_tokens, args.temperature
+    )
     print(f"after: {after['reward']}", flush=True)
     difference = summarize([b - a for a, b in zip(before["rewards"], after["rewards"])])
     result = {
         "model": "SmolLM2-135M-Instruct (load_model('smollm2-135m'), float32, CPU)",
-        "env": args.env, "env_kwargs": env_kwargs,
-        "eval": {"episodes": args.eval_episodes, "seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + args.eval_episodes - 1}",
-                 "temperature": args.temperature, "sampler_seed": 1234, "max_new_tokens": args.max_new_tokens},
-        "train": {k: getattr(config, k) for k in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "temperature",
-                                                  "learning_rate", "lora", "loss_aggregation", "scale_rewards", "beta",
-                                                  "rollout_precision")},
-        "before": before, "after": after, "paired_difference": difference,
+        "env": args.env,
+        "env_kwargs": env_kwargs,
+        "eval": {
+            "episodes": args.eval_episodes,
+            "seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + args.eval_episodes - 1}",
+            "temperature": args.temperature,
+            "sampler_seed": 1234,
+            "max_new_tokens": args.max_new_tokens,
+        },
+        "train": {
+            k: getattr(config, k)
+            for k in (
+                "steps",
+                "prompts_per_step",
+                "group_size",
+                "max_new_tokens",
+                "temperature",
+                "learning_rate",
+                "lora",
+                "loss_aggregation",
+                "scale_rewards",
+                "beta",
+                "rollout_precision",
+            )
+        },
+        "before": before,
+        "after": after,
+        "paired_difference": difference,
         "improved": bool(difference["mean"] - difference["ci95"] > 0),
         "curve": [{k: v for k, v in m.items() if k.startswith("reward/") or k in CURVE_KEYS} for m in history],
-        "seconds": {"eval_before": evaluated - started, "train": trained - evaluated, "eval_after": time.perf_counter() - trained,
-                    "total": time.perf_counter() - started},
-        "torch_threads": args.threads, "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+        "seconds": {
+            "eval_before": evaluated - started,
+            "train": trained - evaluated,
+            "eval_after": time.perf_counter() - trained,
+            "total": time.perf_counter() - started,
+        },
+        "torch_threads": args.threads,
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
     }
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(json.dumps(result, indent=1) + "\n")

@@ -52,12 +52,25 @@ ENV_ID = "llmgym/Wordle-v0"
 CASES = ("llamacpp", "transformers", "serve", "serve_scripted")
 
 
-def measure(policy: Policy, *, concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int,
-            client_process_is_outside: bool = False) -> dict[str, Any]:
+def measure(
+    policy: Policy,
+    *,
+    concurrency: int,
+    episodes: int,
+    sampling: SamplingParams,
+    max_turns: int,
+    client_process_is_outside: bool = False,
+) -> dict[str, Any]:
     """Run ``episodes`` Wordle episodes at ``concurrency`` and time them."""
     loop_cpu, process_cpu, start = time.thread_time(), time.process_time(), time.perf_counter()
-    records = rollout(ENV_ID, policy, seeds=episodes, max_concurrency=concurrency, sampling=sampling,
-                      env_kwargs={"max_turns": max_turns})
+    records = rollout(
+        ENV_ID,
+        policy,
+        seeds=episodes,
+        max_concurrency=concurrency,
+        sampling=sampling,
+        env_kwargs={"max_turns": max_turns},
+    )
     wall = time.perf_counter() - start
     loop_cpu = time.thread_time() - loop_cpu
     process_cpu = time.process_time() - process_cpu
@@ -95,8 +108,20 @@ class Server:
 
     def __init__(self, backend: str, model: str | None = None):
         self.port = _free_port()
-        command = [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())", "serve", "--backend", backend, "--port", str(self.port),
-                   "--log-level", "warning", "--max-batch-size", "64"]
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from llmgym.cli import main; sys.exit(main())",
+            "serve",
+            "--backend",
+            backend,
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            "--max-batch-size",
+            "64",
+        ]
         if model:
             command += ["--model", model]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -139,8 +164,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=8, help="episodes for the local backends (default 8)")
     parser.add_argument("--sequential-episodes", type=int, default=2, help="episodes for sequential transformers")
     parser.add_argument("--concurrency", default="1,8,32,64", help="server concurrencies (default 1,8,32,64)")
-    parser.add_argument("--serve-max-turns", type=int, default=1,
-                        help="turns per episode in the server sweep (default 1: 64 episodes must fit the time budget)")
+    parser.add_argument(
+        "--serve-max-turns",
+        type=int,
+        default=1,
+        help="turns per episode in the server sweep (default 1: 64 episodes must fit the time budget)",
+    )
     parser.add_argument("--only", default=",".join(CASES), help=f"cases to run, of {','.join(CASES)}")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
@@ -167,14 +196,23 @@ def main() -> None:
 
     if "llamacpp" in only:
         # one sequence at a time with a one-request KV cache: concurrency 1 is its best case (eval's default)
-        _run_case("llamacpp", results, lambda: measure(local("llama.cpp"), concurrency=1, episodes=args.episodes, **common))
-        _run_case("llamacpp_c8", results,
-                  lambda: measure(local("llama.cpp"), concurrency=8, episodes=args.episodes, **common))
+        _run_case(
+            "llamacpp", results, lambda: measure(local("llama.cpp"), concurrency=1, episodes=args.episodes, **common)
+        )
+        _run_case(
+            "llamacpp_c8", results, lambda: measure(local("llama.cpp"), concurrency=8, episodes=args.episodes, **common)
+        )
     if "transformers" in only:
-        _run_case("transformers_batched", results,
-                  lambda: measure(local("transformers"), concurrency=8, episodes=args.episodes, **common))
-        _run_case("transformers_sequential", results,
-                  lambda: measure(local("transformers"), concurrency=1, episodes=args.sequential_episodes, **common))
+        _run_case(
+            "transformers_batched",
+            results,
+            lambda: measure(local("transformers"), concurrency=8, episodes=args.episodes, **common),
+        )
+        _run_case(
+            "transformers_sequential",
+            results,
+            lambda: measure(local("transformers"), concurrency=1, episodes=args.sequential_episodes, **common),
+        )
     for policy in loaded.values():
         policy.close()
     loaded.clear()
@@ -196,9 +234,18 @@ def main() -> None:
                 episodes = max(level, 4) * (4 if backend == "scripted" else 1)
                 policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
                 try:
-                    _run_case(f"{case}_c{level}", results, lambda: measure(
-                        policy, concurrency=level, episodes=episodes, client_process_is_outside=True,
-                        sampling=sampling, max_turns=args.serve_max_turns))
+                    _run_case(
+                        f"{case}_c{level}",
+                        results,
+                        lambda policy=policy, level=level, episodes=episodes: measure(
+                            policy,
+                            concurrency=level,
+                            episodes=episodes,
+                            client_process_is_outside=True,
+                            sampling=sampling,
+                            max_turns=args.serve_max_turns,
+                        ),
+                    )
                 finally:
                     policy.close()
         finally:
@@ -211,10 +258,13 @@ def main() -> None:
         return value or None
 
     if tps("llamacpp") and tps("transformers_batched"):
-        ratios["llamacpp_vs_transformers_batched_tokens_per_s"] = round(tps("llamacpp") / tps("transformers_batched"), 2)
+        ratios["llamacpp_vs_transformers_batched_tokens_per_s"] = round(
+            tps("llamacpp") / tps("transformers_batched"), 2
+        )
     if tps("transformers_batched") and tps("transformers_sequential"):
         ratios["transformers_batched_vs_sequential_tokens_per_s"] = round(
-            tps("transformers_batched") / tps("transformers_sequential"), 2)
+            tps("transformers_batched") / tps("transformers_sequential"), 2
+        )
     if "outside_model_fraction" in results.get("serve_c32", {}):
         ratios["serve_c32_outside_model_fraction"] = results["serve_c32"]["outside_model_fraction"]
     targets = {
@@ -229,9 +279,14 @@ def main() -> None:
         "python": platform.python_version(),
         "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "env": ENV_ID,
-        "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7,
-                     "episodes": args.episodes, "sequential_episodes": args.sequential_episodes,
-                     "serve_max_turns": args.serve_max_turns},
+        "settings": {
+            "max_tokens": args.max_tokens,
+            "max_turns": args.max_turns,
+            "temperature": 0.7,
+            "episodes": args.episodes,
+            "sequential_episodes": args.sequential_episodes,
+            "serve_max_turns": args.serve_max_turns,
+        },
         "results": results,
         "ratios": ratios,
         "targets": targets,

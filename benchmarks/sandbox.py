@@ -45,8 +45,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     """p50/p99/mean in milliseconds."""
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
-    return {"p50_ms": round(statistics.median(ordered) * 1000, 2), "p99_ms": round(p99 * 1000, 2),
-            "mean_ms": round(statistics.fmean(ordered) * 1000, 2), "calls": len(ordered)}
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(p99 * 1000, 2),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 2),
+        "calls": len(ordered),
+    }
 
 
 def time_calls(call, code: str, n: int) -> list[float]:
@@ -77,6 +81,7 @@ def main() -> None:
         def call(code: str) -> None:
             result = pool.run(code)
             assert result.ok, result.to_text()
+
         return call
 
     def fresh(code: str) -> None:
@@ -87,8 +92,12 @@ def main() -> None:
         result = cold_box.run(code)
         assert result.ok, result.to_text()
 
-    backends = {"warm_pool": warm_call(plain), "warm_pool_preload_sympy": warm_call(with_sympy),
-                "fresh_python_c": fresh, "cold_isolated": cold}
+    backends = {
+        "warm_pool": warm_call(plain),
+        "warm_pool_preload_sympy": warm_call(with_sympy),
+        "fresh_python_c": fresh,
+        "cold_isolated": cold,
+    }
     for name, code in PROGRAMS.items():
         for backend, call in backends.items():
             call(code)  # first call: nothing to measure but the program's own first import
@@ -99,8 +108,13 @@ def main() -> None:
         pool.close()
     report = {
         "benchmark": "sandbox tool-call latency",
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average_1m_before": load_before, "load_average_1m_after": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1m_before": load_before,
+            "load_average_1m_after": round(os.getloadavg()[0], 2),
+        },
         "pool": "one warm worker per pool; every call is a fresh fork with all limits and isolation",
         "isolation": isolation,
         "results": results,

@@ -35,14 +35,40 @@ def register_envs() -> None:
     register(
         "llmgym/EmailQA-v0",
         "llmgym.envs.email_qa.env:EmailQAEnv",
-        description="ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'.",
+        description=(
+            "ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'."
+        ),
     )
-    register("llmgym/TicTacToe-v0", "llmgym.envs.multiagent.versus:TicTacToeVsBot", description="Tic-tac-toe as X against a perfect minimax opponent.")
-    register("llmgym/ConnectFour-v0", "llmgym.envs.multiagent.versus:ConnectFourVsBot", description="Connect Four as X against a depth-6 negamax opponent.")
-    register("llmgym/Negotiation-v0", "llmgym.envs.multiagent.versus:NegotiationVsBot", description="Split items with private values against a scripted haggler; deal or no deal.")
-    register("llmgym/PrisonersDilemma-v0", "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot", description="Iterated prisoner's dilemma with messages against tit-for-tat.")
-    register("llmgym/RuleDiscovery-v0", "llmgym.envs.rule_discovery:RuleDiscoveryEnv", description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.")
-    register("llmgym/MentalMath-v0", "llmgym.envs.mental_math:MentalMathEnv", description="Answer a one-operation arithmetic question (single digits by default) with just the number.")
+    register(
+        "llmgym/TicTacToe-v0",
+        "llmgym.envs.multiagent.versus:TicTacToeVsBot",
+        description="Tic-tac-toe as X against a perfect minimax opponent.",
+    )
+    register(
+        "llmgym/ConnectFour-v0",
+        "llmgym.envs.multiagent.versus:ConnectFourVsBot",
+        description="Connect Four as X against a depth-6 negamax opponent.",
+    )
+    register(
+        "llmgym/Negotiation-v0",
+        "llmgym.envs.multiagent.versus:NegotiationVsBot",
+        description="Split items with private values against a scripted haggler; deal or no deal.",
+    )
+    register(
+        "llmgym/PrisonersDilemma-v0",
+        "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot",
+        description="Iterated prisoner's dilemma with messages against tit-for-tat.",
+    )
+    register(
+        "llmgym/RuleDiscovery-v0",
+        "llmgym.envs.rule_discovery:RuleDiscoveryEnv",
+        description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.",
+    )
+    register(
+        "llmgym/MentalMath-v0",
+        "llmgym.envs.mental_math:MentalMathEnv",
+        description="Answer a one-operation arithmetic question (single digits by default) with just the number.",
+    )
     from llmgym.envs.adapters import register_adapter_envs  # reasoning-gym / TextArena ids, only when installed
 
     register_adapter_envs()

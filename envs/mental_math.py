@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric
@@ -58,9 +59,8 @@ def last_integer(text: str) -> int | None:
         >>> last_integer("It is -3") , last_integer("no digits"), last_integer("12.5"), last_integer("0" * 5000 + "7")
         (-3, None, None, 7)
     """
-    found = None
-    for found in _NUMBER.finditer(text):
-        pass
+    matches = list(_NUMBER.finditer(text))
+    found = matches[-1] if matches else None
     if found is None or found.group(1) and found.group(1).strip("0"):  # none, or a fraction such as 12.5
         return None
     number = found.group(0).split(".")[0].replace(",", "")
@@ -90,7 +90,9 @@ class MentalMathEnv(LLMEnv):
         if isinstance(max_operand, bool) or not isinstance(max_operand, int) or max_operand < 1:
             raise ValueError(f"max_operand must be an int >= 1, got {max_operand!r}")
         if not isinstance(operations, str) or not operations or set(operations) - set(OPERATIONS):
-            raise ValueError(f"operations must be a non-empty string of symbols from {''.join(OPERATIONS)!r}, got {operations!r}")
+            raise ValueError(
+                f"operations must be a non-empty string of symbols from {''.join(OPERATIONS)!r}, got {operations!r}"
+            )
         kwargs.pop("max_turns", None)
         super().__init__(max_turns=1, **kwargs)
         self.max_operand = max_operand
@@ -125,9 +127,19 @@ class MentalMathEnv(LLMEnv):
         return self.reply is not None
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: 1.0 if self.reply is not None and last_integer(self.reply) == self.answer else 0.0,
-                   weight=1.0, when="end", name="correct"),
-            Reward(lambda ctx: 1.0 if self.reply is not None and _BARE_INTEGER.match(self.reply) else 0.0,
-                   weight=0.2, when="end", name="concise"),
-        ])
+        return Rubric(
+            [
+                Reward(
+                    lambda ctx: 1.0 if self.reply is not None and last_integer(self.reply) == self.answer else 0.0,
+                    weight=1.0,
+                    when="end",
+                    name="correct",
+                ),
+                Reward(
+                    lambda ctx: 1.0 if self.reply is not None and _BARE_INTEGER.match(self.reply) else 0.0,
+                    weight=0.2,
+                    when="end",
+                    name="concise",
+                ),
+            ]
+        )

@@ -57,12 +57,48 @@ _ITEMS = ("coin", "key", "switch", "goal", "decoy")  # things the agent may stan
 
 #: Difficulty -> settings: grid size, wall density, object counts, goal conditions, scrambled controls, view.
 LEVELS: dict[str, dict[str, Any]] = {
-    "easy": dict(size=5, walls=0.12, coins=2, hazards=0, blocks=0, decoys=1, conditions=("none", "coins"),
-                 collect=("step",), scramble=False, window=None, reveal_goal=True, max_turns=30),
-    "medium": dict(size=7, walls=0.16, coins=3, hazards=2, blocks=1, decoys=1, conditions=("coins", "key", "switch"),
-                   collect=("step", "interact"), scramble=False, window=2, reveal_goal=False, max_turns=50),
-    "hard": dict(size=9, walls=0.2, coins=3, hazards=3, blocks=2, decoys=2, conditions=("coins", "key", "switch"),
-                 collect=("step", "interact"), scramble=True, window=2, reveal_goal=False, max_turns=80),
+    "easy": dict(
+        size=5,
+        walls=0.12,
+        coins=2,
+        hazards=0,
+        blocks=0,
+        decoys=1,
+        conditions=("none", "coins"),
+        collect=("step",),
+        scramble=False,
+        window=None,
+        reveal_goal=True,
+        max_turns=30,
+    ),
+    "medium": dict(
+        size=7,
+        walls=0.16,
+        coins=3,
+        hazards=2,
+        blocks=1,
+        decoys=1,
+        conditions=("coins", "key", "switch"),
+        collect=("step", "interact"),
+        scramble=False,
+        window=2,
+        reveal_goal=False,
+        max_turns=50,
+    ),
+    "hard": dict(
+        size=9,
+        walls=0.2,
+        coins=3,
+        hazards=3,
+        blocks=2,
+        decoys=2,
+        conditions=("coins", "key", "switch"),
+        collect=("step", "interact"),
+        scramble=True,
+        window=2,
+        reveal_goal=False,
+        max_turns=80,
+    ),
 }
 
 
@@ -82,7 +118,10 @@ class RuleDiscoveryEnv(LLMEnv):
     ``reset(options={"difficulty": "hard"})`` changes the level for one episode.
     """
 
-    description = "Grid world with hidden, per-seed rules (what blocks, scores, moves, the goal); explore with move/interact/look."
+    description = (
+        "Grid world with hidden, per-seed rules (what blocks, scores, moves, the goal); "
+        "explore with move/interact/look."
+    )
     system_prompt = (
         "You are @ in a small grid world. Each symbol does something, but nobody tells you what: find out by playing. "
         "Your task is to reach the goal. Tools: move (direction up, down, left or right), interact (with the cell you "
@@ -150,7 +189,9 @@ class RuleDiscoveryEnv(LLMEnv):
             r, c = free[int(index)]
             self.grid[r][c] = role
         reachable = self._reachable(self.start)
-        targets = [(r, c) for r in range(size) for c in range(size) if self.grid[r][c] in ("goal", "coin", "key", "switch")]
+        targets = [
+            (r, c) for r in range(size) for c in range(size) if self.grid[r][c] in ("goal", "coin", "key", "switch")
+        ]
         self.coins_total = sum(row.count("coin") for row in self.grid)
         return all(t in reachable for t in targets)
 
@@ -280,8 +321,10 @@ class RuleDiscoveryEnv(LLMEnv):
 
     def _goal_open(self) -> bool:
         return {
-            "none": True, "coins": self.coins_collected == self.coins_total,
-            "key": self.has_key, "switch": self.switch_on,
+            "none": True,
+            "coins": self.coins_collected == self.coins_total,
+            "key": self.has_key,
+            "switch": self.switch_on,
         }[self.condition]
 
     # -- episode -------------------------------------------------------------------
@@ -308,13 +351,15 @@ class RuleDiscoveryEnv(LLMEnv):
         return self.reached_goal
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(self._progress, name="progress"),
-            Reward(lambda ctx: self.events.get(ctx.turn, {}).get("hazard", 0.0), weight=-0.1, name="hazard"),
-            Reward(self._invalid, weight=-0.05, name="invalid"),
-            Reward(lambda ctx: 1.0 if self.reached_goal else 0.0, when="end", name="goal"),
-            Reward(self._speed, weight=0.5, when="end", name="speed"),
-        ])
+        return Rubric(
+            [
+                Reward(self._progress, name="progress"),
+                Reward(lambda ctx: self.events.get(ctx.turn, {}).get("hazard", 0.0), weight=-0.1, name="hazard"),
+                Reward(self._invalid, weight=-0.05, name="invalid"),
+                Reward(lambda ctx: 1.0 if self.reached_goal else 0.0, when="end", name="goal"),
+                Reward(self._speed, weight=0.5, when="end", name="speed"),
+            ]
+        )
 
     def _progress(self, ctx: TurnContext) -> float:
         events = self.events.get(ctx.turn, {})

@@ -56,7 +56,9 @@ def consistent_guess(pool: list[str]) -> str:
 def main(args: Args) -> dict[str, float]:
     rng = np.random.default_rng(args.seed)
     envs = gym.make_vec(
-        args.env_id, num_envs=args.num_envs, vectorization_mode="sync",
+        args.env_id,
+        num_envs=args.num_envs,
+        vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},  # no action is thrown away
     )
     logits = np.zeros(len(args.openers))

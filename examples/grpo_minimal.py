@@ -90,8 +90,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
     docs = {param.arg_name: param.description for param in docstring_parser.parse_from_object(Args).params}
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Args):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default,
-                            help=f"{docs[field.name]} (default: {field.default})")
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            type=type(field.default),
+            default=field.default,
+            help=f"{docs[field.name]} (default: {field.default})",
+        )
     return Args(**vars(parser.parse_args(argv)))
 
 
@@ -117,9 +121,17 @@ def main(args: Args) -> tuple[Any, list[dict[str, float]]]:
 
         # collect: G episodes for each of a few fresh env seeds, sampled from the current weights
         seeds = rng.choice(1_000_000, size=args.prompts_per_step, replace=False).tolist()
-        sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_new_tokens, seed=int(rng.integers(2**31)))
-        episodes = rollout(args.env_id, policy, seeds=seeds, group_size=args.group_size, sampling=sampling,
-                           max_concurrency=episodes_per_step)
+        sampling = SamplingParams(
+            temperature=args.temperature, max_tokens=args.max_new_tokens, seed=int(rng.integers(2**31))
+        )
+        episodes = rollout(
+            args.env_id,
+            policy,
+            seeds=seeds,
+            group_size=args.group_size,
+            sampling=sampling,
+            max_concurrency=episodes_per_step,
+        )
         errors = [e.metadata["error"] for e in episodes if "error" in e.metadata]
         if errors:  # rollout records a failed episode instead of raising; training would trip on it less clearly
             raise RuntimeError(f"{len(errors)} of {len(episodes)} episodes failed; the first: {errors[0]}")
@@ -130,7 +142,8 @@ def main(args: Args) -> tuple[Any, list[dict[str, float]]]:
         kept = [(e, a) for e, a, keep in zip(episodes, advantages.token_advantages, advantages.keep) if keep]
         chunks = [kept[i : i + args.micro_batch_size] for i in range(0, len(kept), args.micro_batch_size)]
         batches = [collate([e for e, _ in chunk], [a for _, a in chunk]).to(device) for chunk in chunks]  # (B, T) each
-        num_tokens = float(sum(batch.mask.sum() for batch in batches))  # the loss is a mean over the whole step's tokens
+        # the loss is a mean over the whole step's tokens
+        num_tokens = float(sum(batch.mask.sum() for batch in batches))
 
         # optimize: the clipped policy-gradient loss over the policy's tokens, num_iterations optimizer steps
         # (with no batches, every group lacked signal: nothing to learn, and the steps change nothing)
@@ -143,10 +156,15 @@ def main(args: Args) -> tuple[Any, list[dict[str, float]]]:
                 if iteration == 0:
                     old_logps.append(logp.detach())  # the policy before this step's updates: the ratio's denominator
                 loss, terms = grpo_loss(
-                    logp, old_logps[index], batch.advantages, batch.mask,
+                    logp,
+                    old_logps[index],
+                    batch.advantages,
+                    batch.mask,
                     # the generator's own log-probs: a capped importance weight for any gap between decoder and scorer
                     generator_logp=batch.generator_logp if batch.has_generator_logp else None,
-                    epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, num_tokens=num_tokens,
+                    epsilon_low=args.epsilon_low,
+                    epsilon_high=args.epsilon_high,
+                    num_tokens=num_tokens,
                 )
                 loss.backward()
                 loss_sum, clipped = loss_sum + loss.item(), clipped + terms.clipped
@@ -165,9 +183,12 @@ def main(args: Args) -> tuple[Any, list[dict[str, float]]]:
             "tokens_per_s": sum(len(e.token_ids) for e in episodes) / seconds,
         }
         history.append(metrics)
-        print(f"step {step:>3}/{args.steps}  reward {metrics['reward_mean']:.3f}  loss {loss_sum:+.4f}  "
-              f"clip {metrics['clip_fraction']:.3f}  kept {len(kept):>2}/{len(episodes)}  "
-              f"tokens/s {metrics['tokens_per_s']:,.0f}", flush=True)
+        print(
+            f"step {step:>3}/{args.steps}  reward {metrics['reward_mean']:.3f}  loss {loss_sum:+.4f}  "
+            f"clip {metrics['clip_fraction']:.3f}  kept {len(kept):>2}/{len(episodes)}  "
+            f"tokens/s {metrics['tokens_per_s']:,.0f}",
+            flush=True,
+        )
 
     return model, history
 

@@ -85,8 +85,14 @@ def main(timesteps: int = 20_000, episodes: int = 200, seed: int = 0) -> dict[st
     sb3_check_env(make_env())
     start = time.perf_counter()
     model = MaskablePPO(
-        "MlpPolicy", make_vec_env(make_env, n_envs=4, seed=seed), n_steps=128, batch_size=128,
-        learning_rate=1e-3, ent_coef=0.01, seed=seed, verbose=0,
+        "MlpPolicy",
+        make_vec_env(make_env, n_envs=4, seed=seed),
+        n_steps=128,
+        batch_size=128,
+        learning_rate=1e-3,
+        ent_coef=0.01,
+        seed=seed,
+        verbose=0,
     )
     model.learn(total_timesteps=timesteps)
     train_seconds = time.perf_counter() - start

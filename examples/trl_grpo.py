@@ -53,7 +53,7 @@ def tool_calling_tiny_model(sft_steps: int = 300, target_loss: float = 0.003) ->
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=sft_steps)
-    for step in range(1, sft_steps + 1):
+    for step in range(1, sft_steps + 1):  # noqa: B007  (read after the loop: how many steps it took)
         # logits only where the tool call is predicted: the 49k-token output layer is most of the cost
         hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt_ids) - 1 : -1]
         loss = torch.nn.functional.cross_entropy(model.lm_head(hidden), targets)
@@ -80,19 +80,35 @@ def main(steps: int = 2, seed: int = 0) -> dict[str, Any]:
             instances.append(self)
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="llmgym-trl-"), per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=96, max_tool_calling_iterations=2, max_steps=steps, logging_steps=1,
-        temperature=0.7, learning_rate=1e-5, report_to="none", use_cpu=True, save_strategy="no", seed=seed,
+        output_dir=tempfile.mkdtemp(prefix="llmgym-trl-"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=96,
+        max_tool_calling_iterations=2,
+        max_steps=steps,
+        logging_steps=1,
+        temperature=0.7,
+        learning_rate=1e-5,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=seed,
     )
     trainer = GRPOTrainer(
-        model=model, processing_class=tokenizer, args=args,
-        train_dataset=trl_dataset(ENV_ID, range(64)), environment_factory=Wordle,
+        model=model,
+        processing_class=tokenizer,
+        args=args,
+        train_dataset=trl_dataset(ENV_ID, range(64)),
+        environment_factory=Wordle,
     )
     trainer.train()
     episodes = [env._episode() for env in instances if env.env.unwrapped.turn_rewards]
     for entry in trainer.state.log_history:
         if "reward" in entry:
-            print(f"step {entry['step']}: reward {entry['reward']:.3f}, tool calls per rollout {entry['tools/call_frequency']:.2f}")
+            print(
+                f"step {entry['step']}: reward {entry['reward']:.3f}, "
+                f"tool calls per rollout {entry['tools/call_frequency']:.2f}"
+            )
     rewards = [env.get_reward() for env in instances]
     return {"log_history": trainer.state.log_history, "episodes": episodes, "rewards": rewards}
 

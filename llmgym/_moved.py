@@ -60,8 +60,11 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
         # stacklevel 2: the frame that imports (the import machinery's own frames are skipped)
-        warnings.warn(f"{spec.name} moved to {new}; import it from there (the old name goes in the next release)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} moved to {new}; import it from there (the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         module = importlib.import_module(new)
         spec.loader_state = module.__spec__
         return module

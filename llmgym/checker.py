@@ -32,9 +32,10 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import jsonschema
@@ -194,23 +195,31 @@ def check_env(
             error = f"{type(err).__name__}: {_clip(str(err), 200)}"
             if error in first_raised:  # e.g. setup raising fails every check: one traceback is enough
                 result = CheckResult(
-                    name, False, f"raised {error}", fix=f"the same error as the {first_raised[error]} check (traceback above)"
+                    name,
+                    False,
+                    f"raised {error}",
+                    fix=f"the same error as the {first_raised[error]} check (traceback above)",
                 )
             else:
                 first_raised[error] = name
                 result = CheckResult(
-                    name, False, f"raised {error}",
+                    name,
+                    False,
+                    f"raised {error}",
                     fix="the environment raised where the contract says it must not; see the traceback",
                     details=traceback.format_exc().strip().splitlines()[-6:],
                 )
         report.results.append(result)
     report.steps_per_second = runner.steps_per_second()
     if runner.timed_steps:
-        report.results.append(CheckResult(
-            "timing", True,
-            f"{report.steps_per_second:,.0f} steps/s over {runner.timed_steps} steps "
-            f"(reset {runner.mean_reset_ms():.2f} ms)",
-        ))
+        report.results.append(
+            CheckResult(
+                "timing",
+                True,
+                f"{report.steps_per_second:,.0f} steps/s over {runner.timed_steps} steps "
+                f"(reset {runner.mean_reset_ms():.2f} ms)",
+            )
+        )
     else:
         report.results.append(CheckResult("timing", None, "no steps were played, so nothing was timed"))
     runner.close()
@@ -265,7 +274,9 @@ class _Runner:
         spec = self.env.spec
         if spec is not None and spec.nondeterministic:  # declared honestly at registration (see DESIGN)
             return CheckResult(
-                "determinism", None, f"skipped: {spec.id} is registered with nondeterministic=True, so the same "
+                "determinism",
+                None,
+                f"skipped: {spec.id} is registered with nondeterministic=True, so the same "
                 "seed need not give the same episode",
             )
         seed = self.seed + 7
@@ -282,22 +293,32 @@ class _Runner:
         for index, (a, b, state_a, state_b) in enumerate(zip(first, second, first_states, second_states)):
             names = ("obs", "info") if index == 0 else ("obs", "reward", "terminated", "truncated", "info")
             where = "reset" if index == 0 else f"step {index}"
-            difference = difference or next(
-                (d for n, x, y in zip(names, a, b) if (d := _first_difference(x, y, f"{where} {n}"))), ""
-            ) or next(
-                (d for name in state_a if name in state_b
-                 and (d := _first_difference(state_a[name], state_b[name], f"{where} self.{name}"))),
-                "",
+            difference = (
+                difference
+                or next((d for n, x, y in zip(names, a, b) if (d := _first_difference(x, y, f"{where} {n}"))), "")
+                or next(
+                    (
+                        d
+                        for name in state_a
+                        if name in state_b
+                        and (d := _first_difference(state_a[name], state_b[name], f"{where} self.{name}"))
+                    ),
+                    "",
+                )
             )
         if difference:
             return CheckResult(
-                "determinism", False, f"two runs with seed={seed} and the same actions differ: {difference}",
+                "determinism",
+                False,
+                f"two runs with seed={seed} and the same actions differ: {difference}",
                 fix="draw all randomness from self.np_random (seeded by reset(seed=)), never from random, "
                 "numpy.random or the clock; keep timestamps, latencies and object ids out of observations, "
                 "info and the env's attributes (put timing in the Episode record)",
             )
         return CheckResult(
-            "determinism", True, f"{len(first) - 1} steps and the env's state identical across two runs with seed={seed}"
+            "determinism",
+            True,
+            f"{len(first) - 1} steps and the env's state identical across two runs with seed={seed}",
         )
 
     def check_fuzz(self) -> CheckResult:
@@ -323,7 +344,9 @@ class _Runner:
         env.close()
         if problems:
             return CheckResult(
-                "fuzz", False, f"{len(problems)} of {len(cases)} hostile actions broke the env",
+                "fuzz",
+                False,
+                f"{len(problems)} of {len(cases)} hostile actions broke the env",
                 fix="never raise for the agent's mistakes: return an error observation it can act on "
                 "(tools raise llmgym.ToolError; LLMEnv turns bad calls into error messages)",
                 details=problems,
@@ -352,7 +375,9 @@ class _Runner:
                         problems.append(f"{where}: components {sorted(unknown)} are not in the rubric")
         if problems:
             return CheckResult(
-                "rewards", False, f"{len(problems)} bad rewards in {episodes} episodes",
+                "rewards",
+                False,
+                f"{len(problems)} bad rewards in {episodes} episodes",
                 fix="return float(reward) from step; compute every reward through the rubric so that "
                 "reward == sum(weight * component) and info['reward_components'] explains it",
                 details=problems,
@@ -360,8 +385,10 @@ class _Runner:
         if not rewards:
             return CheckResult("rewards", None, "no steps were played")
         return CheckResult(
-            "rewards", True,
-            f"{len(rewards)} rewards finite and explained by components, range [{min(rewards):.3g}, {max(rewards):.3g}]",
+            "rewards",
+            True,
+            f"{len(rewards)} rewards finite and explained by components, "
+            f"range [{min(rewards):.3g}, {max(rewards):.3g}]",
         )
 
     def check_episode_jsonl(self) -> CheckResult:
@@ -382,7 +409,9 @@ class _Runner:
             problems.append("the episode loaded from JSONL differs from the one saved")
         if problems:
             return CheckResult(
-                "episode_jsonl", False, "the episode record is not faithful",
+                "episode_jsonl",
+                False,
+                "the episode record is not faithful",
                 fix="keep messages, rewards and metadata JSON-serializable plain data (str, int, float, list, dict)",
                 details=problems,
             )
@@ -418,12 +447,16 @@ class _Runner:
         env.close()
         if problems:
             return CheckResult(
-                "budgets", False, "a budget was not enforced",
+                "budgets",
+                False,
+                "a budget was not enforced",
                 fix="let LLMEnv.step end the episode (truncated=True) at max_turns and max_tokens; "
                 "do not override step without keeping its budget logic",
                 details=problems,
             )
-        return CheckResult("budgets", True, f"episodes end by max_turns={max_turns}" + (" and by max_tokens" if llm_env else ""))
+        return CheckResult(
+            "budgets", True, f"episodes end by max_turns={max_turns}" + (" and by max_tokens" if llm_env else "")
+        )
 
     def check_tool_schemas(self) -> CheckResult:
         schemas = self.tool_schemas()
@@ -439,7 +472,9 @@ class _Runner:
             problems.append(f"tool names repeat: {names}")
         if problems:
             return CheckResult(
-                "tool_schemas", False, f"{len(problems)} problems in {len(schemas)} tool schemas",
+                "tool_schemas",
+                False,
+                f"{len(problems)} problems in {len(schemas)} tool schemas",
                 fix="define tools with @llmgym.tool on typed functions with Google docstrings "
                 "(a summary line and an Args: entry per argument)",
                 details=problems,
@@ -457,7 +492,9 @@ class _Runner:
             if kind == 1 and schemas:
                 function = schemas[int(self.rng.integers(len(schemas)))]["function"]
                 arguments = sample_arguments(function.get("parameters", {}), self.rng)
-                actions.append(f'<tool_call>{json.dumps({"name": function["name"], "arguments": arguments})}</tool_call>')
+                actions.append(
+                    f"<tool_call>{json.dumps({'name': function['name'], 'arguments': arguments})}</tool_call>"
+                )
             elif kind == 2:
                 actions.append(str(self.rng.choice(WORDS)))
             else:
@@ -535,7 +572,9 @@ def _step_problem(env: gym.Env, obs: Any, reward: Any, terminated: Any, truncate
 
 def _schema_problems(schema: Any) -> list[str]:
     if not isinstance(schema, dict) or schema.get("type") != "function" or not isinstance(schema.get("function"), dict):
-        return [f"not an OpenAI function schema ({{'type': 'function', 'function': {{...}}}}): {_clip(repr(schema), 80)}"]
+        return [
+            f"not an OpenAI function schema ({{'type': 'function', 'function': {{...}}}}): {_clip(repr(schema), 80)}"
+        ]
     function = schema["function"]
     name = function.get("name")
     where = f"tool {name!r}"
@@ -628,4 +667,3 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
-

@@ -22,7 +22,12 @@ import gymnasium as gym
 from llmgym.episode import Episode
 from llmgym.messages import Message, ToolCall, system, tool_result, user
 from llmgym.parsing import (
-    TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedAction, parse_action, text_protocol_content, without_thinking,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    ParsedAction,
+    parse_action,
+    text_protocol_content,
+    without_thinking,
 )
 from llmgym.rubric import THINK_RE, Rubric, TurnContext
 from llmgym.spaces import Text
@@ -60,8 +65,12 @@ class LLMEnv(gym.Env[str, str], ABC):
     ):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        budgets = {"max_turns": max_turns, "max_tokens": max_tokens, "max_action_chars": max_action_chars,
-                   "max_tool_calls": max_tool_calls}
+        budgets = {
+            "max_turns": max_turns,
+            "max_tokens": max_tokens,
+            "max_action_chars": max_action_chars,
+            "max_tool_calls": max_tool_calls,
+        }
         for name, value in budgets.items():
             if value is None and name == "max_tokens":  # no token budget
                 continue
@@ -77,10 +86,15 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.observation_space = Text(max_length=65_536)
         self.action_space = Text(max_length=max_action_chars)
         tool_attrs = dict.fromkeys(  # attribute names that hold a tool in some class, base classes first
-            name for klass in reversed(type(self).__mro__) for name, attr in vars(klass).items() if isinstance(attr, Tool)
+            name
+            for klass in reversed(type(self).__mro__)
+            for name, attr in vars(klass).items()
+            if isinstance(attr, Tool)
         )
         self.tools: dict[str, BoundTool] = {  # what the class resolves each name to: an override wins, as for methods
-            tool_attr.name: getattr(self, name) for name in tool_attrs if isinstance(tool_attr := getattr(type(self), name), Tool)
+            tool_attr.name: getattr(self, name)
+            for name in tool_attrs
+            if isinstance(tool_attr := getattr(type(self), name), Tool)
         }
         self.tool_schemas: list[dict[str, Any]] = [t.schema for t in self.tools.values()]
         self.rubric: Rubric = self.build_rubric()
@@ -169,8 +183,11 @@ class LLMEnv(gym.Env[str, str], ABC):
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._over:
-            raise RuntimeError("the episode is over: call reset() before step()" if getattr(self, "_reset_once", True)
-                               else "no episode has started: call reset() before step()")
+            raise RuntimeError(
+                "the episode is over: call reset() before step()"
+                if getattr(self, "_reset_once", True)
+                else "no episode has started: call reset() before step()"
+            )
         turn = len(self.turn_contexts) + 1
         # read the action and record it
         parsed, counted = self._parse(action, turn)
@@ -261,7 +278,9 @@ class LLMEnv(gym.Env[str, str], ABC):
         if index >= self.max_tool_calls:
             return ToolResult(f"Error: at most {self.max_tool_calls} tool calls per turn", ok=False)
         if handler is None:
-            result = ToolResult(f"Error: unknown tool {call.name[:64]!r}; available: {', '.join(self.tools) or 'none'}", ok=False)
+            result = ToolResult(
+                f"Error: unknown tool {call.name[:64]!r}; available: {', '.join(self.tools) or 'none'}", ok=False
+            )
             format_errors.append(result.content)
             return result
         if self.is_done():

@@ -44,6 +44,7 @@ import copy
 import json
 import logging
 import re
+import sys
 import tempfile
 import threading
 import weakref
@@ -142,12 +143,15 @@ class MCPTool:
         except jsonschema.SchemaError as err:
             raise ValueError(f"MCP tool {server_name!r} has an invalid inputSchema: {err.message}") from None
         specification = referencing.jsonschema.specification_with(
-            str(input_schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012)
+            str(input_schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012
+        )
         resolver = _LOCAL_REFS.resolver_with_root(specification.create_resource(input_schema))
         missing = _unresolvable_ref(input_schema, resolver, specification)
         if missing is not None:
-            raise ValueError(f"MCP tool {server_name!r} has an inputSchema whose reference {missing!r} does not "
-                             "resolve inside the schema (remote references are never fetched)")
+            raise ValueError(
+                f"MCP tool {server_name!r} has an inputSchema whose reference {missing!r} does not "
+                "resolve inside the schema (remote references are never fetched)"
+            )
         self._validator = validator_class(input_schema, registry=_LOCAL_REFS)
 
     def validate(self, arguments: Any) -> str | None:
@@ -165,8 +169,9 @@ class MCPTool:
             problem = self.validate(arguments)
         except Exception as err:  # a schema jsonschema cannot apply: the agent is told, the episode goes on
             reason = f"{type(err).__name__}: {err}"[:500]  # a referencing error quotes the whole schema
-            return ToolResult(f"Error: the arguments for {self.name} could not be checked against its schema: {reason}",
-                              ok=False)
+            return ToolResult(
+                f"Error: the arguments for {self.name} could not be checked against its schema: {reason}", ok=False
+            )
         if problem is not None:
             return ToolResult(f"Error: invalid arguments for {self.name}: {problem}", ok=False)
         return self.toolset.call(self.server_name, arguments)
@@ -197,9 +202,18 @@ class MCPToolset:
     The server runs until :meth:`close` (or the ``with`` block ends, or the toolset is garbage-collected).
     """
 
-    def __init__(self, command: str, args: list[str] | None = None, env: dict[str, str] | None = None,
-                 cwd: str | None = None, *, prefix: str = "", timeout: float = 30.0, startup_timeout: float = 60.0,
-                 max_output_chars: int = 8192):
+    def __init__(
+        self,
+        command: str,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        *,
+        prefix: str = "",
+        timeout: float = 30.0,
+        startup_timeout: float = 60.0,
+        max_output_chars: int = 8192,
+    ):
         try:
             import mcp
         except ImportError as err:
@@ -231,8 +245,10 @@ class MCPToolset:
                 raise
             if not _NAME.match(item.name):
                 self.close()
-                raise ValueError(f"MCP tool name {item.name!r} is not a valid function name (letters, digits, _ and -, "
-                                 "at most 64); choose another prefix or server")
+                raise ValueError(
+                    f"MCP tool name {item.name!r} is not a valid function name (letters, digits, _ and -, "
+                    "at most 64); choose another prefix or server"
+                )
             if item.name in self._tools:
                 self.close()
                 raise ValueError(f"MCP server {self._describe()} lists the tool {item.name!r} twice")
@@ -279,8 +295,10 @@ class MCPToolset:
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        raise TypeError(f"an MCPToolset holds a running MCP server ({self._describe()}) and cannot be copied or "
-                        "pickled; start another one (for an MCPEnv, make a new env)")
+        raise TypeError(
+            f"an MCPToolset holds a running MCP server ({self._describe()}) and cannot be copied or "
+            "pickled; start another one (for an MCPEnv, make a new env)"
+        )
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -380,8 +398,11 @@ class _ServerThread:
                     await session.initialize()
                     listed, cursor = [], None
                     while True:
-                        page = await (session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
-                                      if cursor else session.list_tools())
+                        page = await (
+                            session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
+                            if cursor
+                            else session.list_tools()
+                        )
                         listed += [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in page.tools]
                         cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
                         if not cursor:
@@ -393,13 +414,24 @@ class _ServerThread:
         except asyncio.CancelledError:
             return
         except BaseException as err:
-            while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-                err = err.exceptions[0]  # anyio's task groups wrap the one error that matters
+            err = _only_error(err)
             if not self.ready.is_set():
                 self.error = err
                 return
-            logger.warning("MCP server %s stopped: %s: %s", " ".join([self.command, *self.args]),
-                           type(err).__name__, err)
+            logger.warning(
+                "MCP server %s stopped: %s: %s", " ".join([self.command, *self.args]), type(err).__name__, err
+            )
+
+
+def _only_error(err: BaseException) -> BaseException:
+    """The error inside ``err`` while it is a group of one: anyio's task groups wrap the one error that matters."""
+    if sys.version_info >= (3, 11):
+        from builtins import BaseExceptionGroup
+    else:  # before 3.11 anyio (which mcp runs on) raises, and so requires, the ``exceptiongroup`` backport's groups
+        from exceptiongroup import BaseExceptionGroup
+    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+        err = err.exceptions[0]
+    return err
 
 
 def _default_environment() -> dict[str, str]:
@@ -435,9 +467,17 @@ class MCPEnv(LLMEnv):
     description = "Tools from an MCP server; submit(answer) ends the task."
     system_prompt = "You solve the task with the tools you have. When you know the answer, call submit."
 
-    def __init__(self, command: str, args: list[str] | None = None, task: str = "", answer: str | None = None,
-                 server_env: dict[str, str] | None = None, prefix: str = "", tool_timeout: float = 30.0,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        command: str,
+        args: list[str] | None = None,
+        task: str = "",
+        answer: str | None = None,
+        server_env: dict[str, str] | None = None,
+        prefix: str = "",
+        tool_timeout: float = 30.0,
+        **kwargs: Any,
+    ):
         if not isinstance(task, str) or not task.strip():
             raise ValueError("task must be a non-empty string: the first message the agent reads")
         self.task, self.answer = task, answer
@@ -468,10 +508,12 @@ class MCPEnv(LLMEnv):
         return self.submitted is not None
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(self._correct, when="end", name="correct"),
-            Reward(format_error, weight=-0.1, name="format_error"),
-        ])
+        return Rubric(
+            [
+                Reward(self._correct, when="end", name="correct"),
+                Reward(format_error, weight=-0.1, name="format_error"),
+            ]
+        )
 
     def _correct(self, ctx: Any) -> float:
         if self.answer is None or self.submitted is None:

@@ -17,8 +17,13 @@ from typing import Any
 from llmgym.messages import Message, ToolCall, assistant, loads_json
 
 __all__ = [
-    "ParsedAction", "parse_action", "parse_text_tool_calls", "text_protocol_content", "without_thinking",
-    "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE",
+    "ParsedAction",
+    "parse_action",
+    "parse_text_tool_calls",
+    "text_protocol_content",
+    "without_thinking",
+    "TOOL_CALL_OPEN",
+    "TOOL_CALL_CLOSE",
 ]
 
 TOOL_CALL_OPEN = "<tool_call>"

@@ -74,7 +74,8 @@ class Generation:
         prompt_token_ids: the full prompt the model saw, as token ids (when known).
         token_ids: the generated token ids (when known).
         logprobs: the log-prob of each generated token under the sampling policy.
-        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``, or ``"abort"`` (the policy's ``abort`` event ended it).
+        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``, or ``"abort"``
+            (the policy's ``abort`` event ended it).
         thinking_tokens: how many generated tokens were reasoning (``<think>``).
         metadata: backend details (model name, latency...). Keys the rollout reads:
             ``prefix_reused`` (``False``: the prompt was rendered afresh, so its ids need not
@@ -144,9 +145,14 @@ def tool_protocol_prompt(tools: list[dict[str, Any]]) -> str:
     ]
     for schema in tools:
         function = schema.get("function", schema)
-        lines.append(json.dumps({
-            "name": function.get("name"),
-            "description": function.get("description", ""),
-            "parameters": function.get("parameters", {}),
-        }, ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {
+                    "name": function.get("name"),
+                    "description": function.get("description", ""),
+                    "parameters": function.get("parameters", {}),
+                },
+                ensure_ascii=False,
+            )
+        )
     return "\n".join(lines)

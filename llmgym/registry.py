@@ -140,7 +140,10 @@ def _try(entry: EntryPoint) -> str | None:
 
 
 def _half_imported(module: str) -> bool:
-    """Whether ``module`` or a package above it, other than llmgym (whose import runs the plugins), is being imported now."""
+    """Whether ``module`` or a package above it is being imported now.
+
+    llmgym itself does not count: its import is what runs the plugins.
+    """
     parts = module.split(".")
     names = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
     names = (name for name in names if name != "llmgym")
@@ -171,7 +174,9 @@ def describe(env_id: str) -> str:
         return _descriptions[env_id]
     spec = gym.spec(env_id)
     try:
-        env_class = spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(spec.entry_point)
+        env_class = (
+            spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(spec.entry_point)
+        )
     except Exception as err:
         return f"(cannot load: {type(err).__name__})"
     text = getattr(env_class, "description", "") or (env_class.__doc__ or "")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llmgym.parsing import ParsedAction
 from llmgym.tools import ToolResult
@@ -214,4 +215,3 @@ def tool_error_rate(ctx: TurnContext) -> float:
     """At the end: the fraction of the episode's tool calls that failed (0 when none were made)."""
     results = [r for c in [*ctx.history, ctx] for _, r in c.tool_results]
     return sum(not r.ok for r in results) / len(results) if results else 0.0
-

@@ -68,11 +68,15 @@ def names_for(name: str) -> ProjectNames:
     package = name.replace("-", "_").lower()
     # "tests": the package folder would be the project's tests/ folder (pytest then imports it half-made)
     if package in sys.stdlib_module_names:
-        raise ValueError(f"the import name {package!r} would shadow the standard-library module {package}; "
-                         f"pick another name, e.g. {package}-env")
+        raise ValueError(
+            f"the import name {package!r} would shadow the standard-library module {package}; "
+            f"pick another name, e.g. {package}-env"
+        )
     if keyword.iskeyword(package):
-        raise ValueError(f"the import name {package!r} is a Python keyword, so `import {package}` cannot work; "
-                         f"pick another name, e.g. {package}-env")
+        raise ValueError(
+            f"the import name {package!r} is a Python keyword, so `import {package}` cannot work; "
+            f"pick another name, e.g. {package}-env"
+        )
     if package in ("llmgym", "tests"):
         raise ValueError(f"the import name {package!r} would shadow a module; pick another name, e.g. {package}-env")
     parts = re.split(r"[-_]", name)
@@ -103,8 +107,10 @@ def _refuse_shadowing(package: str, root: Path) -> None:
     location = Path(origin)
     if location.is_absolute() and location.resolve().is_relative_to(root.resolve()):
         return
-    raise ValueError(f"the import name {package!r} would shadow the installed module {package} ({origin}); "
-                     f"pick another name, e.g. {package}-env")
+    raise ValueError(
+        f"the import name {package!r} would shadow the installed module {package} ({origin}); "
+        f"pick another name, e.g. {package}-env"
+    )
 
 
 def scaffold(name: str, parent: str | Path = ".", description: str = "", force: bool = False) -> Path:
@@ -133,8 +139,10 @@ def scaffold(name: str, parent: str | Path = ".", description: str = "", force: 
     if not above.is_dir():  # mkdir would fail halfway with NotADirectoryError
         raise ValueError(f"cannot create {root}: {above} is a file, not a folder; pick another --dir")
     if root.exists() and any(root.iterdir()) and not force:
-        raise ValueError(f"{root} already exists and is not empty; pick another name or --dir, "
-                         "or write into it with --force (force=True)")
+        raise ValueError(
+            f"{root} already exists and is not empty; pick another name or --dir, "
+            "or write into it with --force (force=True)"
+        )
     values = {
         "dist_name": names.dist_name,
         "package": names.package,

@@ -20,8 +20,9 @@ import pickle
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 import docstring_parser
 import pydantic
@@ -79,9 +80,7 @@ class Tool:
             )
         self.max_output_chars = max_output_chars
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
-        self.description = " ".join(
-            part for part in (doc.short_description, doc.long_description) if part
-        ).strip()
+        self.description = " ".join(part for part in (doc.short_description, doc.long_description) if part).strip()
         param_docs = {p.arg_name: p.description or "" for p in doc.params}
         hints = get_type_hints(fn, include_extras=True)  # keep Annotated[..., Field(ge=...)] constraints
         fields: dict[str, Any] = {}
@@ -92,7 +91,9 @@ class Tool:
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {self.name!r}: *args/**kwargs are not supported; name every argument")
             if param.kind is param.POSITIONAL_ONLY:  # tools are called with keyword arguments
-                raise TypeError(f"tool {self.name!r}: positional-only argument {param.name!r} is not supported; drop the '/'")
+                raise TypeError(
+                    f"tool {self.name!r}: positional-only argument {param.name!r} is not supported; drop the '/'"
+                )
             if param.name not in hints:
                 raise TypeError(f"tool {self.name!r}: argument {param.name!r} needs a type hint")
             hints[param.name] = _json_scalars(hints[param.name])
@@ -218,7 +219,8 @@ def _json_scalars(hint: Any) -> Any:
     Numeric strings (``"3"`` for an int) stay accepted, as pydantic and FastMCP accept them.
     """
     metadata: tuple[Any, ...] = ()
-    if get_origin(hint) is Annotated:  # the check goes after the metadata: before it, pydantic drops Field(ge=...) from the schema
+    # the check goes after the metadata: before it, pydantic drops Field(ge=...) from the schema
+    if get_origin(hint) is Annotated:
         hint, metadata = get_args(hint)[0], hint.__metadata__
     if hint is bool:
         return Annotated[(bool, *metadata, pydantic.Strict())]
@@ -237,7 +239,7 @@ def _json_scalars(hint: Any) -> Any:
         return _annotate(hint, metadata)
     new = tuple(_json_scalars(a) if a is not Ellipsis else a for a in args)
     if new != args and (origin is typing.Union or origin is types.UnionType):
-        hint = typing.Union[new]
+        hint = typing.Union[new]  # noqa: UP007  (built from a tuple at run time: `|` cannot spell that)
     elif new != args and origin in (list, set, frozenset, tuple, dict):
         hint = origin[new]
     return _annotate(hint, metadata)  # other generics (Sequence[int], ...) keep pydantic's own rules

@@ -16,6 +16,7 @@ Importing :mod:`llmgym` registers the codec.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from collections.abc import Iterator, Mapping, Sequence
 from copy import deepcopy
 from multiprocessing.sharedctypes import SynchronizedArray
@@ -23,10 +24,9 @@ from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
-import multiprocessing as mp
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.spaces import Tuple
+from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 from gymnasium.vector.utils.shared_memory import (
     create_shared_memory,
@@ -91,7 +91,9 @@ def make_vec(
     if vectorization_mode == "async":
         options["shared_memory"] = False
     options.update(vector_kwargs or {})
-    return gym.make_vec(id, num_envs=num_envs, vectorization_mode=vectorization_mode, vector_kwargs=options, **env_kwargs)
+    return gym.make_vec(
+        id, num_envs=num_envs, vectorization_mode=vectorization_mode, vector_kwargs=options, **env_kwargs
+    )
 
 
 # -- batches of llmgym.Text: one action per environment, checked before any is played --

@@ -160,7 +160,9 @@ def compute_advantages(
                 "returns tokens (returns_tokens=True), e.g. TransformersPolicy"
             )
         if len(episode.mask) != len(episode.token_ids):
-            raise ValueError(f"episode {index}: mask has {len(episode.mask)} entries for {len(episode.token_ids)} tokens")
+            raise ValueError(
+                f"episode {index}: mask has {len(episode.mask)} entries for {len(episode.token_ids)} tokens"
+            )
         episode_spans = turn_spans_of(episode)
         if turn_lambda != 0 and len(episode_spans) != len(episode.turn_rewards):
             raise ValueError(
@@ -218,10 +220,19 @@ def compute_advantages(
     kept = [a[np.asarray(e.mask, dtype=bool)] for a, e, k in zip(token_advantages, episodes, keep) if k]
     flat = np.concatenate(kept) if kept else np.zeros(0)
     sums = [
-        float(flat.size), float(flat.sum()), float(np.square(flat).sum()), float(np.abs(flat).max()) if flat.size else 0.0,
-        float(np.abs(outcome).sum()), float(len(outcome)), float(sum(keep)), float(len(members)), float(zero_signal),
+        float(flat.size),
+        float(flat.sum()),
+        float(np.square(flat).sum()),
+        float(np.abs(flat).max()) if flat.size else 0.0,
+        float(np.abs(outcome).sum()),
+        float(len(outcome)),
+        float(sum(keep)),
+        float(len(members)),
+        float(zero_signal),
     ]
-    return Advantages(token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums)
+    return Advantages(
+        token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums
+    )
 
 
 def merge_advantage_stats(parts: list[list[float]]) -> dict[str, float]:

@@ -41,8 +41,12 @@ class EpisodeBatch:
     def to(self, device: torch.device | str) -> EpisodeBatch:
         """The same batch on ``device``."""
         return EpisodeBatch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.mask.to(device),
-            self.advantages.to(device), self.generator_logp.to(device), self.has_generator_logp,
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.mask.to(device),
+            self.advantages.to(device),
+            self.generator_logp.to(device),
+            self.has_generator_logp,
         )
 
 

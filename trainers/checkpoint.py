@@ -27,14 +27,22 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "tidy_checkpoints", "save_weights", "is_peft",
-           "check_resume_config"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+    "tidy_checkpoints",
+    "save_weights",
+    "is_peft",
+    "check_resume_config",
+]
 
 _STATE = "trainer_state.json"
 logger = logging.getLogger(__name__)
@@ -95,17 +103,23 @@ def _mismatch(path: Path, saved: dict[str, torch.Tensor], expected: dict[str, to
     problems = []
     if shapes:
         name = shapes[0]
-        problems.append(f"{len(shapes)} of other shapes (e.g. {name}: {list(saved[name].shape)} saved, "
-                        f"{list(expected[name].shape)} in the model)")
+        problems.append(
+            f"{len(shapes)} of other shapes (e.g. {name}: {list(saved[name].shape)} saved, "
+            f"{list(expected[name].shape)} in the model)"
+        )
     stored = {expected[k].data_ptr() for k in saved.keys() & expected.keys()}
-    missing = [k for k in expected.keys() - saved.keys() if expected[k].data_ptr() not in stored]  # tied weights are saved once
+    missing = [
+        k for k in expected.keys() - saved.keys() if expected[k].data_ptr() not in stored
+    ]  # tied weights are saved once
     unexpected = saved.keys() - expected.keys()
     if unexpected:
         problems.append(f"{len(unexpected)} the model lacks (e.g. {min(unexpected)})")
     if missing:
         problems.append(f"{len(missing)} the checkpoint lacks (e.g. {min(missing)})")
-    return (f"the weights in {path} do not fit this model ({'; '.join(problems) or 'see torch.load_state_dict'}): "
-            "resume with the model and LoRA settings (lora_r, lora_target_modules) the run was trained with")
+    return (
+        f"the weights in {path} do not fit this model ({'; '.join(problems) or 'see torch.load_state_dict'}): "
+        "resume with the model and LoRA settings (lora_r, lora_target_modules) the run was trained with"
+    )
 
 
 def save_checkpoint(
@@ -195,17 +209,26 @@ def _step_of(folder: Path) -> int | None:
 
 
 def _checkpoint_folders(root: Path) -> list[Path]:
-    """The ``step_*`` folders under ``root``, oldest step first (by number: ``step_1000000`` follows ``step_999999``)."""
+    """The ``step_*`` folders under ``root``, oldest step first.
+
+    By number: ``step_1000000`` follows ``step_999999``.
+    """
     return sorted((p for p in root.glob("step_*") if p.is_dir() and _step_of(p) is not None), key=_step_of)
 
 
 def _whole_checkpoints(root: Path) -> list[Path]:
-    """The ``step_*`` folders under ``root`` that hold ``trainer_state.json`` (written last: all is there), oldest first."""
+    """The ``step_*`` folders under ``root`` that hold ``trainer_state.json``, oldest first.
+
+    That file is written last: a folder that holds it holds everything.
+    """
     return [p for p in _checkpoint_folders(root) if (p / _STATE).is_file()]
 
 
 def _rename_away(folder: Path) -> Path:
-    """Rename checkpoint ``folder`` to the hidden ``.NAME.old`` (atomically: it leaves the view whole); returns the new path."""
+    """Rename checkpoint ``folder`` to the hidden ``.NAME.old``; returns the new path.
+
+    The rename is atomic: it leaves the view whole.
+    """
     hidden = folder.with_name(f".{folder.name}.old")
     if hidden.exists():
         _discard(hidden)
@@ -259,7 +282,9 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(folder: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_checkpoint(
+    folder: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Restore weights, optimizer and RNG from ``folder``; returns the saved progress state.
 
     Raises:
@@ -276,8 +301,9 @@ def load_checkpoint(folder: str | os.PathLike[str], model: nn.Module, optimizer:
     return json.loads((folder / _STATE).read_text())
 
 
-def check_resume_config(saved_path: str | os.PathLike[str], current: dict[str, Any],
-                        may_change: Collection[str]) -> dict[str, tuple[Any, Any]]:
+def check_resume_config(
+    saved_path: str | os.PathLike[str], current: dict[str, Any], may_change: Collection[str]
+) -> dict[str, tuple[Any, Any]]:
     """Compare a run's saved settings with those it resumes with; returns the changed fields (name -> (saved, now)).
 
     Fields that only one side has (a config file of another llmgym version) are not
@@ -315,8 +341,11 @@ def check_resume_config(saved_path: str | os.PathLike[str], current: dict[str, A
     if not isinstance(saved, dict):
         raise ValueError(f"{saved_path} is not a JSON object of settings")
     current = json.loads(json.dumps(current))  # tuples as lists, as in the saved file
-    changed = {name: (saved[name], current[name]) for name in sorted(saved.keys() & current.keys())
-               if saved[name] != current[name]}
+    changed = {
+        name: (saved[name], current[name])
+        for name in sorted(saved.keys() & current.keys())
+        if saved[name] != current[name]
+    }
     refused = [f"{name} {old!r} -> {new!r}" for name, (old, new) in changed.items() if name not in may_change]
     if refused:
         raise ValueError(
@@ -324,8 +353,11 @@ def check_resume_config(saved_path: str | os.PathLike[str], current: dict[str, A
             f"resume with the settings in {saved_path}, or start a new run in another folder"
         )
     if changed:
-        logger.warning("resuming %s with changed settings: %s", saved_path.parent,
-                       ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changed.items()))
+        logger.warning(
+            "resuming %s with changed settings: %s",
+            saved_path.parent,
+            ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changed.items()),
+        )
     return changed
 
 

@@ -73,19 +73,21 @@ class Rollouts:
         stats = reward_stats(everyone)
         stats.update(merge_advantage_stats(gather_objects(advantages.stat_sums, world)))
         first_zero_signal = sum_ranks(self.first_zero_signal, world)
-        stats.update({
-            "episodes/errors": float(sum_ranks(self.errors, world)),
-            "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
-            "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
-            # both of the first round (before resampling): how often the policy's groups carry no signal
-            "groups/zero_signal": float(first_zero_signal),
-            "groups/zero_signal_fraction": first_zero_signal / max(sum_ranks(self.first_groups, world), 1.0),
-            "groups/resampled": float(sum_ranks(self.resampled, world)),
-            "groups/all_solved": float(sum(rate == 1.0 for rate in self.first_solve_rates)),
-            "groups/all_failed": float(sum(rate == 0.0 for rate in self.first_solve_rates)),
-            "tokens/total": float(sum_ranks(sum(len(e.token_ids) for e in self.episodes), world)),
-            "tokens/generated": float(sum_ranks(sum(sum(e.mask) for e in self.episodes), world)),
-        })
+        stats.update(
+            {
+                "episodes/errors": float(sum_ranks(self.errors, world)),
+                "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
+                "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
+                # both of the first round (before resampling): how often the policy's groups carry no signal
+                "groups/zero_signal": float(first_zero_signal),
+                "groups/zero_signal_fraction": first_zero_signal / max(sum_ranks(self.first_groups, world), 1.0),
+                "groups/resampled": float(sum_ranks(self.resampled, world)),
+                "groups/all_solved": float(sum(rate == 1.0 for rate in self.first_solve_rates)),
+                "groups/all_failed": float(sum(rate == 0.0 for rate in self.first_solve_rates)),
+                "tokens/total": float(sum_ranks(sum(len(e.token_ids) for e in self.episodes), world)),
+                "tokens/generated": float(sum_ranks(sum(sum(e.mask) for e in self.episodes), world)),
+            }
+        )
         stats.update(self.curriculum)
         return stats
 
@@ -105,8 +107,14 @@ class EpisodeCollector:
         seed_sampler: draws the steps' env seeds, in step order (a checkpoint stores its state).
     """
 
-    def __init__(self, config: GRPOConfig, generator: Generator, rank: int = 0, world: int = 1,
-                 curriculum: Curriculum | None = None):
+    def __init__(
+        self,
+        config: GRPOConfig,
+        generator: Generator,
+        rank: int = 0,
+        world: int = 1,
+        curriculum: Curriculum | None = None,
+    ):
         self.config, self.generator, self.rank, self.world, self.curriculum = config, generator, rank, world, curriculum
         self.seed_sampler = np.random.default_rng(config.seed)
         self._drawn: list[int] = []  # the newest draw, every rank's share: resampling never plays one of them
@@ -114,12 +122,16 @@ class EpisodeCollector:
 
     def draw_seeds(self) -> list[int]:
         """Draw the next step's env seeds (the same draw on every rank); returns this rank's share."""
-        self._drawn = self.seed_sampler.choice(self.config.seed_pool, size=self.config.prompts_per_step,
-                                               replace=False).tolist()
+        self._drawn = self.seed_sampler.choice(
+            self.config.seed_pool, size=self.config.prompts_per_step, replace=False
+        ).tolist()
         return self._drawn[self.rank :: self.world]
 
     def sampler_state(self) -> dict[str, Any]:
-        """The seed sampler's state to checkpoint: from before a pending prefetch's draw, so a resumed run draws those seeds again."""
+        """The seed sampler's state to checkpoint.
+
+        It is the state from before a pending prefetch's draw, so a resumed run draws those seeds again.
+        """
         if self._state_before_prefetch is not None:
             return self._state_before_prefetch
         return self.seed_sampler.bit_generator.state
@@ -141,18 +153,25 @@ class EpisodeCollector:
             rollouts = self._play(step, prefetched.episodes if prefetched else None)
         rollouts.prefetched = prefetched
         if self.curriculum is not None:
-            rollouts.curriculum = self.curriculum.update(rollouts.first_solve_rates)  # the next step plays the new level
-        if self.generator.overlaps and step + 1 < config.steps:  # the next step's first round generates while this one trains
+            # the next step plays the new level
+            rollouts.curriculum = self.curriculum.update(rollouts.first_solve_rates)
+        # the next step's first round generates while this one trains
+        if self.generator.overlaps and step + 1 < config.steps:
             self._state_before_prefetch = self.seed_sampler.bit_generator.state
             self.generator.prefetch(step + 1, self.draw_seeds())
         return rollouts
 
     def _play(self, step: int, first_round: list[Episode] | None) -> Rollouts:
-        """The first round (played now unless given), then up to ``resample_zero_signal`` rounds replacing groups without signal."""
+        """The first round (played now unless given), then up to ``resample_zero_signal`` rounds.
+
+        Each later round replaces the groups without signal.
+        """
         config = self.config
         episodes = first_round if first_round is not None else self.generator.rollout(self.draw_seeds(), step)
         if episodes and all(_unusable(e) for e in episodes):
-            reasons = {e.metadata.get("error") or e.metadata.get("token_ids_dropped") or "no token ids" for e in episodes}
+            reasons = {
+                e.metadata.get("error") or e.metadata.get("token_ids_dropped") or "no token ids" for e in episodes
+            }
             raise RuntimeError(f"no episode of step {step + 1} can be trained on: {sorted(map(str, reasons))[:3]}")
         errors = sum(1 for e in episodes if _unusable(e))
         episodes = [e for e in episodes if not _unusable(e)]
@@ -162,8 +181,13 @@ class EpisodeCollector:
         resample_rng = np.random.default_rng([config.seed, step, self.rank])
         used = set(self._drawn) | {e.seed for e in episodes}
         for attempt in range(1, config.resample_zero_signal + 1):
-            empty = sorted({e.group for e, keep in zip(episodes, advantages.keep)
-                            if not keep and not (config.mask_truncated and cut_short(e))})
+            empty = sorted(
+                {
+                    e.group
+                    for e, keep in zip(episodes, advantages.keep)
+                    if not keep and not (config.mask_truncated and cut_short(e))
+                }
+            )
             fresh = _fresh_seeds(resample_rng, config.seed_pool, len(empty), used)
             if not fresh:
                 break
@@ -177,14 +201,28 @@ class EpisodeCollector:
             episodes = [e for e in episodes if e.group not in replaced] + [e for e in played if not _unusable(e)]
             resampled += len(fresh)
             advantages = _advantages(config, episodes)
-        return Rollouts(episodes=episodes, everyone=gather_episodes(episodes, self.world), world=self.world, errors=errors,
-                        first_groups=first_groups, first_zero_signal=first_zero_signal,
-                        first_solve_rates=first_solve_rates, resampled=resampled)
+        return Rollouts(
+            episodes=episodes,
+            everyone=gather_episodes(episodes, self.world),
+            world=self.world,
+            errors=errors,
+            first_groups=first_groups,
+            first_zero_signal=first_zero_signal,
+            first_solve_rates=first_solve_rates,
+            resampled=resampled,
+        )
 
 
-def _advantages(config: GRPOConfig, episodes: list[Episode], batch_rewards: list[list[float]] | None = None) -> Advantages:
-    return compute_advantages(episodes, scale_rewards=config.scale_rewards, turn_lambda=config.turn_lambda,
-                              mask_truncated=config.mask_truncated, batch_rewards=batch_rewards)
+def _advantages(
+    config: GRPOConfig, episodes: list[Episode], batch_rewards: list[list[float]] | None = None
+) -> Advantages:
+    return compute_advantages(
+        episodes,
+        scale_rewards=config.scale_rewards,
+        turn_lambda=config.turn_lambda,
+        mask_truncated=config.mask_truncated,
+        batch_rewards=batch_rewards,
+    )
 
 
 def _unusable(episode: Episode) -> bool:

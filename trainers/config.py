@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import tomllib
 import types
 import typing
 from collections.abc import Callable
@@ -34,9 +33,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
+import tomllib
 
-__all__ = ["GRPOConfig", "SFTConfig", "load_config", "ServerConfigError", "LOSS_AGGREGATIONS", "REWARD_SCALINGS",
-           "REPORT_SINKS"]
+__all__ = [
+    "GRPOConfig",
+    "SFTConfig",
+    "load_config",
+    "ServerConfigError",
+    "LOSS_AGGREGATIONS",
+    "REWARD_SCALINGS",
+    "REPORT_SINKS",
+]
 
 LOSS_AGGREGATIONS = ("sequence_mean", "token_mean", "dr_grpo")
 REWARD_SCALINGS = ("group", "batch", "none")
@@ -96,7 +103,8 @@ class GRPOConfig:
 
     # -- advantages -----------------------------------------------------------
     scale_rewards: str = "group"
-    """Divide centred rewards by the group's std (``group``), the batch's std (``batch``) or not at all (``none``, Dr. GRPO)."""
+    """Divide centred rewards by the group's std (``group``), the batch's std (``batch``) or not at all
+    (``none``, Dr. GRPO)."""
     turn_lambda: float = 1.0
     """Weight of the turn-level advantage added to the outcome advantage of each turn's tokens (0 = plain GRPO)."""
     mask_truncated: bool = False
@@ -126,7 +134,8 @@ class GRPOConfig:
     micro_batch_size: int = 4
     """Episodes per forward/backward; gradients accumulate over the whole batch before a step."""
     share_prefix: bool = True
-    """Run the decoder once over a micro-batch's common prefix (a group's prompt, >= 32 tokens) when scoring; off with ``fsdp``."""
+    """Run the decoder once over a micro-batch's common prefix (a group's prompt, >= 32 tokens) when scoring;
+    off with ``fsdp``."""
     max_grad_norm: float | None = 1.0
     """Gradient clipping norm; ``None`` disables clipping."""
     bf16: bool = True
@@ -144,7 +153,8 @@ class GRPOConfig:
 
     # -- generation backend -----------------------------------------------------
     base_url: str | None = None
-    """An OpenAI-compatible server (vLLM, ``llmgym serve``) to generate on; ``None`` = in-process with the trained weights."""
+    """An OpenAI-compatible server (vLLM, ``llmgym serve``) to generate on; ``None`` = in-process with the
+    trained weights."""
     api_key: str = "EMPTY"
     """Key sent to ``base_url``."""
     lora_name: str = "llmgym-grpo"
@@ -172,13 +182,17 @@ class GRPOConfig:
 
     # -- scale and overlap -----------------------------------------------------------
     fsdp: bool = False
-    """Shard weights, gradients and optimizer state over the ranks (FSDP2, one unit per decoder layer); see docs/training.md."""
+    """Shard weights, gradients and optimizer state over the ranks (FSDP2, one unit per decoder layer);
+    see docs/training.md."""
     async_generation: bool = False
-    """With ``base_url``: generate step k+1's episodes on the server while step k trains (one step stale, importance-corrected)."""
+    """With ``base_url``: generate step k+1's episodes on the server while step k trains (one step stale,
+    importance-corrected)."""
     report_to: list[str] = field(default_factory=list)
-    """Metric sinks besides ``metrics.jsonl``: ``"tensorboard"`` (``out/tensorboard``), ``"wandb"`` (needs ``llmgym[wandb]``)."""
+    """Metric sinks besides ``metrics.jsonl``: ``"tensorboard"`` (``out/tensorboard``), ``"wandb"``
+    (needs ``llmgym[wandb]``)."""
     wandb_project: str | None = None
-    """W&B project; ``None`` = ``$WANDB_PROJECT`` or ``"llmgym"``. The run is named after ``out`` and resumes with it."""
+    """W&B project; ``None`` = ``$WANDB_PROJECT`` or ``"llmgym"``. The run is named after ``out`` and
+    resumes with it."""
 
     def __post_init__(self) -> None:
         _check_field_values(self, _GRPO_RANGES)
@@ -191,25 +205,42 @@ class GRPOConfig:
         if self.curriculum_kwarg is None:  # the curriculum is off: a level or a rate given for it would be ignored
             for spec in dataclasses.fields(self):
                 if spec.name.startswith("curriculum_") and getattr(self, spec.name) != _default(spec):
-                    raise ValueError(f"{spec.name}={getattr(self, spec.name)!r} needs curriculum_kwarg, the env keyword "
-                                     "argument the levels go to; without it there is no curriculum")
+                    raise ValueError(
+                        f"{spec.name}={getattr(self, spec.name)!r} needs curriculum_kwarg, the env keyword "
+                        "argument the levels go to; without it there is no curriculum"
+                    )
         else:
             from llmgym.trainers.curriculum import Curriculum
 
-            Curriculum(self.curriculum_kwarg, self.curriculum_levels, self.curriculum_promote_at,  # validates
-                       self.curriculum_demote_at, self.curriculum_window, self.solve_threshold)
+            Curriculum(
+                self.curriculum_kwarg,
+                self.curriculum_levels,
+                self.curriculum_promote_at,  # validates
+                self.curriculum_demote_at,
+                self.curriculum_window,
+                self.solve_threshold,
+            )
             if self.curriculum_kwarg in self.env_kwargs:
                 raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
         if self.rollout_precision not in ("fp32", "int8"):
             raise ValueError(f"rollout_precision must be 'fp32' or 'int8', got {self.rollout_precision!r}")
         if self.rollout_precision == "int8" and self.base_url is not None:
-            raise ValueError("rollout_precision='int8' is for in-process rollouts; the server at base_url decodes with its own weights")
+            raise ValueError(
+                "rollout_precision='int8' is for in-process rollouts; "
+                "the server at base_url decodes with its own weights"
+            )
         if self.rollout_precision == "int8" and self.fsdp:
-            raise ValueError("rollout_precision='int8' needs whole weights on each rank; it does not combine with fsdp=True")
+            raise ValueError(
+                "rollout_precision='int8' needs whole weights on each rank; it does not combine with fsdp=True"
+            )
         if self.base_url is not None and not self.lora:
-            raise ValueError("generating on base_url needs lora=True: the server receives the trained LoRA adapter each step")
+            raise ValueError(
+                "generating on base_url needs lora=True: the server receives the trained LoRA adapter each step"
+            )
         if self.async_generation and self.base_url is None:
-            raise ValueError("async_generation=True needs base_url: only a server can generate while the trainer trains")
+            raise ValueError(
+                "async_generation=True needs base_url: only a server can generate while the trainer trains"
+            )
         unknown_sinks = sorted(set(self.report_to) - set(REPORT_SINKS))
         if isinstance(self.report_to, str) or unknown_sinks:
             raise ValueError(f"report_to must be a list drawn from {REPORT_SINKS}, got {self.report_to!r}")
@@ -223,7 +254,8 @@ class SFTConfig:
     episodes: str = ""
     """Episodes JSONL to learn from (``llmgym eval`` output, a teacher's episodes...)."""
     model: str = "smollm2"
-    """``load_model`` name or path; ``tiny-random`` builds a tiny random Llama (always ``TINY_RANDOM_SEED``'s weights)."""
+    """``load_model`` name or path; ``tiny-random`` builds a tiny random Llama
+    (always ``TINY_RANDOM_SEED``'s weights)."""
     out: str = "runs/sft"
     """Run folder: metrics.jsonl and the final weights."""
     min_reward: float | None = None
@@ -285,15 +317,32 @@ _SHARED_RANGES: _Ranges = (
 )
 _GRPO_RANGES: _Ranges = _SHARED_RANGES + (
     ("group_size", lambda v: v >= 2, ">= 2 (GRPO compares episodes within a group)"),
-    *((name, *_AT_LEAST_1) for name in ("steps", "prompts_per_step", "max_new_tokens", "num_iterations", "save_every",
-                                        "concurrency", "keep_checkpoints")),
+    *(
+        (name, *_AT_LEAST_1)
+        for name in (
+            "steps",
+            "prompts_per_step",
+            "max_new_tokens",
+            "num_iterations",
+            "save_every",
+            "concurrency",
+            "keep_checkpoints",
+        )
+    ),
     ("seed_pool", lambda v: 1 <= v < 2**63, "in [1, 2**63) (numpy draws the env seeds from it)"),
     ("temperature", lambda v: v > 0, "> 0 for GRPO (it needs diverse samples and finite log-probs)"),
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("resample_zero_signal", *_NON_NEGATIVE),
-    ("turn_lambda", lambda v: v >= 0, ">= 0 (0 = plain GRPO; a negative weight would reverse the turn-level advantage)"),
-    ("max_loss_tokens", lambda v: v >= 1,
-     ">= 1 or None (max_new_tokens x max_turns; a negative normalizer flips the loss's sign)"),
+    (
+        "turn_lambda",
+        lambda v: v >= 0,
+        ">= 0 (0 = plain GRPO; a negative weight would reverse the turn-level advantage)",
+    ),
+    (
+        "max_loss_tokens",
+        lambda v: v >= 1,
+        ">= 1 or None (max_new_tokens x max_turns; a negative normalizer flips the loss's sign)",
+    ),
     ("epsilon_low", *_NON_NEGATIVE),
     ("epsilon_high", *_NON_NEGATIVE),
     ("beta", lambda v: v >= 0, ">= 0 (0 loads no reference model)"),
@@ -355,11 +404,14 @@ def _check_device(name: str) -> None:
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {name!r}") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {name!r}: no CUDA GPU is available to this torch ({torch.__version__}); "
-                             "use device auto or cpu")
+            raise ValueError(
+                f"device {name!r}: no CUDA GPU is available to this torch ({torch.__version__}); use device auto or cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+            raise ValueError(
+                f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {name!r}: MPS is not available on this machine; use device auto or cpu")
 

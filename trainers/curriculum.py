@@ -29,7 +29,8 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from llmgym.episode import Episode
 
@@ -59,8 +60,15 @@ class Curriculum:
         ValueError: no levels, rates outside [0, 1], ``demote_at >= promote_at``, or ``window < 1``.
     """
 
-    def __init__(self, kwarg: str, levels: Sequence[Any], promote_at: float = 0.8, demote_at: float | None = None,
-                 window: int = 8, solve_threshold: float = 1.0):
+    def __init__(
+        self,
+        kwarg: str,
+        levels: Sequence[Any],
+        promote_at: float = 0.8,
+        demote_at: float | None = None,
+        window: int = 8,
+        solve_threshold: float = 1.0,
+    ):
         if not kwarg:
             raise ValueError("the curriculum needs the name of the env keyword argument that sets the level")
         if not levels:
@@ -108,8 +116,12 @@ class Curriculum:
             self.index += change
             self.recent = []
         return {
-            "curriculum/level": played, "curriculum/level_index": played_index, "curriculum/solve_rate": rate,
-            "curriculum/window_groups": filled, "curriculum/change": change, "curriculum/next_level": self.level,
+            "curriculum/level": played,
+            "curriculum/level_index": played_index,
+            "curriculum/solve_rate": rate,
+            "curriculum/window_groups": filled,
+            "curriculum/change": change,
+            "curriculum/next_level": self.level,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -43,9 +43,20 @@ from llmgym.trainers.batch import EpisodeBatch
 from llmgym.trainers.checkpoint import _replace_checkpoint, quiet_hf_progress
 
 __all__ = [
-    "init_distributed", "shard_model", "is_sharded", "local_parameter_count", "full_weights", "pad_micro_batches",
-    "global_grad_norm", "full_state_dict", "save_full_weights", "save_sharded_checkpoint", "load_sharded_checkpoint",
-    "gather_episodes", "gather_objects", "sum_ranks",
+    "init_distributed",
+    "shard_model",
+    "is_sharded",
+    "local_parameter_count",
+    "full_weights",
+    "pad_micro_batches",
+    "global_grad_norm",
+    "full_state_dict",
+    "save_full_weights",
+    "save_sharded_checkpoint",
+    "load_sharded_checkpoint",
+    "gather_episodes",
+    "gather_objects",
+    "sum_ranks",
 ]
 
 SHARDED_FOLDER = "sharded"
@@ -144,7 +155,8 @@ def full_weights(scorer: nn.Module) -> Iterator[None]:
         yield
     finally:
         scorer.set_reshard_after_forward(True)
-        scorer.set_reshard_after_forward(False, recurse=False)  # the root's default: its weights are needed again in backward
+        # the root's default: its weights are needed again in backward
+        scorer.set_reshard_after_forward(False, recurse=False)
         for unit in units:
             unit.reshard()
 
@@ -165,12 +177,24 @@ def pad_micro_batches(batches: list[EpisodeBatch], device: torch.device) -> list
         return batches
     if batches:
         template = batches[-1]
-        empty = EpisodeBatch(template.input_ids, template.attention_mask, torch.zeros_like(template.mask),
-                             torch.zeros_like(template.advantages), template.generator_logp, template.has_generator_logp)
+        empty = EpisodeBatch(
+            template.input_ids,
+            template.attention_mask,
+            torch.zeros_like(template.mask),
+            torch.zeros_like(template.advantages),
+            template.generator_logp,
+            template.has_generator_logp,
+        )
     else:
         ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-        empty = EpisodeBatch(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.zeros(1, 2, device=device),
-                             torch.zeros(1, 2, device=device), False)
+        empty = EpisodeBatch(
+            ids,
+            torch.ones_like(ids),
+            torch.zeros_like(ids),
+            torch.zeros(1, 2, device=device),
+            torch.zeros(1, 2, device=device),
+            False,
+        )
     return batches + [empty] * missing
 
 
@@ -202,7 +226,8 @@ def save_full_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLik
     first_name: dict[int, str] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         if first_name.setdefault(id(param), name) != name:
-            state.pop(name, None)  # a tied weight (the output head): gathered as a copy, saved once like transformers does
+            # a tied weight (the output head): gathered as a copy, saved once like transformers does
+            state.pop(name, None)
     if dist.get_rank() == 0:
         folder.mkdir(parents=True, exist_ok=True)
         with quiet_hf_progress():
@@ -214,8 +239,12 @@ def save_full_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLik
 
 
 def save_sharded_checkpoint(
-    root: str | os.PathLike[str], step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-    state: dict[str, Any], keep: int = 2,
+    root: str | os.PathLike[str],
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int = 2,
 ) -> Path:
     """Write the checkpoint of ``step``: every rank its shards of weights and optimizer, rank 0 the rest.
 
@@ -246,7 +275,9 @@ def save_sharded_checkpoint(
     return target
 
 
-def load_sharded_checkpoint(folder: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_sharded_checkpoint(
+    folder: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Restore a :func:`save_sharded_checkpoint` folder into a sharded model and its optimizer.
 
     The world size may differ from the run that saved it (the checkpoint

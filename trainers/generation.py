@@ -25,7 +25,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import numpy as np
 import torch.distributed as dist
@@ -76,13 +76,22 @@ class Generator:
             return []
         config = self.config
         sampling = SamplingParams(
-            temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_new_tokens,
             seed=int(np.random.SeedSequence([config.seed, step, self.rank, attempt]).generate_state(1)[0] >> 1),
         )
-        return rollout(self.env_id, self.policy, seeds=list(dict.fromkeys(seeds)), group_size=config.group_size,
-                       sampling=sampling, env_kwargs=self.env_kwargs(), max_concurrency=config.concurrency)
+        return rollout(
+            self.env_id,
+            self.policy,
+            seeds=list(dict.fromkeys(seeds)),
+            group_size=config.group_size,
+            sampling=sampling,
+            env_kwargs=self.env_kwargs(),
+            max_concurrency=config.concurrency,
+        )
 
-    def generating(self) -> ContextManager[None]:
+    def generating(self) -> contextlib.AbstractContextManager[None]:
         """A block around all of one step's rollouts (every rank enters it once per step)."""
         return contextlib.nullcontext()
 
@@ -115,16 +124,31 @@ class InProcessGenerator(Generator):
         config, env_id, curriculum, rank: as for :class:`Generator`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, scorer: Any, config: GRPOConfig, env_id: str,
-                 curriculum: Curriculum | None, rank: int, world: int):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        scorer: Any,
+        config: GRPOConfig,
+        env_id: str,
+        curriculum: Curriculum | None,
+        rank: int,
+        world: int,
+    ):
         from llmgym.wrappers.transformers_policy import TransformersPolicy
 
         super().__init__(config, env_id, curriculum, rank)
         self.model, self.scorer = model, scorer
         batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // world))
         # decode on the training thread: one OpenMP pool instead of two fighting over the cores
-        self.policy = TransformersPolicy(model, tokenizer, batch_size=batch, name=f"grpo:{config.model}",
-                                         rollout_precision=config.rollout_precision, generate_inline=True)
+        self.policy = TransformersPolicy(
+            model,
+            tokenizer,
+            batch_size=batch,
+            name=f"grpo:{config.model}",
+            rollout_precision=config.rollout_precision,
+            generate_inline=True,
+        )
 
     def rollout(self, seeds: list[int], step: int, attempt: int = 0) -> list[Episode]:
         was_training = self.model.training
@@ -134,13 +158,14 @@ class InProcessGenerator(Generator):
         finally:
             self.model.train(was_training)
 
-    def generating(self) -> ContextManager[None]:
+    def generating(self) -> contextlib.AbstractContextManager[None]:
         # FSDP: gather the full weights once for the whole step; a rank generating more
         # tokens (or more resampling rounds) than another then calls no extra collectives
         return full_weights(self.scorer) if self.config.fsdp else contextlib.nullcontext()
 
     def before_update(self) -> None:
-        self.policy.weights_changed()  # int8 rollout copies are stale from here on: freed while training, rebuilt next rollout
+        # int8 rollout copies are stale from here on: freed while training, rebuilt next rollout
+        self.policy.weights_changed()
 
     # close(): the policy is left open, as it shares the model the trainer still holds
 
@@ -163,17 +188,35 @@ class ServerGenerator(Generator):
         config, env_id, curriculum, rank: as for :class:`Generator`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, out: Path, version: int, config: GRPOConfig, env_id: str,
-                 curriculum: Curriculum | None, rank: int, world: int):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        out: Path,
+        version: int,
+        config: GRPOConfig,
+        env_id: str,
+        curriculum: Curriculum | None,
+        rank: int,
+        world: int,
+    ):
         from llmgym.wrappers.openai_policy import OpenAIPolicy
 
         super().__init__(config, env_id, curriculum, rank)
         self.model, self.out, self.version, self.world = model, out, version, world
         self.push_adapter()  # the server must hold the adapter before the first request
-        self.policy = OpenAIPolicy(config.lora_name, base_url=config.base_url, api_key=config.api_key,
-                                   return_tokens=True, max_concurrency=config.concurrency, tokenizer=tokenizer)
+        self.policy = OpenAIPolicy(
+            config.lora_name,
+            base_url=config.base_url,
+            api_key=config.api_key,
+            return_tokens=True,
+            max_concurrency=config.concurrency,
+            tokenizer=tokenizer,
+        )
         # the thread only sends requests and steps envs: no collectives, no use of the trained model
-        self.prefetcher = RolloutPrefetcher(lambda step, seeds: self.rollout(seeds, step)) if config.async_generation else None
+        self.prefetcher = (
+            RolloutPrefetcher(lambda step, seeds: self.rollout(seeds, step)) if config.async_generation else None
+        )
         self.overlaps = self.prefetcher is not None
 
     def prefetch(self, step: int, seeds: list[int]) -> None:
@@ -210,13 +253,16 @@ class ServerGenerator(Generator):
             folder = target if config.fsdp else save_weights(self.model, None, target)
             body = {"lora_name": config.lora_name, "lora_path": str(folder), "load_inplace": True}
             request = urllib.request.Request(
-                config.base_url.rstrip("/") + "/load_lora_adapter", data=json.dumps(body).encode(),
+                config.base_url.rstrip("/") + "/load_lora_adapter",
+                data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {config.api_key}"},
             )
             try:
                 urllib.request.urlopen(request, timeout=120).read()
             except urllib.error.HTTPError as err:
-                raise ServerConfigError(f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}") from None
+                raise ServerConfigError(
+                    f"the server refused the LoRA adapter: {err.code} {err.read()[:300]!r}"
+                ) from None
             except urllib.error.URLError as err:
                 raise ConnectionError(f"cannot reach {config.base_url} to push the adapter: {err.reason}") from None
         if self.world > 1:

@@ -53,7 +53,11 @@ class TokenScorer(nn.Module):
         self.share_prefix = share_prefix
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor, with_entropy: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        target_mask: torch.Tensor,
+        with_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-prob (and, if asked, entropy, without gradient) at each masked position.
 
@@ -71,7 +75,9 @@ class TokenScorer(nn.Module):
         if decoder is not None and head is not None and decoder is not hf_model:
             embeds = _tied_sparse_embeddings(hf_model, head, input_ids)
             inputs = {"input_ids": input_ids} if embeds is None else {"inputs_embeds": embeds}
-            shared = _shared_prefix_length(input_ids, attention_mask, self.min_shared_prefix) if self.share_prefix else 0
+            shared = (
+                _shared_prefix_length(input_ids, attention_mask, self.min_shared_prefix) if self.share_prefix else 0
+            )
             if shared:
                 hidden = _decode_with_shared_prefix(decoder, inputs, attention_mask, shared)
             else:
@@ -86,12 +92,16 @@ class TokenScorer(nn.Module):
         log_probs = torch.log_softmax(logits, dim=-1)
         chosen = log_probs.gather(-1, targets[:, None]).squeeze(-1)
         zeros = torch.zeros(input_ids.shape[0], 1, dtype=chosen.dtype, device=chosen.device)
-        logp = torch.cat([zeros, torch.zeros_like(selected, dtype=chosen.dtype).masked_scatter(selected, chosen)], dim=1)
+        logp = torch.cat(
+            [zeros, torch.zeros_like(selected, dtype=chosen.dtype).masked_scatter(selected, chosen)], dim=1
+        )
         entropy = None
         if with_entropy:
             with torch.no_grad():
                 values = -torch.einsum("nv,nv->n", log_probs.exp(), log_probs)
-                entropy = torch.cat([zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1)
+                entropy = torch.cat(
+                    [zeros, torch.zeros_like(selected, dtype=values.dtype).masked_scatter(selected, values)], dim=1
+                )
         return logp, entropy
 
 
@@ -112,8 +122,9 @@ def _shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return length if length >= minimum else 0
 
 
-def _decode_with_shared_prefix(decoder: nn.Module, inputs: dict[str, torch.Tensor], attention_mask: torch.Tensor,
-                               shared: int) -> torch.Tensor:
+def _decode_with_shared_prefix(
+    decoder: nn.Module, inputs: dict[str, torch.Tensor], attention_mask: torch.Tensor, shared: int
+) -> torch.Tensor:
     """The decoder's last hidden states ``[B, T, H]``, computing the first ``shared`` positions once.
 
     The prefix runs as one row and fills a key/value cache; the cache is repeated
@@ -122,13 +133,19 @@ def _decode_with_shared_prefix(decoder: nn.Module, inputs: dict[str, torch.Tenso
     the unshared forward.
     """
     rows, width = attention_mask.shape
-    (name, values), = inputs.items()
+    ((name, values),) = inputs.items()
     head = decoder(**{name: values[:1, :shared]}, attention_mask=attention_mask[:1, :shared], use_cache=True)
     cache = head.past_key_values
     cache.batch_repeat_interleave(rows)
     positions = torch.arange(shared, width, device=attention_mask.device)
-    tail = decoder(**{name: values[:, shared:]}, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
-                   position_ids=positions.expand(rows, -1), cache_position=positions)
+    tail = decoder(
+        **{name: values[:, shared:]},
+        attention_mask=attention_mask,
+        past_key_values=cache,
+        use_cache=True,
+        position_ids=positions.expand(rows, -1),
+        cache_position=positions,
+    )
     return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
 
 
@@ -146,10 +163,18 @@ def _tied_sparse_embeddings(hf_model: nn.Module, head: nn.Module, input_ids: tor
     embedding = get_embeddings() if callable(get_embeddings) else None
     if type(embedding) is not nn.Embedding or embedding.weight is not getattr(head, "weight", None):
         return None
-    if not embedding.weight.requires_grad or type(embedding.weight.data) is not torch.Tensor:  # frozen, or a DTensor shard
+    # frozen, or a DTensor shard
+    if not embedding.weight.requires_grad or type(embedding.weight.data) is not torch.Tensor:
         return None
-    return nn.functional.embedding(input_ids, embedding.weight, embedding.padding_idx, embedding.max_norm,
-                                   embedding.norm_type, embedding.scale_grad_by_freq, sparse=True)
+    return nn.functional.embedding(
+        input_ids,
+        embedding.weight,
+        embedding.padding_idx,
+        embedding.max_norm,
+        embedding.norm_type,
+        embedding.scale_grad_by_freq,
+        sparse=True,
+    )
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -215,9 +240,14 @@ class LossSums:
         """The logged numbers: the loss, and per-token means of the rest."""
         tokens = max(self.tokens, 1.0)
         return {
-            "loss": self.loss, "kl": self.kl / tokens, "clip_fraction": self.clipped / tokens,
-            "is_weight/mean": self.is_weight / tokens, "ratio/mean": self.ratio / tokens, "entropy": self.entropy / tokens,
-            "grad_norm": grad_norm, "tokens/trained": self.tokens,
+            "loss": self.loss,
+            "kl": self.kl / tokens,
+            "clip_fraction": self.clipped / tokens,
+            "is_weight/mean": self.is_weight / tokens,
+            "ratio/mean": self.ratio / tokens,
+            "entropy": self.entropy / tokens,
+            "grad_norm": grad_norm,
+            "tokens/trained": self.tokens,
             "logp_mismatch": self.mismatch / tokens,  # mean |logp_generator - logp_trainer|: ~0 for fp32 rollouts
         }
 

@@ -1,9 +1,10 @@
 """Run metrics: one JSONL line per step, optional TensorBoard and Weights & Biases, a PNG of the curves.
 
 Holds :class:`MetricsLogger`, :func:`plot_metrics`, :func:`reward_stats`,
-:func:`peak_memory_mb` and :class:`StepClock` (a step's ``time/*`` metrics). TensorBoard and W&B are imported only when a run
-reports to them; a missing one raises ``ModuleNotFoundError`` naming the
-extra to install (the CLI prints it as its usual one-line hint).
+:func:`peak_memory_mb` and :class:`StepClock` (a step's ``time/*`` metrics).
+TensorBoard and W&B are imported only when a run reports to them; a missing
+one raises ``ModuleNotFoundError`` naming the extra to install (the CLI
+prints it as its usual one-line hint).
 """
 
 from __future__ import annotations
@@ -97,8 +98,11 @@ class StepClock:
         """The step's timings so far; ``step`` counts finished steps, ``tokens`` those of the step's episodes."""
         step_s = time.perf_counter() - self._started
         metrics = {
-            "time/generation_s": self._generated - self._started, "time/train_s": self._optimized - self._generated,
-            "time/step_s": step_s, "time/optimizer_end_s": self._optimized - self.run_start, "tokens_per_s": tokens / step_s,
+            "time/generation_s": self._generated - self._started,
+            "time/train_s": self._optimized - self._generated,
+            "time/step_s": step_s,
+            "time/optimizer_end_s": self._optimized - self.run_start,
+            "tokens_per_s": tokens / step_s,
         }
         if self.overlapped:
             metrics.update(overlap_stats(prefetched, step, self.run_start, self._previous_train))
@@ -121,8 +125,14 @@ class MetricsLogger:
         wandb_project: the W&B project (default ``$WANDB_PROJECT`` or ``"llmgym"``).
     """
 
-    def __init__(self, out: str | os.PathLike[str], resume_step: int | None = None, report_to: list[str] | tuple[str, ...] = (),
-                 run_config: dict[str, Any] | None = None, wandb_project: str | None = None):
+    def __init__(
+        self,
+        out: str | os.PathLike[str],
+        resume_step: int | None = None,
+        report_to: list[str] | tuple[str, ...] = (),
+        run_config: dict[str, Any] | None = None,
+        wandb_project: str | None = None,
+    ):
         self.path = Path(out) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
@@ -138,9 +148,12 @@ class MetricsLogger:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
                 except ImportError as err:
-                    raise ModuleNotFoundError("reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
-                                              name="tensorboard") from err
-                # on resume, TensorBoard hides the events of later steps (the run's first attempt), as the JSONL drops them
+                    raise ModuleNotFoundError(
+                        "reporting to TensorBoard needs the tensorboard package: pip install tensorboard",
+                        name="tensorboard",
+                    ) from err
+                # on resume, TensorBoard hides the events of later steps (the run's first attempt),
+                # as the JSONL drops them
                 purge_step = None if resume_step is None else resume_step + 1
                 self._tensorboard = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge_step)
             if "wandb" in report_to:
@@ -154,7 +167,9 @@ class MetricsLogger:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
-        scalars = {k: v for k, v in clean.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        scalars = {
+            k: v for k, v in clean.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"
+        }
         if self._tensorboard is not None:
             for key, value in scalars.items():
                 self._tensorboard.add_scalar(key, value, metrics["step"])
@@ -181,8 +196,12 @@ def _start_wandb(out: Path, resume: bool, run_config: dict[str, Any], project: s
     run_id = id_file.read_text().strip() if resume and id_file.is_file() else secrets.token_hex(4)
     id_file.write_text(run_id)
     return wandb.init(
-        project=project or os.environ.get("WANDB_PROJECT", "llmgym"), name=out.resolve().name, id=run_id,
-        resume="allow", dir=str(out), config=run_config,
+        project=project or os.environ.get("WANDB_PROJECT", "llmgym"),
+        name=out.resolve().name,
+        id=run_id,
+        resume="allow",
+        dir=str(out),
+        config=run_config,
     )
 
 

@@ -120,9 +120,13 @@ class RolloutPrefetcher:
         self._executor.shutdown(wait=True)
 
 
-def overlap_stats(prefetched: Prefetched | None, step: int, run_start: float,
-                   previous_train: tuple[float, float] | None) -> dict[str, float]:
-    """Staleness of the step's prefetched episodes and how long their generation overlapped the previous step's training."""
+def overlap_stats(
+    prefetched: Prefetched | None, step: int, run_start: float, previous_train: tuple[float, float] | None
+) -> dict[str, float]:
+    """Staleness of the step's prefetched episodes and how long their generation overlapped.
+
+    The overlap is with the previous step's training.
+    """
     if prefetched is None:  # the first step (or the first after a resume) generates in the loop
         return {"async/staleness": 0.0, "async/overlap_s": 0.0, "async/wait_s": 0.0}
     overlap = 0.0
@@ -130,6 +134,8 @@ def overlap_stats(prefetched: Prefetched | None, step: int, run_start: float,
         overlap = max(0.0, min(prefetched.finished, previous_train[1]) - max(prefetched.started, previous_train[0]))
     return {
         "async/staleness": float(step - 1 - prefetched.policy_version),  # trained by weights of step - 1
-        "async/overlap_s": overlap, "async/wait_s": prefetched.waited_s,
-        "async/generation_start_s": prefetched.started - run_start, "async/generation_end_s": prefetched.finished - run_start,
+        "async/overlap_s": overlap,
+        "async/wait_s": prefetched.waited_s,
+        "async/generation_start_s": prefetched.started - run_start,
+        "async/generation_end_s": prefetched.finished - run_start,
     }

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +40,9 @@ from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb
 __all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "check_tokens", "export_messages", "chat_messages"]
 
 
-def select_episodes(episodes: list[Episode], min_reward: float | None = None, *, at_least_one: bool = False) -> list[Episode]:
+def select_episodes(
+    episodes: list[Episode], min_reward: float | None = None, *, at_least_one: bool = False
+) -> list[Episode]:
     """Episodes without a recorded error whose total reward is at least ``min_reward``.
 
     Args:
@@ -67,8 +70,9 @@ def select_episodes(episodes: list[Episode], min_reward: float | None = None, *,
             raise ValueError("no episodes to learn from: the episodes file is empty")
         if min_reward is None:
             raise ValueError(f"no episode to learn from: all {len(episodes)} recorded an error (metadata 'error')")
-        raise ValueError(f"no episode without an error has total reward >= {min_reward} (of {len(episodes)}); "
-                         "lower --min-reward")
+        raise ValueError(
+            f"no episode without an error has total reward >= {min_reward} (of {len(episodes)}); lower --min-reward"
+        )
     return kept
 
 
@@ -89,7 +93,9 @@ def chat_messages(episode: Episode) -> list[Message]:
     return out
 
 
-def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False, max_length: int | None = None) -> Episode:
+def tokenize_episode(
+    episode: Episode, tokenizer: Any, retokenize: bool = False, max_length: int | None = None
+) -> Episode:
     """An episode with ``token_ids`` and ``mask`` for this tokenizer (a copy when re-rendered).
 
     Args:
@@ -115,8 +121,12 @@ def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False,
     messages = prepare_messages(chat_messages(episode), episode.tools, native, template_has_tool_role(template))
 
     def render(upto: int, generation_prompt: bool) -> str:
-        return tokenizer.apply_chat_template(messages[:upto], tools=episode.tools if native and episode.tools else None,
-                                             add_generation_prompt=generation_prompt, tokenize=False)
+        return tokenizer.apply_chat_template(
+            messages[:upto],
+            tools=episode.tools if native and episode.tools else None,
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+        )
 
     ids: list[int] = []
     mask: list[int] = []
@@ -127,7 +137,7 @@ def tokenize_episode(episode: Episode, tokenizer: Any, retokenize: bool = False,
         prompt, full = render(index, True), render(index + 1, False)
         if not prompt.startswith(done) or not full.startswith(prompt):
             raise ValueError("the chat template renders earlier turns differently once more follow; cannot mask turns")
-        for text, bit in ((prompt[len(done):], 0), (full[len(prompt):], 1)):
+        for text, bit in ((prompt[len(done) :], 0), (full[len(prompt) :], 1)):
             piece = tokenizer.encode(text, add_special_tokens=False)
             ids += piece
             learned = _through_end_of_turn(piece, tokenizer.eos_token_id) if bit else 0
@@ -179,7 +189,9 @@ def check_tokens(episode: Episode, max_length: int | None = None, vocab_size: in
     if not learned:
         raise ValueError("the mask marks no policy token to learn from (mask all 0 after the first token)")
     if max_length is not None and learned[0] >= max_length:
-        raise ValueError(f"max_length {max_length} cuts every policy token (the first is token {learned[0]}): raise max_length")
+        raise ValueError(
+            f"max_length {max_length} cuts every policy token (the first is token {learned[0]}): raise max_length"
+        )
 
 
 def _through_end_of_turn(piece: list[int], eos_id: int | None) -> int:
@@ -219,8 +231,14 @@ class SFTTrainer:
         retokenize: render messages even when episodes carry token ids.
     """
 
-    def __init__(self, config: SFTConfig, model: Any = None, tokenizer: Any = None,
-                 episodes: list[Episode] | None = None, retokenize: bool = False):
+    def __init__(
+        self,
+        config: SFTConfig,
+        model: Any = None,
+        tokenizer: Any = None,
+        episodes: list[Episode] | None = None,
+        retokenize: bool = False,
+    ):
         from llmgym.trainers.grpo import add_lora, load_policy_model, resolve_device
 
         self.config = config
@@ -230,7 +248,8 @@ class SFTTrainer:
             if not config.episodes:
                 raise ValueError("SFTConfig.episodes is empty: give the episodes JSONL to learn from")
             episodes = load_jsonl(config.episodes)
-        # everything that can fail without the model fails before it is loaded: the selection, the recorded tokens, the folder
+        # everything that can fail without the model fails before it is loaded:
+        # the selection, the recorded tokens, the folder
         selected = {id(e) for e in select_episodes(episodes, config.min_reward, at_least_one=True)}
         numbered = [(number, e) for number, e in enumerate(episodes, 1) if id(e) in selected]
         for number, episode in numbered:
@@ -249,8 +268,10 @@ class SFTTrainer:
         if config.lora:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
-        self.episodes = [_in_episode(number, len(episodes), tokenize_episode, e, tokenizer, retokenize, config.max_length)
-                         for number, e in numbered]
+        self.episodes = [
+            _in_episode(number, len(episodes), tokenize_episode, e, tokenizer, retokenize, config.max_length)
+            for number, e in numbered
+        ]
         self.scorer = TokenScorer(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -278,8 +299,14 @@ class SFTTrainer:
                     chosen = [self.episodes[i] for i in order[start : start + config.batch_size]]
                     loss, tokens = self._step(chosen)
                     step += 1
-                    metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens/trained": tokens,
-                               "time/step_s": time.perf_counter() - started, **peak_memory_mb()}
+                    metrics = {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": loss,
+                        "tokens/trained": tokens,
+                        "time/step_s": time.perf_counter() - started,
+                        **peak_memory_mb(),
+                    }
                     logger.log(metrics)
                     history.append(metrics)
                     if progress is not None:
@@ -296,8 +323,11 @@ class SFTTrainer:
         chunks = [episodes[i : i + config.micro_batch_size] for i in range(0, len(episodes), config.micro_batch_size)]
         batches = [collate(chunk, max_length=config.max_length).to(self.device) for chunk in chunks]
         num_tokens = float(sum(b.mask.sum() for b in batches))
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if config.bf16 and self.device.type == "cuda"
-                    else torch.autocast("cpu", enabled=False))
+        autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16)
+            if config.bf16 and self.device.type == "cuda"
+            else torch.autocast("cpu", enabled=False)
+        )
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for batch in batches:

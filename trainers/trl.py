@@ -29,7 +29,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from typing import Any, Iterable, get_type_hints
+from collections.abc import Iterable
+from typing import Any, get_type_hints
 
 import gymnasium as gym
 
@@ -74,7 +75,9 @@ class LLMGymEnvironment:
         action = {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"id": f"call_{self._calls}", "type": "function", "function": {"name": name, "arguments": arguments}}],
+            "tool_calls": [
+                {"id": f"call_{self._calls}", "type": "function", "function": {"name": name, "arguments": arguments}}
+            ],
         }
         obs, _, terminated, truncated, _ = self.env.step(action)
         self._over = terminated or truncated
@@ -202,14 +205,16 @@ def episodes_to_messages(episodes: Iterable[Episode], arguments_as: str = "dict"
                     message["content"] = parse_text_tool_calls(message["content"])[0]  # keep each call once
                 message["tool_calls"] = [_convert_call(call, arguments_as) for call in message["tool_calls"]]
             messages.append(message)
-        rows.append({
-            "messages": messages,
-            "tools": episode.tools,
-            "reward": episode.total_reward,
-            "turn_rewards": list(episode.turn_rewards),
-            "env_id": episode.env_id,
-            "seed": episode.seed,
-        })
+        rows.append(
+            {
+                "messages": messages,
+                "tools": episode.tools,
+                "reward": episode.total_reward,
+                "turn_rewards": list(episode.turn_rewards),
+                "env_id": episode.env_id,
+                "seed": episode.seed,
+            }
+        )
     return rows
 
 
@@ -228,7 +233,9 @@ def _convert_call(call: dict[str, Any], arguments_as: str) -> dict[str, Any]:
 
 
 def save_messages_jsonl(episodes: Iterable[Episode], path: str | os.PathLike[str], arguments_as: str = "json") -> int:
-    """Write episodes as chat rows to a JSONL file (``datasets.load_dataset("json", ...)`` reads it); returns the row count.
+    """Write episodes as chat rows to a JSONL file; returns the row count.
+
+    ``datasets.load_dataset("json", ...)`` reads the file.
 
     Arguments default to JSON strings here: a column whose value is a dict
     with different keys per tool would not fit one Arrow schema.

@@ -35,9 +35,10 @@ class MicroBatcher(Generic[Item, Result]):
     The first waiting item starts a worker; the worker waits up to
     ``wait_ms`` for the batch to fill to ``batch_size``, then runs
     ``run_batch`` in a thread (the event loop keeps serving), or on the event
-    loop's own thread with ``inline=True``, and repeats while items are queued. ``prepare`` runs per item before batching, so a bad item
-    fails alone; an exception from ``run_batch`` fails that batch's items only.
-    Cancelled callers are dropped before their batch runs.
+    loop's own thread with ``inline=True``, and repeats while items are queued.
+    ``prepare`` runs per item before batching, so a bad item fails alone; an
+    exception from ``run_batch`` fails that batch's items only. Cancelled
+    callers are dropped before their batch runs.
 
     Several event loops may share one batcher (two rollouts in two threads on
     one policy): each loop has its own queue and worker, so items are batched

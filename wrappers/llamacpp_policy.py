@@ -154,7 +154,9 @@ class LlamaCppPolicy(Policy):
             raise ValueError(f"{path.name} holds no chat template; pass chat_template=")
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.n_vocab = self.llm.n_vocab()
-        self.eos_ids = {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)} or {self.llm.token_eos()}
+        self.eos_ids = {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)} or {
+            self.llm.token_eos()
+        }
         formatters = {
             flag: llama_cpp.llama_chat_format.Jinja2ChatFormatter(
                 self.chat_template,
@@ -165,7 +167,9 @@ class LlamaCppPolicy(Policy):
             for flag in (False, True)
         }
         self.prompter = ChatPrompter(
-            lambda messages, tools, add_generation_prompt: formatters[add_generation_prompt](messages=messages, tools=tools).prompt,
+            lambda messages, tools, add_generation_prompt: (
+                formatters[add_generation_prompt](messages=messages, tools=tools).prompt
+            ),
             encode=self.tokenize,
             decode=lambda ids: self.detokenize(ids, special=True),
             eos_ids=self.eos_ids,
@@ -178,7 +182,9 @@ class LlamaCppPolicy(Policy):
         self._seeds = np.random.default_rng(seed) if seed is not None else None
         self._lock = threading.Lock()
         self.abort = threading.Event()
-        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _piece(self, token: int) -> str:
         return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
@@ -220,7 +226,9 @@ class LlamaCppPolicy(Policy):
 
     def _check_context(self, prompt: Prompt) -> Prompt:
         if len(prompt.ids) >= self.n_ctx:
-            raise ValueError(f"the prompt has {len(prompt.ids)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx")
+            raise ValueError(
+                f"the prompt has {len(prompt.ids)} tokens but n_ctx is {self.n_ctx}; start a new episode or raise n_ctx"
+            )
         return prompt
 
     def complete(
@@ -284,7 +292,8 @@ class LlamaCppPolicy(Policy):
         return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
 
     def _generate_prompt(self, ready: Prompt, top_logprobs: int = 0, prompt_logprobs: bool = False) -> Generation:
-        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking  # checked by the callers
+        # checked by the callers
+        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
         scored: dict[str, Any] = {}
         with self._lock:
             seed = sampling.seed
@@ -431,4 +440,3 @@ class LlamaCppPolicy(Policy):
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.close()
-

@@ -137,7 +137,10 @@ def _is_current(target: Path, gguf: Path, needs_weights: bool) -> bool:
         recorded, source = json.loads(record.read_text()), _source_record(gguf)
         # records written before mtime_ns was kept are trusted on path and size
         return (recorded["gguf"], recorded["size"], recorded.get("mtime_ns", source["mtime_ns"])) == (
-            source["gguf"], source["size"], source["mtime_ns"])
+            source["gguf"],
+            source["size"],
+            source["mtime_ns"],
+        )
     except (ValueError, KeyError, TypeError, OSError):
         return False
 
@@ -215,8 +218,10 @@ def _import_transformers() -> tuple[Any, Any]:
         import torch
         import transformers
     except ImportError as err:
-        raise ImportError(f"the transformers backend needs torch and transformers ({err.name} is missing): "
-                          'pip install "llmgym[transformers]"') from None
+        raise ImportError(
+            f"the transformers backend needs torch and transformers ({err.name} is missing): "
+            'pip install "llmgym[transformers]"'
+        ) from None
     return torch, transformers
 
 
@@ -283,9 +288,7 @@ def load_model(
         )
         tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
     except OSError as err:
-        raise OSError(
-            f"cannot load model {name_or_path!r} from local files (llmgym never downloads): {err}"
-        ) from None
+        raise OSError(f"cannot load model {name_or_path!r} from local files (llmgym never downloads): {err}") from None
     if checkpoint != str(name_or_path) and Path(checkpoint).parent.name == "snapshots":
         # loaded from its cache snapshot: keep the id as from_pretrained(id) would (the policy's name, records)
         model.config.name_or_path = tokenizer.name_or_path = str(name_or_path)
@@ -293,7 +296,7 @@ def load_model(
     return model, tokenizer
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_tokenizer(source: str) -> Any:
     _, transformers = _import_transformers()
     return transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -326,7 +329,9 @@ def load_tokenizer() -> Any:
     return _cached_tokenizer(str(target))
 
 
-def tiny_random_model(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num_layers: int = 2, device: str = "cpu") -> tuple[Any, Any]:
+def tiny_random_model(
+    seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num_layers: int = 2, device: str = "cpu"
+) -> tuple[Any, Any]:
     """A tiny randomly initialised Llama that speaks the SmolLM2 tokenizer's vocabulary.
 
     For fast tests (the policy, the rollout engine, the trainers): the same
@@ -407,8 +412,12 @@ def tiny_random_gguf(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num
         writer.add_token_list(tokens)
         writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
         writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
-        for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
-                         ("unknown", writer.add_unk_token_id), ("padding", writer.add_pad_token_id)):
+        for key, add in (
+            ("bos", writer.add_bos_token_id),
+            ("eos", writer.add_eos_token_id),
+            ("unknown", writer.add_unk_token_id),
+            ("padding", writer.add_pad_token_id),
+        ):
             if f"tokenizer.ggml.{key}_token_id" in fields:
                 add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
         writer.add_add_bos_token(False)

@@ -285,16 +285,18 @@ class OpenAIPolicy(Policy):
         if want_tokens and self.return_tokens is None:  # accepted once: a later 400 is that request's own fault
             self.return_tokens = True
         generation = _read_response(response, text_protocol=bool(request.tools) and not native)
-        generation.metadata.update({
-            "model": response.model or self.model,
-            "base_url": self.base_urls[index],
-            "latency_s": time.perf_counter() - started,
-            "native_tools": native,
-            # The chat API has no field for prefix_token_ids: the server re-renders the chat, so its prompt ids
-            # need not continue the previous turn's (the rollout then drops the token record, not the run).
-            "prefix_reused": False,
-            "token_exact": False,
-        })
+        generation.metadata.update(
+            {
+                "model": response.model or self.model,
+                "base_url": self.base_urls[index],
+                "latency_s": time.perf_counter() - started,
+                "native_tools": native,
+                # The chat API has no field for prefix_token_ids: the server re-renders the chat, so its prompt ids
+                # need not continue the previous turn's (the rollout then drops the token record, not the run).
+                "prefix_reused": False,
+                "token_exact": False,
+            }
+        )
         return generation
 
     async def _complete_on(self, index: int, prompt: Prompt) -> Generation:
@@ -316,18 +318,22 @@ class OpenAIPolicy(Policy):
         started = time.perf_counter()
         response = await self._clients[index].completions.create(**kwargs)
         generation = _read_completion(response, prompt)
-        generation.metadata.update({
-            "model": response.model or self.model,
-            "base_url": self.base_urls[index],
-            "latency_s": time.perf_counter() - started,
-            "prefix_reused": prompt.prefix_reused,
-            "token_exact": True,
-        })
+        generation.metadata.update(
+            {
+                "model": response.model or self.model,
+                "base_url": self.base_urls[index],
+                "latency_s": time.perf_counter() - started,
+                "prefix_reused": prompt.prefix_reused,
+                "token_exact": True,
+            }
+        )
         return generation
 
     def _request_kwargs(self, request: PolicyRequest, native: bool, want_tokens: bool) -> dict[str, Any]:
         sampling = request.sampling
-        messages = request.messages if native or not request.tools else to_text_protocol(request.messages, request.tools)
+        messages = (
+            request.messages if native or not request.tools else to_text_protocol(request.messages, request.tools)
+        )
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -495,8 +501,9 @@ def _load_tokenizer(source: Any) -> Any:
     try:
         return AutoTokenizer.from_pretrained(os.fspath(source), local_files_only=True)
     except (OSError, ValueError) as err:
-        raise OSError(f"cannot load the tokenizer {os.fspath(source)!r} offline (a local folder or a cached "
-                      f"model name): {err}") from err
+        raise OSError(
+            f"cannot load the tokenizer {os.fspath(source)!r} offline (a local folder or a cached model name): {err}"
+        ) from err
 
 
 def _timed_out(urls: list[str], tried: set[int], timeout: float, retries: int) -> TimeoutError:

@@ -217,9 +217,9 @@ def continuation_text(render: Render, messages: list[Message], generated_end: st
         return None
     # Only what follows the sentinel: earlier turns may render otherwise now (Qwen3 drops <think> before the last
     # user message), but the prefix already holds them as they were.
-    rest = full[full.index(_SENTINEL) + len(_SENTINEL):]
+    rest = full[full.index(_SENTINEL) + len(_SENTINEL) :]
     if generated_end and rest.startswith(generated_end):
-        rest = rest[len(generated_end):]
+        rest = rest[len(generated_end) :]
     return rest
 
 
@@ -246,7 +246,8 @@ def check_request(request: PolicyRequest) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
     if not isinstance(sampling.stop, (list, tuple)) or not all(isinstance(s, str) for s in sampling.stop):
         raise TypeError("stop must be a list of strings")
-    if sampling.thinking_budget is not None and sampling.thinking_budget < 0:  # else it fails inside a batch, with others
+    # else it fails inside a batch, with others
+    if sampling.thinking_budget is not None and sampling.thinking_budget < 0:
         raise ValueError(f"thinking_budget must be >= 0 or None, got {sampling.thinking_budget}")
 
 
@@ -341,13 +342,19 @@ class ChatPrompter:
 
     def check_ids(self, ids: list[int], what: str, allow_empty: bool = False) -> None:
         """Raise ``ValueError`` unless ``ids`` is a list of token ids in the vocabulary."""
-        if not isinstance(ids, (list, tuple)) or (not ids and not allow_empty) or not all(
-            isinstance(t, int) and 0 <= t < self.vocab_size for t in ids
+        if (
+            not isinstance(ids, (list, tuple))
+            or (not ids and not allow_empty)
+            or not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids)
         ):
-            raise ValueError(f"{what} must be a {'' if allow_empty else 'non-empty '}list of ints in [0, {self.vocab_size})")
+            raise ValueError(
+                f"{what} must be a {'' if allow_empty else 'non-empty '}list of ints in [0, {self.vocab_size})"
+            )
 
 
-def hf_chat_prompter(tokenizer: Any, chat_template: str | None, native_tools: bool | None, eos_ids: set[int]) -> ChatPrompter:
+def hf_chat_prompter(
+    tokenizer: Any, chat_template: str | None, native_tools: bool | None, eos_ids: set[int]
+) -> ChatPrompter:
     """A :class:`ChatPrompter` for a transformers tokenizer (also what vLLM's ``get_tokenizer()`` returns).
 
     Raises:

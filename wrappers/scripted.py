@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from llmgym.messages import Message
 from llmgym.policy import Generation, Policy, PolicyRequest
@@ -145,7 +146,12 @@ def load_scripted(spec: str, **kwargs: Any) -> ScriptedPolicy:
     module_name, _, attr = target.partition(":")
     try:
         factory = getattr(import_user_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError, TypeError) as err:  # ValueError, TypeError: empty or relative module
+    except (
+        ImportError,
+        AttributeError,
+        ValueError,
+        TypeError,
+    ) as err:  # ValueError, TypeError: empty or relative module
         raise ValueError(f"cannot load scripted policy {spec!r} ({target}): {err}") from None
     if not callable(factory):
         raise ValueError(f"scripted policy {spec!r} ({target}) is a {type(factory).__name__}, not a class or function")

@@ -53,11 +53,11 @@ def split_thinking(text: str, started_inside: bool = False) -> tuple[str | None,
         start = text.find(THINK_OPEN)
         if start < 0 or text[:start].strip():
             return None, text
-        text = text[start + len(THINK_OPEN):]
+        text = text[start + len(THINK_OPEN) :]
     end = text.find(THINK_CLOSE)
     if end < 0:
         return text.strip(), ""
-    return text[:end].strip(), text[end + len(THINK_CLOSE):].lstrip()
+    return text[:end].strip(), text[end + len(THINK_CLOSE) :].lstrip()
 
 
 class ThinkingTracker:

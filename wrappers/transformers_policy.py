@@ -161,7 +161,9 @@ class TransformersPolicy(Policy):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.batch_wait_ms = batch_wait_ms
-        self.eos_ids = eos_token_ids(getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer)
+        self.eos_ids = eos_token_ids(
+            getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer
+        )
         self.prompter = hf_chat_prompter(tokenizer, chat_template, native_tools, self.eos_ids)
         self.native_tools = self.prompter.native_tools
         config_name = getattr(getattr(model, "config", None), "name_or_path", "") or "transformers"

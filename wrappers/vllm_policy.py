@@ -37,7 +37,9 @@ def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError:
-        raise ImportError('the in-process vLLM backend needs vllm (a CUDA machine): pip install "llmgym[vllm]"') from None
+        raise ImportError(
+            'the in-process vLLM backend needs vllm (a CUDA machine): pip install "llmgym[vllm]"'
+        ) from None
     return vllm
 
 

@@ -18,7 +18,15 @@ from importlib.util import find_spec
 
 from llmgym.registry import register
 
-__all__ = ["register_adapter_envs", "register_rg", "register_ta", "rg_env_id", "ta_env_id", "RG_DEFAULT_TASKS", "TA_DEFAULT_GAMES"]
+__all__ = [
+    "register_adapter_envs",
+    "register_rg",
+    "register_ta",
+    "rg_env_id",
+    "ta_env_id",
+    "RG_DEFAULT_TASKS",
+    "TA_DEFAULT_GAMES",
+]
 
 #: reasoning-gym tasks registered on ``import llmgym``: popular, fast to build, every item has a reference answer.
 RG_DEFAULT_TASKS: tuple[str, ...] = (
@@ -35,7 +43,13 @@ RG_DEFAULT_TASKS: tuple[str, ...] = (
 )
 
 #: TextArena single-player games registered on ``import llmgym`` (no NLTK data, no API key needed).
-TA_DEFAULT_GAMES: tuple[str, ...] = ("GuessTheNumber-v0", "Mastermind-v0", "TowerOfHanoi-v0", "FrozenLake-v0", "2048-v0")
+TA_DEFAULT_GAMES: tuple[str, ...] = (
+    "GuessTheNumber-v0",
+    "Mastermind-v0",
+    "TowerOfHanoi-v0",
+    "FrozenLake-v0",
+    "2048-v0",
+)
 
 
 def rg_env_id(task: str) -> str:
@@ -63,7 +77,9 @@ def register_rg(task: str) -> None:
     register(
         rg_env_id(task),
         "llmgym.envs.adapters.reasoning_gym:ReasoningGymEnv",
-        description=f"reasoning-gym task {task!r}, scored by its own verifier (single turn; python_tool=True for a sandbox).",
+        description=(
+            f"reasoning-gym task {task!r}, scored by its own verifier (single turn; python_tool=True for a sandbox)."
+        ),
         kwargs={"task": task},
     )
 

@@ -117,7 +117,9 @@ def dataset(task: str, config: dict[str, Any] | None = None) -> Any:
                 import reasoning_gym
                 from reasoning_gym.factory import DATASETS
             except ImportError as err:
-                raise ImportError("the reasoning-gym adapter needs reasoning-gym: pip install 'llmgym[reasoning-gym]'") from err
+                raise ImportError(
+                    "the reasoning-gym adapter needs reasoning-gym: pip install 'llmgym[reasoning-gym]'"
+                ) from err
             if task not in DATASETS:
                 raise ValueError(f"unknown reasoning-gym task {task!r}; known: {', '.join(sorted(DATASETS))}")
             try:
@@ -280,12 +282,19 @@ class ReasoningGymEnv(LLMEnv):
     # -- rewards -----------------------------------------------------------------
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(self._correct, weight=1.0, when="end", name="correct"),
-            Reward(lambda ctx: self.score if self.answered else 0.0, weight=0.0, when="end", name="verifier_score"),
-            Reward(lambda ctx: 1.0 if self.answered and self.tagged and self.given_answer else 0.0, weight=0.1, when="end", name="format"),
-            Reward(self._python_calls, weight=-0.02, name="tool_cost"),
-        ])
+        return Rubric(
+            [
+                Reward(self._correct, weight=1.0, when="end", name="correct"),
+                Reward(lambda ctx: self.score if self.answered else 0.0, weight=0.0, when="end", name="verifier_score"),
+                Reward(
+                    lambda ctx: 1.0 if self.answered and self.tagged and self.given_answer else 0.0,
+                    weight=0.1,
+                    when="end",
+                    name="format",
+                ),
+                Reward(self._python_calls, weight=-0.02, name="tool_cost"),
+            ]
+        )
 
     def _correct(self, ctx: TurnContext) -> float:
         if not self.answered:

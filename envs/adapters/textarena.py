@@ -115,7 +115,8 @@ def make_game(game: str, **kwargs: Any) -> Any:
 
     raw = f"{game}-raw"
     if raw not in ENV_REGISTRY:
-        known = sorted(i.removesuffix("-raw") for i in ENV_REGISTRY if i.endswith("-raw"))  # what this function can make
+        # what this function can make
+        known = sorted(i.removesuffix("-raw") for i in ENV_REGISTRY if i.endswith("-raw"))
         raise ValueError(f"unknown TextArena game {game!r}; known: {', '.join(known)}")
     entry = ENV_REGISTRY[raw].entry_point
     folder = entry.split(".")[2] if isinstance(entry, str) and entry.startswith("textarena.envs.") else ""
@@ -157,7 +158,9 @@ def render_messages(messages: list[tuple[int, str, Any]], player_id: int, roles:
 def _is_invalid_notice(parts: tuple[Any, ...]) -> bool:
     """True for TextArena's notice of an invalid move (a GAME_ADMIN message saying so)."""
     kind = next((p for p in parts if hasattr(p, "name")), None)
-    return getattr(kind, "name", "") == "GAME_ADMIN" and any(isinstance(p, str) and _INVALID in p.lower() for p in parts)
+    return getattr(kind, "name", "") == "GAME_ADMIN" and any(
+        isinstance(p, str) and _INVALID in p.lower() for p in parts
+    )
 
 
 def _as_reward(value: Any) -> float:
@@ -241,7 +244,9 @@ class TextArenaEnv(LLMEnv):
         **kwargs: Any,
     ):
         if not 0 <= invalid_penalty < float("inf"):  # NaN or inf would fail the rubric's finite check mid-episode
-            raise ValueError(f"invalid_penalty is charged as a negative reward; give a finite number >= 0, got {invalid_penalty}")
+            raise ValueError(
+                f"invalid_penalty is charged as a negative reward; give a finite number >= 0, got {invalid_penalty}"
+            )
         self.game = game
         self.game_kwargs = dict(game_kwargs or {})
         self.invalid_penalty = float(invalid_penalty)
@@ -294,17 +299,21 @@ class TextArenaEnv(LLMEnv):
             self.invalid_turns.add(turn)
         if self.game_over:
             reason = self.ta_env.state.game_info.get(0, {}).get("reason")
-            observation = "\n\n".join(part for part in (observation, f"Game over: {reason}" if reason else "Game over.") if part)
+            observation = "\n\n".join(
+                part for part in (observation, f"Game over: {reason}" if reason else "Game over.") if part
+            )
         return observation
 
     def is_done(self) -> bool:
         return self.game_over
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: self.outcome, weight=1.0, when="end", name="outcome"),
-            Reward(self._invalid, weight=-1.0, name="invalid_move"),
-        ])
+        return Rubric(
+            [
+                Reward(lambda ctx: self.outcome, weight=1.0, when="end", name="outcome"),
+                Reward(self._invalid, weight=-1.0, name="invalid_move"),
+            ]
+        )
 
     def _invalid(self, ctx: TurnContext) -> float:
         bad = ctx.turn in self.invalid_turns or bool(ctx.format_errors) or bool(ctx.parsed.tool_calls)

@@ -28,7 +28,14 @@ from typing import Any, ClassVar
 
 from gymnasium.utils import seeding
 
-from llmgym.envs.adapters.textarena import _as_reward, _format_action, _is_invalid_notice, _PrivateRandom, make_game, render_messages
+from llmgym.envs.adapters.textarena import (
+    _as_reward,
+    _format_action,
+    _is_invalid_notice,
+    _PrivateRandom,
+    make_game,
+    render_messages,
+)
 from llmgym.envs.multiagent.base import TextAECEnv, checked_penalty, without_thinking
 
 __all__ = ["TextArenaAECEnv", "aec_env"]
@@ -59,7 +66,9 @@ class TextArenaAECEnv(TextAECEnv):
         max_observation_chars: int = 16384,
         render_mode: str | None = None,
     ):
-        super().__init__([f"player_{i}" for i in range(num_players)], max_action_chars, max_observation_chars, render_mode)
+        super().__init__(
+            [f"player_{i}" for i in range(num_players)], max_action_chars, max_observation_chars, render_mode
+        )
         self.game = game
         self.num_players = num_players
         self.invalid_penalty = checked_penalty("invalid_penalty", invalid_penalty)
@@ -96,7 +105,11 @@ class TextArenaAECEnv(TextAECEnv):
             try:
                 done, _ = self.ta_env.step(_format_action(text))
             except Exception as err:  # a game bug on odd input ends the game for everyone; it must not crash the caller
-                self._end(f"The game could not process {agent}'s move ({type(err).__name__}: {str(err)[:200]}); game stopped.", truncated=True)
+                self._end(
+                    f"The game could not process {agent}'s move "
+                    f"({type(err).__name__}: {str(err)[:200]}); game stopped.",
+                    truncated=True,
+                )
                 self._accumulate_rewards()
                 return
             received = self._collect()

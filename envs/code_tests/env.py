@@ -76,7 +76,9 @@ class CodeTestsEnv(LLMEnv):
     :meth:`close` releases them.
     """
 
-    description = "Write a function from a spec; run it on visible examples, then be graded on hidden tests in a fresh sandbox."
+    description = (
+        "Write a function from a spec; run it on visible examples, then be graded on hidden tests in a fresh sandbox."
+    )
     system_prompt = (
         "You are a careful Python programmer. Write the requested function. Call run_examples with your source "
         "code to test it on the examples, fix it if needed, then call submit with the final source code. "
@@ -142,7 +144,9 @@ class CodeTestsEnv(LLMEnv):
             code: Python source that defines the requested function.
         """
         problem = self._check(code)
-        self.final_report = grade(self._sandbox("grader"), code, problem.function, problem.hidden, self.per_test_timeout_s)
+        self.final_report = grade(
+            self._sandbox("grader"), code, problem.function, problem.hidden, self.per_test_timeout_s
+        )
         return f"Submitted. Hidden tests passed: {self.final_report.passed}/{len(problem.hidden)}."
 
     def _check(self, code: str) -> CodeProblem:
@@ -164,13 +168,19 @@ class CodeTestsEnv(LLMEnv):
         super().close()
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: self.final_report.pass_rate if self.final_report else 0.0, weight=1.0, when="end",
-                   name="hidden_pass_rate"),
-            Reward(format_error, weight=-0.1),
-            Reward(self._visible, weight=0.0, name="visible_pass_rate"),
-            Reward(lambda ctx: 1.0 if self.final_report else 0.0, weight=0.0, when="end", name="submitted"),
-        ])
+        return Rubric(
+            [
+                Reward(
+                    lambda ctx: self.final_report.pass_rate if self.final_report else 0.0,
+                    weight=1.0,
+                    when="end",
+                    name="hidden_pass_rate",
+                ),
+                Reward(format_error, weight=-0.1),
+                Reward(self._visible, weight=0.0, name="visible_pass_rate"),
+                Reward(lambda ctx: 1.0 if self.final_report else 0.0, weight=0.0, when="end", name="submitted"),
+            ]
+        )
 
     def _visible(self, ctx: TurnContext) -> float:
         return self.example_runs.get(ctx.turn, 0.0)

@@ -10,8 +10,9 @@ is hidden from programs running in the sandbox.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -99,8 +100,21 @@ def _brackets(rng: np.random.Generator) -> tuple[str]:
 
 def _to_roman(n: int) -> str:
     out = ""
-    for value, numeral in ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"),
-                           (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")):
+    for value, numeral in (
+        (1000, "M"),
+        (900, "CM"),
+        (500, "D"),
+        (400, "CD"),
+        (100, "C"),
+        (90, "XC"),
+        (50, "L"),
+        (40, "XL"),
+        (10, "X"),
+        (9, "IX"),
+        (5, "V"),
+        (4, "IV"),
+        (1, "I"),
+    ):
         count, n = divmod(n, value)
         out += numeral * count
     return out
@@ -136,8 +150,22 @@ HANDWRITTEN: tuple[HandwrittenProblem, ...] = (
         "Write a Python function `is_balanced(text)` that returns True when the brackets (), [] and {} in `text` "
         "are balanced and properly nested, and False otherwise. Other characters are ignored.",
         _balanced,
-        (("()",), ("([]{})",), ("(]",), ("((",), ("",), ("a(b[c]d)e",), ("}{",), ("([)]",), ("{[()()]}",),
-         ("((((((()))))))",), ("abc)",), ("[(])",), ("{{}}[",), ("x{y[z(w)v]u}t",)),
+        (
+            ("()",),
+            ("([]{})",),
+            ("(]",),
+            ("((",),
+            ("",),
+            ("a(b[c]d)e",),
+            ("}{",),
+            ("([)]",),
+            ("{[()()]}",),
+            ("((((((()))))))",),
+            ("abc)",),
+            ("[(])",),
+            ("{{}}[",),
+            ("x{y[z(w)v]u}t",),
+        ),
         _brackets,
     ),
     HandwrittenProblem(
@@ -145,8 +173,22 @@ HANDWRITTEN: tuple[HandwrittenProblem, ...] = (
         "Write a Python function `roman_to_int(text)` that converts a valid Roman numeral (I, V, X, L, C, D, M, "
         "with subtractive forms such as IV and CM) to an integer.",
         _roman,
-        (("III",), ("IV",), ("IX",), ("LVIII",), ("MCMXCIV",), ("XL",), ("CDXLIV",), ("MMXXIV",), ("DCCCXC",),
-         ("XCIX",), ("MMMCMXCIX",), ("CM",), ("XIV",), ("I",)),
+        (
+            ("III",),
+            ("IV",),
+            ("IX",),
+            ("LVIII",),
+            ("MCMXCIV",),
+            ("XL",),
+            ("CDXLIV",),
+            ("MMXXIV",),
+            ("DCCCXC",),
+            ("XCIX",),
+            ("MMMCMXCIX",),
+            ("CM",),
+            ("XIV",),
+            ("I",),
+        ),
         lambda rng: (_to_roman(int(rng.integers(1, 4000))),),
     ),
     HandwrittenProblem(
@@ -154,9 +196,20 @@ HANDWRITTEN: tuple[HandwrittenProblem, ...] = (
         "Write a Python function `merge_intervals(intervals)` that takes a list of [start, end] pairs (start <= "
         "end) and returns the merged, sorted list of [start, end] pairs; intervals that touch or overlap merge.",
         _merge,
-        (([[1, 3], [2, 6], [8, 10]],), ([[1, 4], [4, 5]],), ([],), ([[5, 7]],), ([[6, 8], [1, 2]],),
-         ([[1, 10], [2, 3], [4, 5]],), ([[0, 0], [0, 0]],), ([[3, 5], [1, 2], [2, 3]],), ([[-5, -1], [-2, 4]],),
-         ([[1, 2], [3, 4], [5, 6]],), ([[9, 12], [1, 9]],), ([[2, 2], [1, 3]],)),
+        (
+            ([[1, 3], [2, 6], [8, 10]],),
+            ([[1, 4], [4, 5]],),
+            ([],),
+            ([[5, 7]],),
+            ([[6, 8], [1, 2]],),
+            ([[1, 10], [2, 3], [4, 5]],),
+            ([[0, 0], [0, 0]],),
+            ([[3, 5], [1, 2], [2, 3]],),
+            ([[-5, -1], [-2, 4]],),
+            ([[1, 2], [3, 4], [5, 6]],),
+            ([[9, 12], [1, 9]],),
+            ([[2, 2], [1, 3]],),
+        ),
         _intervals,
     ),
     HandwrittenProblem(
@@ -164,8 +217,19 @@ HANDWRITTEN: tuple[HandwrittenProblem, ...] = (
         "Write a Python function `flatten(nested)` that returns the integers of an arbitrarily nested list in "
         "order, as one flat list.",
         _flatten,
-        (([1, [2, 3]],), ([],), ([[[]]],), ([[1], [[2]], [[[3]]]],), ([1, 2, 3],), ([[1, [2, [3, [4]]]], 5],),
-         ([[], [1], []],), ([0, [-1, [-2]]],), ([[7, 8], 9, [[10]]],), ([[[5]], 6],), ([4, [], [[]], 4],)),
+        (
+            ([1, [2, 3]],),
+            ([],),
+            ([[[]]],),
+            ([[1], [[2]], [[[3]]]],),
+            ([1, 2, 3],),
+            ([[1, [2, [3, [4]]]], 5],),
+            ([[], [1], []],),
+            ([0, [-1, [-2]]],),
+            ([[7, 8], 9, [[10]]],),
+            ([[[5]], 6],),
+            ([4, [], [[]], 4],),
+        ),
         lambda rng: (_nested(rng),),
     ),
     HandwrittenProblem(
@@ -173,9 +237,20 @@ HANDWRITTEN: tuple[HandwrittenProblem, ...] = (
         "Write a Python function `top_word(text)` that returns the most frequent word in `text`, ignoring case and "
         "any non-letter characters inside words; ties go to the alphabetically first word; '' for no words.",
         _top_word,
-        (("the cat and the hat",), ("",), ("Dog dog CAT",), ("b a",), ("Hello, hello! world.",), ("x y z y x",),
-         ("one two three",), ("It's it is IT",), ("... !!!",), ("apple Apple banana BANANA cherry",),
-         ("zz zz aa",), ("a-b ab",)),
+        (
+            ("the cat and the hat",),
+            ("",),
+            ("Dog dog CAT",),
+            ("b a",),
+            ("Hello, hello! world.",),
+            ("x y z y x",),
+            ("one two three",),
+            ("It's it is IT",),
+            ("... !!!",),
+            ("apple Apple banana BANANA cherry",),
+            ("zz zz aa",),
+            ("a-b ab",),
+        ),
         _sentence,
     ),
 )

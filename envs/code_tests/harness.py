@@ -26,7 +26,7 @@ from llmgym.sandbox import ExecutionResult, Sandbox
 
 __all__ = ["CaseOutcome", "GradeReport", "grading_program", "grade"]
 
-_TEMPLATE = '''\
+_TEMPLATE = """\
 import json as _json, os as _os
 _out, _write, _dumps = _os.dup(1), _os.write, _json.dumps
 _ARGS = _json.loads({args!r})
@@ -49,7 +49,7 @@ try:
 except BaseException as _error:
     _emit("error", _dumps(type(_error).__name__ + ": " + str(_error)[:200]))
 _os._exit(0)
-'''
+"""
 
 
 @dataclass
@@ -87,8 +87,12 @@ def grading_program(function: str, args: list[Any], nonce: str) -> str:
     return _TEMPLATE.format(nonce=nonce, args=json.dumps(args), function=function)
 
 
-def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any], Any]], per_test_s: float = 1.0) -> GradeReport:
-    """Run ``code`` on each case's inputs in ``sandbox``, a run per case; compare its outputs with the expected ones here.
+def grade(
+    sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any], Any]], per_test_s: float = 1.0
+) -> GradeReport:
+    """Run ``code`` on each case's inputs in ``sandbox``, a run per case; compare its outputs with the expected ones.
+
+    The comparison is made here, outside the sandbox.
 
     A test's run, loading ``code`` included, may take ``per_test_s`` of wall
     time by the sandbox's clock; a run that takes longer is killed and fails.
@@ -101,13 +105,15 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
         (1, '10')
     """
     nonce = secrets.token_hex(8)
-    limits = sandbox.limits.replace(wall_time_s=per_test_s, cpu_time_s=per_test_s + 1.0)  # CPU: a backstop to the wall clock
+    # CPU: a backstop to the wall clock
+    limits = sandbox.limits.replace(wall_time_s=per_test_s, cpu_time_s=per_test_s + 1.0)
     report = GradeReport([CaseOutcome(list(args), expected) for args, expected in cases])
     for outcome in report.outcomes:
         run = sandbox.run(grading_program(function, outcome.args, nonce), files={"solution.py": code}, limits=limits)
         report.runs.append(run)
         kind, text = _result_line(run.stdout, nonce)
-        if run.timed_out:  # by the sandbox's clock, out of the program's reach; whatever it printed first does not count
+        # timed out by the sandbox's clock, out of the program's reach; whatever it printed first does not count
+        if run.timed_out:
             outcome.got = f"took longer than {per_test_s:g} s"
         elif kind == "load":  # the same code fails to load on every test: leave the rest unrun
             report.load_error = _loads(text)
@@ -115,7 +121,8 @@ def grade(sandbox: Sandbox, code: str, function: str, cases: list[tuple[list[Any
         elif kind == "ok":
             try:
                 value = loads_json(text)  # json.loads's result; an over-long integer is a JSONDecodeError too
-            except (json.JSONDecodeError, RecursionError):  # nested deeper than the host reads: this test fails, not the run
+            except (json.JSONDecodeError, RecursionError):
+                # RecursionError: nested deeper than the host reads; this test fails, not the run
                 outcome.got = "unreadable output"
                 continue
             outcome.got = repr(value)  # Python, as the examples in the prompt are written (False, None, 'text')

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,10 @@ def _shift(text: str, k: int) -> str:
 
 
 def _count_multiples(lo: int, hi: int, divisors: tuple[int, int]) -> int:
-    """Integers in [lo, hi] divisible by either divisor, by inclusion-exclusion (floor division counts negatives too)."""
+    """Integers in [lo, hi] divisible by either divisor, by inclusion-exclusion.
+
+    Floor division counts negatives too.
+    """
     if lo > hi:
         return 0
     a, b = divisors
@@ -128,7 +132,8 @@ FAMILIES: dict[str, Family] = {
         "shift_letters",
         "Write a Python function `shift_letters(text)` that returns `text` with every lowercase letter a-z moved "
         "{param} places forward in the alphabet, wrapping around from z to a. Every other character stays as it is.",
-        lambda rng: int(rng.integers(1, 26)), _shift,
+        lambda rng: int(rng.integers(1, 26)),
+        _shift,
         lambda rng, p: [_word(rng, "abcdefghijklmnopqrstuvwxyz  .!AZ", 0, 16)],
         lambda p: [k for k in range(26) if k != p],
     ),
@@ -136,7 +141,8 @@ FAMILIES: dict[str, Family] = {
         "digit_sum",
         "Write a Python function `digit_sum(n)` that returns the sum of the digits of the non-negative integer "
         "`n` written in base {param}.",
-        lambda rng: int(rng.integers(2, 17)), _digit_sum,
+        lambda rng: int(rng.integers(2, 17)),
+        _digit_sum,
         lambda rng, p: [int(rng.integers(0, 10 ** int(rng.integers(1, 8))))],
         lambda p: [b for b in range(2, 17) if b != p],
     ),
@@ -152,8 +158,10 @@ FAMILIES: dict[str, Family] = {
     "kth_largest": Family(
         "kth_largest",
         "Write a Python function `kth_largest(values)` that returns the {param}-th largest distinct value in the "
-        "list of integers `values` (the largest is the 1st), or None when there are fewer than {param} distinct values.",
-        lambda rng: int(rng.integers(1, 4)), _kth_largest,
+        "list of integers `values` (the largest is the 1st), or None when there are fewer than {param} "
+        "distinct values.",
+        lambda rng: int(rng.integers(1, 4)),
+        _kth_largest,
         lambda rng, p: [[int(v) for v in rng.integers(-20, 20, int(rng.integers(0, 9)))]],
         lambda p: [k for k in range(1, 4) if k != p],
         (lambda values, k: sorted(values, reverse=True)[k - 1] if len(values) >= k else None,),  # duplicates kept
@@ -162,7 +170,8 @@ FAMILIES: dict[str, Family] = {
         "rotate",
         "Write a Python function `rotate(values)` that returns a new list: `values` rotated {param} places to the "
         "right (the last element moves to the front, {param} times). An empty list stays empty.",
-        lambda rng: int(rng.integers(1, 7)), _rotate,
+        lambda rng: int(rng.integers(1, 7)),
+        _rotate,
         lambda rng, p: [[int(v) for v in rng.integers(0, 100, int(rng.integers(0, 9)))]],
         lambda p: [k for k in range(7) if k != p],
     ),
@@ -170,7 +179,8 @@ FAMILIES: dict[str, Family] = {
         "run_length",
         "Write a Python function `run_length(text)` that encodes every run of a repeated character as the "
         "character, the separator {param!r} and the run's length, e.g. 'aab' -> 'a{param}2b{param}1'.",
-        lambda rng: ["", "-", ":", "*"][int(rng.integers(0, 4))], _run_length,
+        lambda rng: ["", "-", ":", "*"][int(rng.integers(0, 4))],
+        _run_length,
         lambda rng, p: [_word(rng, "aaabbbcxy", 0, 14)],
         lambda p: [sep for sep in ["", "-", ":", "*"] if sep != p],
         (lambda text, sep: "".join(f"{c}{sep}1" for c in text),),  # every character its own run: runs not merged
@@ -198,15 +208,18 @@ def _generated(rng: np.random.Generator, n_visible: int, n_hidden: int) -> CodeP
             seen.add(json.dumps(args))
             hidden.append((args, expected))
     spec = family.spec.format(param=param)
-    return CodeProblem(family.function, family.function, _with_examples(spec, family.function, visible), visible, hidden)
+    return CodeProblem(
+        family.function, family.function, _with_examples(spec, family.function, visible), visible, hidden
+    )
 
 
 _HANDWRITTEN_EDGES = 3  # fixed edge-case inputs among a hand-written problem's hidden tests
 _CANDIDATES = 120  # inputs drawn per problem to choose the visible examples from
 
 
-def informative_examples(family: Family, param: Any, candidates: list[tuple[list[Any], Any]],
-                         n: int) -> list[tuple[list[Any], Any]]:
+def informative_examples(
+    family: Family, param: Any, candidates: list[tuple[list[Any], Any]], n: int
+) -> list[tuple[list[Any], Any]]:
     """``n`` of ``candidates`` that, together, tell ``param`` apart from as many rivals as they can.
 
     Greedy set cover: each pick is the candidate whose expected output differs
@@ -237,7 +250,11 @@ def informative_examples(family: Family, param: Any, candidates: list[tuple[list
     while pool and len(chosen) < n:
         best = None
         for c in pool:  # in drawing order: the first that beats every rival cannot be bettered
-            if best is None or (len(beaten(c) & left), len(beaten(c)), -c) > (len(beaten(best) & left), len(beaten(best)), -best):
+            if best is None or (len(beaten(c) & left), len(beaten(c)), -c) > (
+                len(beaten(best) & left),
+                len(beaten(best)),
+                -best,
+            ):
                 best = c
             if len(beaten(c)) == everyone:
                 break
@@ -262,7 +279,9 @@ def _with_examples(spec: str, function: str, visible: list[tuple[list[Any], Any]
     return spec + "\n\nExamples:\n" + "\n".join(lines)
 
 
-def make_problem(rng: np.random.Generator, source: str = "mixed", n_visible: int = 3, n_hidden: int = 12) -> CodeProblem:
+def make_problem(
+    rng: np.random.Generator, source: str = "mixed", n_visible: int = 3, n_hidden: int = 12
+) -> CodeProblem:
     """Draw a problem: ``source`` is ``"generated"``, ``"handwritten"`` or ``"mixed"`` (a quarter hand-written).
 
     Example:
@@ -291,5 +310,10 @@ def make_problem(rng: np.random.Generator, source: str = "mixed", n_visible: int
             (visible if len(visible) < n_visible else hidden).append(args)
     visible_cases = [(args, normalize(entry.reference(*args))) for args in visible]
     hidden_cases = [(args, normalize(entry.reference(*args))) for args in hidden]
-    return CodeProblem(entry.function, entry.function, _with_examples(entry.spec, entry.function, visible_cases),
-                       visible_cases, hidden_cases)
+    return CodeProblem(
+        entry.function,
+        entry.function,
+        _with_examples(entry.spec, entry.function, visible_cases),
+        visible_cases,
+        hidden_cases,
+    )

@@ -13,17 +13,77 @@ import re
 __all__ = ["CodeTestsSolver", "write_solution"]
 
 _SOLUTIONS = {
-    "shift_letters": "def shift_letters(text):\n    return ''.join(chr((ord(c) - 97 + {p}) % 26 + 97) if 'a' <= c <= 'z' else c for c in text)\n",
-    "digit_sum": "def digit_sum(n):\n    total = 0\n    while n:\n        n, d = divmod(n, {p})\n        total += d\n    return total\n",
-    "count_multiples": "def count_multiples(lo, hi):\n    return sum(1 for x in range(lo, hi + 1) if x % {p} == 0 or x % {q} == 0)\n",
-    "kth_largest": "def kth_largest(values):\n    d = sorted(set(values), reverse=True)\n    return d[{p} - 1] if len(d) >= {p} else None\n",
-    "rotate": "def rotate(values):\n    if not values:\n        return []\n    k = {p} % len(values)\n    return values[-k:] + values[:-k] if k else list(values)\n",
-    "run_length": "from itertools import groupby\ndef run_length(text):\n    return ''.join(c + {p} + str(len(list(g))) for c, g in groupby(text))\n",
-    "is_balanced": "def is_balanced(text):\n    pairs, stack = {{')': '(', ']': '[', '}}': '{{'}}, []\n    for c in text:\n        if c in '([{{':\n            stack.append(c)\n        elif c in pairs and (not stack or stack.pop() != pairs[c]):\n            return False\n    return not stack\n",
-    "roman_to_int": "def roman_to_int(text):\n    v = dict(I=1, V=5, X=10, L=50, C=100, D=500, M=1000)\n    return sum(-v[c] if i + 1 < len(text) and v[text[i + 1]] > v[c] else v[c] for i, c in enumerate(text))\n",
-    "merge_intervals": "def merge_intervals(intervals):\n    out = []\n    for s, e in sorted(intervals):\n        if out and s <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], e)\n        else:\n            out.append([s, e])\n    return out\n",
-    "flatten": "def flatten(nested):\n    out = []\n    for x in nested:\n        out.extend(flatten(x) if isinstance(x, list) else [x])\n    return out\n",
-    "top_word": "from collections import Counter\ndef top_word(text):\n    words = [''.join(c for c in w if c.isalpha()) for w in text.lower().split()]\n    counts = Counter(w for w in words if w)\n    return min(counts, key=lambda w: (-counts[w], w)) if counts else ''\n",
+    "shift_letters": (
+        "def shift_letters(text):\n"
+        "    return ''.join(chr((ord(c) - 97 + {p}) % 26 + 97) if 'a' <= c <= 'z' else c for c in text)\n"
+    ),
+    "digit_sum": (
+        "def digit_sum(n):\n"
+        "    total = 0\n"
+        "    while n:\n"
+        "        n, d = divmod(n, {p})\n"
+        "        total += d\n"
+        "    return total\n"
+    ),
+    "count_multiples": (
+        "def count_multiples(lo, hi):\n    return sum(1 for x in range(lo, hi + 1) if x % {p} == 0 or x % {q} == 0)\n"
+    ),
+    "kth_largest": (
+        "def kth_largest(values):\n"
+        "    d = sorted(set(values), reverse=True)\n"
+        "    return d[{p} - 1] if len(d) >= {p} else None\n"
+    ),
+    "rotate": (
+        "def rotate(values):\n"
+        "    if not values:\n"
+        "        return []\n"
+        "    k = {p} % len(values)\n"
+        "    return values[-k:] + values[:-k] if k else list(values)\n"
+    ),
+    "run_length": (
+        "from itertools import groupby\n"
+        "def run_length(text):\n"
+        "    return ''.join(c + {p} + str(len(list(g))) for c, g in groupby(text))\n"
+    ),
+    "is_balanced": (
+        "def is_balanced(text):\n"
+        "    pairs, stack = {{')': '(', ']': '[', '}}': '{{'}}, []\n"
+        "    for c in text:\n"
+        "        if c in '([{{':\n"
+        "            stack.append(c)\n"
+        "        elif c in pairs and (not stack or stack.pop() != pairs[c]):\n"
+        "            return False\n"
+        "    return not stack\n"
+    ),
+    "roman_to_int": (
+        "def roman_to_int(text):\n"
+        "    v = dict(I=1, V=5, X=10, L=50, C=100, D=500, M=1000)\n"
+        "    return sum(-v[c] if i + 1 < len(text) and v[text[i + 1]] > v[c] else v[c] for i, c in enumerate(text))\n"
+    ),
+    "merge_intervals": (
+        "def merge_intervals(intervals):\n"
+        "    out = []\n"
+        "    for s, e in sorted(intervals):\n"
+        "        if out and s <= out[-1][1]:\n"
+        "            out[-1][1] = max(out[-1][1], e)\n"
+        "        else:\n"
+        "            out.append([s, e])\n"
+        "    return out\n"
+    ),
+    "flatten": (
+        "def flatten(nested):\n"
+        "    out = []\n"
+        "    for x in nested:\n"
+        "        out.extend(flatten(x) if isinstance(x, list) else [x])\n"
+        "    return out\n"
+    ),
+    "top_word": (
+        "from collections import Counter\n"
+        "def top_word(text):\n"
+        "    words = [''.join(c for c in w if c.isalpha()) for w in text.lower().split()]\n"
+        "    counts = Counter(w for w in words if w)\n"
+        "    return min(counts, key=lambda w: (-counts[w], w)) if counts else ''\n"
+    ),
 }
 _PARAMS = {
     "shift_letters": r"moved (\d+) places",

@@ -55,7 +55,9 @@ from llmgym.tools import ToolError, tool
 
 __all__ = ["EmailQAEnv", "is_abstention", "answer_is_right"]
 
-_IDK = re.compile(r"^\s*(i\s*do(?:n'?t| not)\s*know|unknown|not found|no answer|cannot find|can'?t find|n/?a)\b", re.IGNORECASE)
+_IDK = re.compile(
+    r"^\s*(i\s*do(?:n'?t| not)\s*know|unknown|not found|no answer|cannot find|can'?t find|n/?a)\b", re.IGNORECASE
+)
 _TOKEN = re.compile(r"[a-z0-9]+")
 _AMOUNT = re.compile(r"\$?\s*(\d[\d,]*(?:\.\d+)?)")  # "$1,204.50", "300", "$ 12.5"
 
@@ -78,8 +80,10 @@ def answer_is_right(text: str, gold: str, max_words: int = 12) -> bool:
         (True, True)
         >>> answer_is_right("$1204.05", "$1204.50"), answer_is_right("$1204", "$1204.50")
         (False, False)
-        >>> answer_is_right("QWE123 or ABC456 or XYZ789", "QWE123"), answer_is_right(" ".join(["QWE123"] * 13), "QWE123")
-        (False, False)
+        >>> answer_is_right("QWE123 or ABC456 or XYZ789", "QWE123")
+        False
+        >>> answer_is_right(" ".join(["QWE123"] * 13), "QWE123")
+        False
     """
     words = _TOKEN.findall(text.lower().replace(",", ""))
     target = _TOKEN.findall(gold.lower().replace(",", ""))
@@ -89,7 +93,7 @@ def answer_is_right(text: str, gold: str, max_words: int = 12) -> bool:
     if amount:  # "$300" is "$300.00": word matching would call it a hallucination
         value = Decimal(amount.group(1).replace(",", ""))
         return any(Decimal(n.replace(",", "")) == value for n in _AMOUNT.findall(text))
-    return any(words[i:i + len(target)] == target for i in range(len(words) - len(target) + 1))
+    return any(words[i : i + len(target)] == target for i in range(len(words) - len(target) + 1))
 
 
 class EmailQAEnv(LLMEnv):
@@ -101,12 +105,14 @@ class EmailQAEnv(LLMEnv):
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
     """
 
-    description = "ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'."
+    description = (
+        "ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'."
+    )
     system_prompt = (
         "You answer questions about the user's email inbox. search_emails finds emails by keywords (and optional "
         "sender, recipient, before/after dates as YYYY-MM-DD); read_email shows one email. Answer with "
         "answer(text, sources) where sources are the ids of the emails holding the answer. If the inbox does not "
-        "contain the answer, answer \"I don't know\": a wrong answer is worse than no answer."
+        'contain the answer, answer "I don\'t know": a wrong answer is worse than no answer.'
     )
 
     def __init__(self, max_turns: int = 10, unanswerable_rate: float = 0.2, **kwargs: Any):
@@ -153,8 +159,10 @@ class EmailQAEnv(LLMEnv):
         if not 1 <= max_results <= 20:
             raise ToolError("max_results must be between 1 and 20")
         query = " AND ".join('"' + w[:100].replace('"', '""') + '"' for w in words)
-        sql = ("SELECT e.id, e.date, e.sender, e.subject, snippet(emails_fts, 1, '', '', '...', 12) FROM emails_fts "
-               "JOIN emails e ON e.id = emails_fts.rowid WHERE emails_fts MATCH ?")
+        sql = (
+            "SELECT e.id, e.date, e.sender, e.subject, snippet(emails_fts, 1, '', '', '...', 12) FROM emails_fts "
+            "JOIN emails e ON e.id = emails_fts.rowid WHERE emails_fts MATCH ?"
+        )
         params: list[Any] = [query]
         for column, value in (("e.sender", sender), ("e.recipients", recipient)):
             if value:
@@ -183,8 +191,10 @@ class EmailQAEnv(LLMEnv):
             raise ToolError(f"no email {email_id}; ids run from 1 to {len(self.inbox.emails)}")
         e = self.inbox.emails[email_id - 1]
         attachments = ", ".join(e.attachments) or "none"
-        return (f"Email {e.id} (thread {e.thread})\nFrom: {e.sender}\nTo: {e.recipients}\nDate: {e.date}\n"
-                f"Subject: {e.subject}\nAttachments: {attachments}\n\n{e.body}")
+        return (
+            f"Email {e.id} (thread {e.thread})\nFrom: {e.sender}\nTo: {e.recipients}\nDate: {e.date}\n"
+            f"Subject: {e.subject}\nAttachments: {attachments}\n\n{e.body}"
+        )
 
     @tool
     def answer(self, text: str, sources: list[int] = []) -> str:  # noqa: B006  a schema default, never mutated
@@ -216,13 +226,19 @@ class EmailQAEnv(LLMEnv):
         return -1.0 if any(answer_is_right(text, other) for other in others) else 1.0
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: self.outcome(), weight=1.0, when="end", name="outcome"),
-            Reward(self._sources, weight=0.2, when="end", name="sources"),
-            Reward(lambda ctx: turn_efficiency(ctx) if self.outcome() == 1.0 else 0.0, weight=0.2, when="end",
-                   name="efficiency"),
-            Reward(format_error, weight=-0.1),
-        ])
+        return Rubric(
+            [
+                Reward(lambda ctx: self.outcome(), weight=1.0, when="end", name="outcome"),
+                Reward(self._sources, weight=0.2, when="end", name="sources"),
+                Reward(
+                    lambda ctx: turn_efficiency(ctx) if self.outcome() == 1.0 else 0.0,
+                    weight=0.2,
+                    when="end",
+                    name="efficiency",
+                ),
+                Reward(format_error, weight=-0.1),
+            ]
+        )
 
     def _sources(self, ctx: TurnContext) -> float:
         if self.given is None or self.question is None or self.outcome() != 1.0:

@@ -19,22 +19,69 @@ import numpy as np
 
 __all__ = ["Email", "InboxQuestion", "Inbox", "generate_inbox", "make_question", "QUESTION_KINDS"]
 
-FIRST = ("Alma", "Bruno", "Cleo", "Dario", "Elif", "Femi", "Greta", "Hugo", "Ivy", "Jun", "Kemal", "Lena",
-         "Milo", "Nadia", "Omar", "Pia", "Quinn", "Rosa", "Sami", "Tova")
-LAST = ("Arndt", "Boateng", "Castell", "Duarte", "Ekberg", "Fontaine", "Gallo", "Horvat", "Ibsen", "Jaramillo",
-        "Kowal", "Lindqvist", "Moreau", "Nakata", "Oyelaran", "Petrov")
+FIRST = (
+    "Alma",
+    "Bruno",
+    "Cleo",
+    "Dario",
+    "Elif",
+    "Femi",
+    "Greta",
+    "Hugo",
+    "Ivy",
+    "Jun",
+    "Kemal",
+    "Lena",
+    "Milo",
+    "Nadia",
+    "Omar",
+    "Pia",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tova",
+)
+LAST = (
+    "Arndt",
+    "Boateng",
+    "Castell",
+    "Duarte",
+    "Ekberg",
+    "Fontaine",
+    "Gallo",
+    "Horvat",
+    "Ibsen",
+    "Jaramillo",
+    "Kowal",
+    "Lindqvist",
+    "Moreau",
+    "Nakata",
+    "Oyelaran",
+    "Petrov",
+)
 CITIES = ("Lisbon", "Oslo", "Nairobi", "Osaka", "Quito", "Tbilisi", "Hanoi", "Porto", "Dakar", "Lima", "Riga", "Perth")
 COMPANIES = ("Brightwave", "Copperleaf", "Dunmore", "Everfield", "Granite Peak", "Hollow Pine", "Ironbark", "Juniper")
 PROJECTS = ("Atlas", "Beacon", "Cobalt", "Delta", "Ember", "Falcon", "Harbor", "Lumen")
 SHOPS = ("Parcelio", "Shopbay", "Nordcart", "Kiteway")
-FILLER = ("Lunch on Friday?", "Quick question", "Re: notes from today", "Weekend plans", "Coffee next week",
-          "Reminder: expense reports", "Photos from the trip", "Team offsite ideas", "Book recommendation")
-FILLER_BODY = ("Are you free for lunch on Friday? The new place near the office has good reviews.",
-               "Could you send me the slides when you get a chance? No rush.",
-               "Thanks for the notes, they were really helpful. Let's sync later this week.",
-               "We are thinking of going hiking this weekend if the weather holds. Want to join?",
-               "Just a reminder that expense reports are due at the end of the month.",
-               "Here are a few ideas for the offsite: a cooking class, a boat tour, or a museum visit.")
+FILLER = (
+    "Lunch on Friday?",
+    "Quick question",
+    "Re: notes from today",
+    "Weekend plans",
+    "Coffee next week",
+    "Reminder: expense reports",
+    "Photos from the trip",
+    "Team offsite ideas",
+    "Book recommendation",
+)
+FILLER_BODY = (
+    "Are you free for lunch on Friday? The new place near the office has good reviews.",
+    "Could you send me the slides when you get a chance? No rush.",
+    "Thanks for the notes, they were really helpful. Let's sync later this week.",
+    "We are thinking of going hiking this weekend if the weather holds. Want to join?",
+    "Just a reminder that expense reports are due at the end of the month.",
+    "Here are a few ideas for the offsite: a cooking class, a boat tour, or a museum visit.",
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +135,8 @@ def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
 def _code(rng: np.random.Generator, letters: int, digits: int) -> str:
     alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ"
     return "".join(alphabet[int(i)] for i in rng.integers(0, len(alphabet), letters)) + "".join(
-        str(int(d)) for d in rng.integers(0, 10, digits))
+        str(int(d)) for d in rng.integers(0, 10, digits)
+    )
 
 
 def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 30) -> Inbox:
@@ -96,14 +144,18 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
 
     Example:
         >>> inbox = generate_inbox(np.random.default_rng(0))
-        >>> len(inbox.emails) >= 38, inbox.db.execute("SELECT count(*) FROM emails_fts").fetchone()[0] == len(inbox.emails)
-        (True, True)
+        >>> len(inbox.emails) >= 38
+        True
+        >>> inbox.db.execute("SELECT count(*) FROM emails_fts").fetchone()[0] == len(inbox.emails)
+        True
     """
     owner_name = f"{_pick(rng, FIRST)} {_pick(rng, LAST)}"
     owner = owner_name.lower().replace(" ", ".") + "@mailbox.test"
     contacts = sorted({f"{_pick(rng, FIRST)} {_pick(rng, LAST)}" for _ in range(12)} - {owner_name})
-    address = {name: name.lower().replace(" ", ".") + "@" + _pick(rng, ("acme.test", "post.test", "work.test"))
-               for name in contacts}
+    address = {
+        name: name.lower().replace(" ", ".") + "@" + _pick(rng, ("acme.test", "post.test", "work.test"))
+        for name in contacts
+    }
     start = date(2024, 1, 1) + timedelta(days=int(rng.integers(0, 300)))
     drafts: list[dict] = []
     facts: list[tuple[str, dict]] = []
@@ -118,59 +170,98 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
             used_cities.add(city)
             code = _code(rng, 3, 3)
             trip = day + timedelta(days=int(rng.integers(5, 40)))
-            draft = {"sender": "bookings@skyway.test", "subject": f"Your flight to {city} is confirmed",
-                     "body": f"Dear {owner_name}, your flight to {city} on {trip.isoformat()} is booked. "
-                             f"Your confirmation code is {code}. Please arrive two hours before departure."}
+            draft = {
+                "sender": "bookings@skyway.test",
+                "subject": f"Your flight to {city} is confirmed",
+                "body": f"Dear {owner_name}, your flight to {city} on {trip.isoformat()} is booked. "
+                f"Your confirmation code is {code}. Please arrive two hours before departure.",
+            }
             facts.append(("flight", {"city": city, "answer": code}))
         elif kind == "invoice":
             company = _pick(rng, COMPANIES)
             amount = f"${int(rng.integers(120, 9000))}.{int(rng.integers(0, 100)):02d}"
             due = day + timedelta(days=30)
             number = int(rng.integers(1000, 9999))
-            draft = {"sender": f"billing@{company.lower().replace(' ', '')}.test", "subject": f"Invoice {number} from {company}",
-                     "body": f"Hello, please find attached invoice {number} from {company} for {amount}, due on "
-                             f"{due.isoformat()}. Thank you for your business.", "attachments": (f"invoice_{number}.pdf",)}
+            draft = {
+                "sender": f"billing@{company.lower().replace(' ', '')}.test",
+                "subject": f"Invoice {number} from {company}",
+                "body": f"Hello, please find attached invoice {number} from {company} for {amount}, due on "
+                f"{due.isoformat()}. Thank you for your business.",
+                "attachments": (f"invoice_{number}.pdf",),
+            }
             facts.append(("invoice", {"company": company, "number": number, "answer": amount}))
         elif kind == "meeting":
             project = _pick(rng, PROJECTS)
-            room = f"{_pick(rng, ('Maple', 'Cedar', 'Birch', 'Willow', 'Aspen'))} {int(rng.integers(1, 6))}{int(rng.integers(0, 3))}"
-            draft = {"sender": address[person], "subject": f"{project} kickoff meeting",
-                     "body": f"Hi {owner_name.split()[0]}, the {project} kickoff is on {day.isoformat()} at "
-                             f"{int(rng.integers(9, 17))}:00 in room {room}. Bring your laptop."}
+            building = _pick(rng, ("Maple", "Cedar", "Birch", "Willow", "Aspen"))
+            room = f"{building} {int(rng.integers(1, 6))}{int(rng.integers(0, 3))}"
+            draft = {
+                "sender": address[person],
+                "subject": f"{project} kickoff meeting",
+                "body": f"Hi {owner_name.split()[0]}, the {project} kickoff is on {day.isoformat()} at "
+                f"{int(rng.integers(9, 17))}:00 in room {room}. Bring your laptop.",
+            }
             facts.append(("meeting", {"project": project, "answer": room}))
         elif kind == "delivery":
             shop = _pick(rng, SHOPS)
             tracking = _code(rng, 2, 8)
-            draft = {"sender": f"orders@{shop.lower()}.test", "subject": f"Your {shop} order has shipped",
-                     "body": f"Good news! Your order from {shop} is on its way. Tracking number: {tracking}. "
-                             "Expected delivery in 3 to 5 days."}
+            draft = {
+                "sender": f"orders@{shop.lower()}.test",
+                "subject": f"Your {shop} order has shipped",
+                "body": f"Good news! Your order from {shop} is on its way. Tracking number: {tracking}. "
+                "Expected delivery in 3 to 5 days.",
+            }
             facts.append(("delivery", {"shop": shop, "answer": tracking}))
         else:
             project = _pick(rng, PROJECTS)
-            filename = f"{project.lower()}_{_pick(rng, ('budget', 'roadmap', 'draft', 'summary'))}_v{int(rng.integers(2, 9))}.xlsx"
-            draft = {"sender": address[person], "subject": f"{project} files",
-                     "body": f"Hi, attached is the latest file for {project}. Let me know what you think.",
-                     "attachments": (filename,)}
+            topic = _pick(rng, ("budget", "roadmap", "draft", "summary"))
+            filename = f"{project.lower()}_{topic}_v{int(rng.integers(2, 9))}.xlsx"
+            draft = {
+                "sender": address[person],
+                "subject": f"{project} files",
+                "body": f"Hi, attached is the latest file for {project}. Let me know what you think.",
+                "attachments": (filename,),
+            }
             facts.append(("attachment", {"project": project, "person": person, "answer": filename}))
         draft["date"] = day.isoformat()
         draft["fact"] = len(facts) - 1
         drafts.append(draft)
         if rng.random() < 0.5:  # a reply in the same thread, without the fact
-            drafts.append({"sender": owner, "recipients": draft["sender"], "subject": "Re: " + draft["subject"],
-                           "body": "Thanks, received. I will get back to you if anything changes.",
-                           "date": (day + timedelta(days=1)).isoformat(), "thread_of": len(drafts) - 1})
+            drafts.append(
+                {
+                    "sender": owner,
+                    "recipients": draft["sender"],
+                    "subject": "Re: " + draft["subject"],
+                    "body": "Thanks, received. I will get back to you if anything changes.",
+                    "date": (day + timedelta(days=1)).isoformat(),
+                    "thread_of": len(drafts) - 1,
+                }
+            )
     for _ in range(n_filler):
         person = _pick(rng, tuple(contacts))
-        drafts.append({"sender": address[person], "subject": _pick(rng, FILLER), "body": _pick(rng, FILLER_BODY),
-                       "date": (start + timedelta(days=int(rng.integers(0, 120)))).isoformat()})
+        drafts.append(
+            {
+                "sender": address[person],
+                "subject": _pick(rng, FILLER),
+                "body": _pick(rng, FILLER_BODY),
+                "date": (start + timedelta(days=int(rng.integers(0, 120)))).isoformat(),
+            }
+        )
     order = sorted(range(len(drafts)), key=lambda i: (drafts[i]["date"], float(rng.random())))
     ids = {old: new + 1 for new, old in enumerate(order)}
     emails = []
     for old in order:
         d = drafts[old]
         thread = ids[d.get("thread_of", old)]
-        email = Email(ids[old], thread, d["sender"], d.get("recipients", owner), d["date"], d["subject"], d["body"],
-                      tuple(d.get("attachments", ())))
+        email = Email(
+            ids[old],
+            thread,
+            d["sender"],
+            d.get("recipients", owner),
+            d["date"],
+            d["subject"],
+            d["body"],
+            tuple(d.get("attachments", ())),
+        )
         emails.append(email)
         if "fact" in d:
             facts[d["fact"]][1]["source"] = email.id
@@ -181,12 +272,20 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
 
 def _database(emails: list[Email]) -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", check_same_thread=False)
-    db.execute("CREATE TABLE emails (id INTEGER PRIMARY KEY, thread INTEGER, sender TEXT, recipients TEXT, "
-               "date TEXT, subject TEXT, body TEXT, attachments TEXT)")
-    db.execute("CREATE VIRTUAL TABLE emails_fts USING fts5(subject, body, attachments, content='emails', content_rowid='id')")
-    db.executemany("INSERT INTO emails VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
-        (e.id, e.thread, e.sender, e.recipients, e.date, e.subject, e.body, " ".join(e.attachments)) for e in emails])
-    db.execute("INSERT INTO emails_fts(rowid, subject, body, attachments) SELECT id, subject, body, attachments FROM emails")
+    db.execute(
+        "CREATE TABLE emails (id INTEGER PRIMARY KEY, thread INTEGER, sender TEXT, recipients TEXT, "
+        "date TEXT, subject TEXT, body TEXT, attachments TEXT)"
+    )
+    db.execute(
+        "CREATE VIRTUAL TABLE emails_fts USING fts5(subject, body, attachments, content='emails', content_rowid='id')"
+    )
+    db.executemany(
+        "INSERT INTO emails VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(e.id, e.thread, e.sender, e.recipients, e.date, e.subject, e.body, " ".join(e.attachments)) for e in emails],
+    )
+    db.execute(
+        "INSERT INTO emails_fts(rowid, subject, body, attachments) SELECT id, subject, body, attachments FROM emails"
+    )
     return db
 
 

@@ -15,17 +15,36 @@ __all__ = ["EmailQASolver"]
 
 # question pattern -> (keywords and filters from the match, expected subject, fact pattern)
 _PLANS = [
-    (re.compile(r"confirmation code of my flight to (\w+)"),
-     lambda m: {"keywords": ["flight", m[1]]}, lambda m: f"Your flight to {m[1]} is confirmed", r"confirmation code is (\w+)\."),
-    (re.compile(r"amount of invoice (\d+) from (.+?)\?"),
-     lambda m: {"keywords": ["invoice", m[1]]}, lambda m: f"Invoice {m[1]} from {m[2]}", r" for (\$[\d.,]+), due"),
-    (re.compile(r"room is the (\w+) kickoff meeting"),
-     lambda m: {"keywords": [m[1], "kickoff"]}, lambda m: f"{m[1]} kickoff meeting", r"in room (\w+ \d+)\."),
-    (re.compile(r"tracking number of my (\w+) order"),
-     lambda m: {"keywords": [m[1], "shipped"]}, lambda m: f"Your {m[1]} order has shipped", r"Tracking number: (\w+)\."),
-    (re.compile(r"name of the file (\w+) (\w+) sent me for (\w+)"),
-     lambda m: {"keywords": [m[3], "files"], "sender": f"{m[1].lower()}.{m[2].lower()}@"},
-     lambda m: f"{m[3]} files", r"Attachments: (.+)"),
+    (
+        re.compile(r"confirmation code of my flight to (\w+)"),
+        lambda m: {"keywords": ["flight", m[1]]},
+        lambda m: f"Your flight to {m[1]} is confirmed",
+        r"confirmation code is (\w+)\.",
+    ),
+    (
+        re.compile(r"amount of invoice (\d+) from (.+?)\?"),
+        lambda m: {"keywords": ["invoice", m[1]]},
+        lambda m: f"Invoice {m[1]} from {m[2]}",
+        r" for (\$[\d.,]+), due",
+    ),
+    (
+        re.compile(r"room is the (\w+) kickoff meeting"),
+        lambda m: {"keywords": [m[1], "kickoff"]},
+        lambda m: f"{m[1]} kickoff meeting",
+        r"in room (\w+ \d+)\.",
+    ),
+    (
+        re.compile(r"tracking number of my (\w+) order"),
+        lambda m: {"keywords": [m[1], "shipped"]},
+        lambda m: f"Your {m[1]} order has shipped",
+        r"Tracking number: (\w+)\.",
+    ),
+    (
+        re.compile(r"name of the file (\w+) (\w+) sent me for (\w+)"),
+        lambda m: {"keywords": [m[3], "files"], "sender": f"{m[1].lower()}.{m[2].lower()}@"},
+        lambda m: f"{m[3]} files",
+        r"Attachments: (.+)",
+    ),
 ]
 _RESULT = re.compile(r"^\[(\d+)\] \S+ from \S+: (.+?) \| ", re.MULTILINE)
 

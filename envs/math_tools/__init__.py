@@ -5,5 +5,13 @@ from llmgym.envs.math_tools.env import MathToolsEnv, answers_match
 from llmgym.envs.math_tools.problems import Problem, generate_problem
 from llmgym.envs.math_tools.solver import MathToolsSolver
 
-__all__ = ["MathToolsEnv", "MathToolsSolver", "Problem", "generate_problem", "evaluate", "parse_answer",
-           "answers_match", "CalculatorError"]
+__all__ = [
+    "MathToolsEnv",
+    "MathToolsSolver",
+    "Problem",
+    "generate_problem",
+    "evaluate",
+    "parse_answer",
+    "answers_match",
+    "CalculatorError",
+]

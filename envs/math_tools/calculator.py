@@ -26,9 +26,21 @@ MAX_DIGITS = 2000
 WORKING_DIGITS = MAX_DIGITS + 100
 
 _FUNCTIONS = {
-    "sqrt": sympy.sqrt, "abs": sympy.Abs, "floor": sympy.floor, "ceil": sympy.ceiling, "exp": sympy.exp,
-    "log": sympy.log, "ln": sympy.log, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
-    "factorial": sympy.factorial, "gcd": sympy.gcd, "lcm": sympy.lcm, "min": sympy.Min, "max": sympy.Max,
+    "sqrt": sympy.sqrt,
+    "abs": sympy.Abs,
+    "floor": sympy.floor,
+    "ceil": sympy.ceiling,
+    "exp": sympy.exp,
+    "log": sympy.log,
+    "ln": sympy.log,
+    "sin": sympy.sin,
+    "cos": sympy.cos,
+    "tan": sympy.tan,
+    "factorial": sympy.factorial,
+    "gcd": sympy.gcd,
+    "lcm": sympy.lcm,
+    "min": sympy.Min,
+    "max": sympy.Max,
     "round": lambda x, n=0: _round(x, n),
 }
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E}
@@ -120,7 +132,10 @@ def _walk(node: ast.AST) -> sympy.Expr:
     raise CalculatorError(f"{type(node).__name__} is not allowed in a calculator expression")
 
 
-def _round(x: sympy.Expr, n: sympy.Expr = sympy.Integer(0)) -> sympy.Expr:
+_ZERO = sympy.Integer(0)
+
+
+def _round(x: sympy.Expr, n: sympy.Expr = _ZERO) -> sympy.Expr:
     digits = int(n)
     if abs(digits) > MAX_DIGITS:  # 10**digits itself would not fit
         raise CalculatorError(f"round takes at most {MAX_DIGITS} digits")

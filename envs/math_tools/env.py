@@ -52,7 +52,12 @@ import sympy
 
 from llmgym.env import LLMEnv
 from llmgym.envs.math_tools.calculator import (
-    CalculatorError, decimal, evaluate, format_number, numbers_in, parse_answer,
+    CalculatorError,
+    decimal,
+    evaluate,
+    format_number,
+    numbers_in,
+    parse_answer,
 )
 from llmgym.envs.math_tools.problems import DIFFICULTIES, Problem, generate_problem
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
@@ -62,8 +67,9 @@ from llmgym.tools import ToolError, tool
 __all__ = ["MathToolsEnv", "answers_match"]
 
 # each answer runs to the end of its line, a closing brace, or the next "final answer:" on the same line
-_FINAL_ANSWER = re.compile(r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+?)(?=\s*final answer\s*[:=]|[}\n]|$)",
-                           re.IGNORECASE)
+_FINAL_ANSWER = re.compile(
+    r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+?)(?=\s*final answer\s*[:=]|[}\n]|$)", re.IGNORECASE
+)
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 # irrational forms are compared to 50 digits: past near-integers such as exp(pi*sqrt(163)) (a relative 3e-30 off)
 _MATCH_DIGITS = 50
@@ -217,7 +223,11 @@ class MathToolsEnv(LLMEnv):
     @property
     def correct(self) -> bool:
         """True when the given answer equals the true one."""
-        return self.given_answer is not None and self.problem is not None and answers_match(self.given_answer, self.problem.answer)
+        return (
+            self.given_answer is not None
+            and self.problem is not None
+            and answers_match(self.given_answer, self.problem.answer)
+        )
 
     def close(self) -> None:
         self._sandbox.close()
@@ -226,13 +236,17 @@ class MathToolsEnv(LLMEnv):
     # -- rewards -----------------------------------------------------------------
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: 1.0 if self.correct else 0.0, weight=1.0, when="end", name="correct"),
-            Reward(self._step_credit, weight=0.1, name="step_credit"),
-            Reward(self._tool_cost, weight=-0.02, name="tool_cost"),
-            Reward(format_error, weight=-0.1),
-            Reward(lambda ctx: 1.0 if self.given_answer is not None else 0.0, weight=0.0, when="end", name="answered"),
-        ])
+        return Rubric(
+            [
+                Reward(lambda ctx: 1.0 if self.correct else 0.0, weight=1.0, when="end", name="correct"),
+                Reward(self._step_credit, weight=0.1, name="step_credit"),
+                Reward(self._tool_cost, weight=-0.02, name="tool_cost"),
+                Reward(format_error, weight=-0.1),
+                Reward(
+                    lambda ctx: 1.0 if self.given_answer is not None else 0.0, weight=0.0, when="end", name="answered"
+                ),
+            ]
+        )
 
     def _creditable(self) -> list[sympy.Expr]:
         assert self.problem is not None

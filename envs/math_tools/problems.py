@@ -17,8 +17,8 @@ Difficulty levels:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import sympy
@@ -71,27 +71,39 @@ def _packs(rng: np.random.Generator) -> tuple[str, list[Step]]:
     name, item = _pick(rng, NAMES), _pick(rng, ITEMS)
     packs, per, given = int(rng.integers(3, 13)), int(rng.integers(4, 25)), 0
     given = int(rng.integers(1, packs * per))
-    text = (f"{name} buys {packs} packs of {item} with {per} {item} in each pack and then gives away {given} {item}. "
-            f"How many {item} does {name} have left?")
+    text = (
+        f"{name} buys {packs} packs of {item} with {per} {item} in each pack and then gives away {given} {item}. "
+        f"How many {item} does {name} have left?"
+    )
     return text, _solve(f"{packs} * {per}", f"{packs * per} - {given}")
 
 
 def _trip(rng: np.random.Generator) -> tuple[str, list[Step]]:
     speed, hours, extra = int(rng.integers(40, 130)), int(rng.integers(2, 9)), int(rng.integers(10, 300))
-    text = (f"A train travels at {speed} km per hour for {hours} hours and then covers another {extra} km. "
-            "How many kilometres does it travel in total?")
+    text = (
+        f"A train travels at {speed} km per hour for {hours} hours and then covers another {extra} km. "
+        "How many kilometres does it travel in total?"
+    )
     return text, _solve(f"{speed} * {hours}", f"{speed * hours} + {extra}")
 
 
 def _discount(rng: np.random.Generator) -> tuple[str, list[Step]]:
     name, good = _pick(rng, NAMES), _pick(rng, GOODS)
-    price, pct, count = int(rng.integers(12, 200)), int(rng.choice([5, 10, 15, 20, 25, 30, 40, 50])), int(rng.integers(2, 6))
+    price, pct, count = (
+        int(rng.integers(12, 200)),
+        int(rng.choice([5, 10, 15, 20, 25, 30, 40, 50])),
+        int(rng.integers(2, 6)),
+    )
     sale = sympy.Rational(price) * (100 - pct) / 100
     total = sale * count
     bill = int((total // 50 + 1) * 50)
-    text = (f"A {good} costs ${price}. During a sale its price is cut by {pct}%. {name} buys {count} of them "
-            f"and pays with ${bill}. How many dollars of change does {name} get?")
-    return text, _solve(f"{price} * {pct} / 100", f"{price} - {price} * {pct} / 100", f"{count} * {sale}", f"{bill} - {total}")
+    text = (
+        f"A {good} costs ${price}. During a sale its price is cut by {pct}%. {name} buys {count} of them "
+        f"and pays with ${bill}. How many dollars of change does {name} get?"
+    )
+    return text, _solve(
+        f"{price} * {pct} / 100", f"{price} - {price} * {pct} / 100", f"{count} * {sale}", f"{bill} - {total}"
+    )
 
 
 def _budget(rng: np.random.Generator) -> tuple[str, list[Step]]:
@@ -102,17 +114,25 @@ def _budget(rng: np.random.Generator) -> tuple[str, list[Step]]:
     total = int(rng.integers(6, 40)) * denominator * 20
     rent = sympy.Rational(total * numerator, denominator)
     rest = total - rent
-    text = (f"{name} earns ${total} a month, spends {numerator}/{denominator} of it on rent and then {pct}% of "
-            f"what is left on food. How many dollars remain after rent and food?")
-    return text, _solve(f"{total} * {numerator} / {denominator}", f"{total} - {rent}", f"{rest} * {pct} / 100",
-                        f"{rest} - {rest * pct / 100}")
+    text = (
+        f"{name} earns ${total} a month, spends {numerator}/{denominator} of it on rent and then {pct}% of "
+        f"what is left on food. How many dollars remain after rent and food?"
+    )
+    return text, _solve(
+        f"{total} * {numerator} / {denominator}",
+        f"{total} - {rent}",
+        f"{rest} * {pct} / 100",
+        f"{rest} - {rest * pct / 100}",
+    )
 
 
 def _linear(rng: np.random.Generator) -> tuple[str, list[Step]]:
     a, b = int(rng.integers(2, 9)), int(rng.integers(1, 40))
     c = int(rng.integers(b + 1, b + 120))
-    text = (f"{a} times a number, increased by {b}, equals {c} minus the number. What is the number? "
-            "(Give an exact value; a fraction is fine.)")
+    text = (
+        f"{a} times a number, increased by {b}, equals {c} minus the number. What is the number? "
+        "(Give an exact value; a fraction is fine.)"
+    )
     return text, _solve(f"{c} - {b}", f"{a} + 1", f"({c} - {b}) / ({a} + 1)")
 
 
@@ -127,8 +147,10 @@ def _sum_difference(rng: np.random.Generator) -> tuple[str, list[Step]]:
 def _rectangle(rng: np.random.Generator) -> tuple[str, list[Step]]:
     width, more = int(rng.integers(2, 40)), int(rng.integers(1, 30))
     perimeter = 2 * (2 * width + more)
-    text = (f"A rectangle is {more} cm longer than it is wide, and its perimeter is {perimeter} cm. "
-            "What is its area in square centimetres?")
+    text = (
+        f"A rectangle is {more} cm longer than it is wide, and its perimeter is {perimeter} cm. "
+        "What is its area in square centimetres?"
+    )
     half = perimeter // 2
     return text, _solve(f"{perimeter} / 2", f"({half} - {more}) / 2", f"{width} + {more}", f"{width} * {width + more}")
 

@@ -15,23 +15,51 @@ __all__ = ["MathToolsSolver", "plan"]
 
 _N = r"(\d+(?:\.\d+)?)"
 _PATTERNS: list[tuple[re.Pattern[str], object]] = [
-    (re.compile(rf"buys {_N} packs of \w+ with {_N} \w+ in each pack and then gives away {_N}"),
-     lambda p, k, g: [f"{p} * {k}", f"{p} * {k} - {g}"]),
-    (re.compile(rf"travels at {_N} km per hour for {_N} hours and then covers another {_N} km"),
-     lambda v, t, d: [f"{v} * {t}", f"{v} * {t} + {d}"]),
-    (re.compile(rf"costs \${_N}\. During a sale its price is cut by {_N}%\. \w+ buys {_N} of them and pays with \${_N}"),
-     lambda p, c, n, b: [f"{p} * {c} / 100", f"{p} - {p} * {c} / 100", f"{n} * ({p} - {p} * {c} / 100)",
-                         f"{b} - {n} * ({p} - {p} * {c} / 100)"]),
-    (re.compile(rf"earns \${_N} a month, spends {_N}/{_N} of it on rent and then {_N}% of"),
-     lambda t, a, b, c: [f"{t} * {a} / {b}", f"{t} - {t} * {a} / {b}", f"({t} - {t} * {a} / {b}) * {c} / 100",
-                         f"({t} - {t} * {a} / {b}) * (100 - {c}) / 100"]),
-    (re.compile(rf"{_N} times a number, increased by {_N}, equals {_N} minus the number"),
-     lambda a, b, c: [f"{c} - {b}", f"{a} + 1", f"({c} - {b}) / ({a} + 1)"]),
-    (re.compile(rf"sum of two numbers is {_N} and their difference is {_N}"),
-     lambda s, d: [f"({s} + {d}) / 2", f"({s} - {d}) / 2", f"(({s} + {d}) / 2) * (({s} - {d}) / 2)"]),
-    (re.compile(rf"is {_N} cm longer than it is wide, and its perimeter is {_N} cm"),
-     lambda k, p: [f"{p} / 2", f"({p} / 2 - {k}) / 2", f"({p} / 2 - {k}) / 2 + {k}",
-                   f"(({p} / 2 - {k}) / 2) * (({p} / 2 - {k}) / 2 + {k})"]),
+    (
+        re.compile(rf"buys {_N} packs of \w+ with {_N} \w+ in each pack and then gives away {_N}"),
+        lambda p, k, g: [f"{p} * {k}", f"{p} * {k} - {g}"],
+    ),
+    (
+        re.compile(rf"travels at {_N} km per hour for {_N} hours and then covers another {_N} km"),
+        lambda v, t, d: [f"{v} * {t}", f"{v} * {t} + {d}"],
+    ),
+    (
+        re.compile(
+            rf"costs \${_N}\. During a sale its price is cut by {_N}%\. \w+ buys {_N} of them and pays with \${_N}"
+        ),
+        lambda p, c, n, b: [
+            f"{p} * {c} / 100",
+            f"{p} - {p} * {c} / 100",
+            f"{n} * ({p} - {p} * {c} / 100)",
+            f"{b} - {n} * ({p} - {p} * {c} / 100)",
+        ],
+    ),
+    (
+        re.compile(rf"earns \${_N} a month, spends {_N}/{_N} of it on rent and then {_N}% of"),
+        lambda t, a, b, c: [
+            f"{t} * {a} / {b}",
+            f"{t} - {t} * {a} / {b}",
+            f"({t} - {t} * {a} / {b}) * {c} / 100",
+            f"({t} - {t} * {a} / {b}) * (100 - {c}) / 100",
+        ],
+    ),
+    (
+        re.compile(rf"{_N} times a number, increased by {_N}, equals {_N} minus the number"),
+        lambda a, b, c: [f"{c} - {b}", f"{a} + 1", f"({c} - {b}) / ({a} + 1)"],
+    ),
+    (
+        re.compile(rf"sum of two numbers is {_N} and their difference is {_N}"),
+        lambda s, d: [f"({s} + {d}) / 2", f"({s} - {d}) / 2", f"(({s} + {d}) / 2) * (({s} - {d}) / 2)"],
+    ),
+    (
+        re.compile(rf"is {_N} cm longer than it is wide, and its perimeter is {_N} cm"),
+        lambda k, p: [
+            f"{p} / 2",
+            f"({p} / 2 - {k}) / 2",
+            f"({p} / 2 - {k}) / 2 + {k}",
+            f"(({p} / 2 - {k}) / 2) * (({p} / 2 - {k}) / 2 + {k})",
+        ],
+    ),
 ]
 
 

@@ -23,7 +23,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["MULTIAGENT_ENVS", "MULTIAGENT_KINDS", "make_multiagent"]
 

@@ -41,8 +41,15 @@ from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError
 
 __all__ = [
-    "TextAECEnv", "TextGameEnv", "ScriptedPlayer", "observation_space", "clip_observation", "without_thinking",
-    "checked_penalty", "play_human", "PLAYERS",
+    "TextAECEnv",
+    "TextGameEnv",
+    "ScriptedPlayer",
+    "observation_space",
+    "clip_observation",
+    "without_thinking",
+    "checked_penalty",
+    "play_human",
+    "PLAYERS",
 ]
 
 #: Agent names of the two-player games.
@@ -82,7 +89,7 @@ def clip_observation(text: str, limit: int) -> str:
     while True:  # the note takes room too: cut until it fits (at most a few rounds, as the count gains digits)
         note = f"[observation truncated: {cut} characters cut]\n"
         if len(note) >= limit:  # a tiny space: the newest text alone
-            return text[len(text) - limit:]
+            return text[len(text) - limit :]
         if len(text) - cut + len(note) <= limit:
             return note + text[cut:]
         cut = len(text) - limit + len(note)
@@ -112,7 +119,7 @@ def without_thinking(action: str | dict[str, Any]) -> str | dict[str, Any]:
         return message
     text = parsing_without_thinking(action)  # closed blocks, and an unclosed <think> to the end
     close = text.rfind(_THINK_CLOSE)  # a </think> left has its <think> in the prompt: what came before is reasoning
-    return text if close < 0 else text[close + len(_THINK_CLOSE):]
+    return text if close < 0 else text[close + len(_THINK_CLOSE) :]
 
 
 def checked_penalty(name: str, value: float) -> float:
@@ -201,7 +208,8 @@ class TextAECEnv(AECEnv):
             return None
         if not isinstance(action, (str, dict)):
             raise TypeError(
-                f"{agent} is still playing: its action must be str or an assistant message dict, got {type(action).__name__}"
+                f"{agent} is still playing: its action must be str or an assistant message dict, "
+                f"got {type(action).__name__}"
             )
         self._cumulative_rewards[agent] = 0.0
         self._clear_rewards()
@@ -308,7 +316,10 @@ class TextGameEnv(TextAECEnv, metaclass=ABCMeta):
     def result_text(self) -> str:
         """How the game ended, for both players."""
         if self.forfeited is not None:
-            return f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal attempts in a row; {self.winner} wins."
+            return (
+                f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal attempts in a row; "
+                f"{self.winner} wins."
+            )
         return f"Game over: {self.winner} wins." if self.winner else "Game over: draw."
 
     # -- the PettingZoo API --------------------------------------------------------
@@ -384,8 +395,8 @@ class TextGameEnv(TextAECEnv, metaclass=ABCMeta):
             return
         left = self.max_retries + 1 - self.retries[agent]
         self._inbox[agent].append(
-            f"Illegal move: {error}\nYou are still to move; {left} more illegal attempt{'s' if left != 1 else ''} and you forfeit the game.\n"
-            + self.your_turn(agent)
+            f"Illegal move: {error}\nYou are still to move; "
+            f"{left} more illegal attempt{'s' if left != 1 else ''} and you forfeit the game.\n" + self.your_turn(agent)
         )
 
     def _play(self, agent: str, move: Any, prose: str) -> None:
@@ -416,7 +427,9 @@ class TextGameEnv(TextAECEnv, metaclass=ABCMeta):
         return next(a for a in self.possible_agents if a != agent)
 
 
-def play_human(env: TextGameEnv, human: str = "player_0", opponent: ScriptedPlayer | None = None, seed: int | None = None) -> dict[str, float]:
+def play_human(
+    env: TextGameEnv, human: str = "player_0", opponent: ScriptedPlayer | None = None, seed: int | None = None
+) -> dict[str, float]:
     """Play a game in the terminal: you type moves for ``human``, ``opponent`` (or a second human) plays the other side.
 
     Returns:
@@ -440,4 +453,3 @@ def play_human(env: TextGameEnv, human: str = "player_0", opponent: ScriptedPlay
         env.step(action)
     print(f"\nTotal rewards: {totals}")
     return totals
-

@@ -22,7 +22,16 @@ from typing import Any
 from llmgym.envs.multiagent.base import TextGameEnv
 from llmgym.tools import ToolError, tool
 
-__all__ = ["ConnectFourEnv", "env", "NegamaxPlayer", "TextNegamaxPlayer", "best_column", "read_columns", "ROWS", "COLUMNS"]
+__all__ = [
+    "ConnectFourEnv",
+    "env",
+    "NegamaxPlayer",
+    "TextNegamaxPlayer",
+    "best_column",
+    "read_columns",
+    "ROWS",
+    "COLUMNS",
+]
 
 ROWS, COLUMNS = 6, 7
 _MARKS = {"player_0": "X", "player_1": "O"}
@@ -76,7 +85,8 @@ def _evaluate(current: int, mask: int) -> int:
     return (
         3 * (mine.bit_count() - theirs.bit_count())
         + 4 * ((mine & my_rows).bit_count() - (theirs & their_rows).bit_count())
-        + (current & _CENTRE).bit_count() - (opponent & _CENTRE).bit_count()
+        + (current & _CENTRE).bit_count()
+        - (opponent & _CENTRE).bit_count()
     )
 
 

@@ -1,4 +1,7 @@
-"""PettingZoo-style entry: ``connect_four_v0.env()`` builds the game (see :mod:`llmgym.envs.multiagent.connect_four`)."""
+"""PettingZoo-style entry: ``connect_four_v0.env()`` builds the game.
+
+See :mod:`llmgym.envs.multiagent.connect_four`.
+"""
 
 from llmgym.envs.multiagent.connect_four import env
 

@@ -103,8 +103,10 @@ def scripted_players(env_id: str) -> dict[str, Callable[[], Any]]:
         "llmgym/ma-ConnectFour-v0": {"negamax": connect_four.NegamaxPlayer, "random": RandomPlayer},
         "llmgym/ma-Negotiation-v0": {"haggler": negotiation.HagglerPlayer},
         "llmgym/ma-PrisonersDilemma-v0": {
-            "tit-for-tat": prisoners_dilemma.TitForTat, "always-defect": prisoners_dilemma.AlwaysDefect,
-            "always-cooperate": prisoners_dilemma.AlwaysCooperate, "random": RandomPlayer,
+            "tit-for-tat": prisoners_dilemma.TitForTat,
+            "always-defect": prisoners_dilemma.AlwaysDefect,
+            "always-cooperate": prisoners_dilemma.AlwaysCooperate,
+            "random": RandomPlayer,
         },
     }
     return table.get(env_id, {})
@@ -192,12 +194,21 @@ class Evaluation:
         Score and mean reward are ``None`` where no game finished. ``policy_summary`` is the evaluated
         player's episodes summarized as a single-agent evaluation's.
         """
-        matrix = {a: {b: _cell(self.matrix.counts[a][b], self.matrix.mean_reward[a][b]) for b in self.players}
-                  for a in self.players}
-        return {"games": len(self.games), "failed_games": self.failed_games, "episodes": 2 * len(self.games),
-                "policy": self.policy, "players": self.players, "pairings": [list(o) for o in self.pairings],
-                "matrix": matrix, "totals": {a: self._totals(a) for a in self.players},
-                "policy_summary": summarize(self.episodes_of(self.policy))}
+        matrix = {
+            a: {b: _cell(self.matrix.counts[a][b], self.matrix.mean_reward[a][b]) for b in self.players}
+            for a in self.players
+        }
+        return {
+            "games": len(self.games),
+            "failed_games": self.failed_games,
+            "episodes": 2 * len(self.games),
+            "policy": self.policy,
+            "players": self.players,
+            "pairings": [list(o) for o in self.pairings],
+            "matrix": matrix,
+            "totals": {a: self._totals(a) for a in self.players},
+            "policy_summary": summarize(self.episodes_of(self.policy)),
+        }
 
     def _totals(self, a: str) -> dict[str, Any]:
         others = [b for b in self.players if b != a]
@@ -209,8 +220,12 @@ class Evaluation:
 
 def _cell(counts: dict[str, int], mean_reward: float) -> dict[str, Any]:
     n = sum(counts.values())
-    return {**counts, "games": n, "score": (counts["win"] + counts["draw"] / 2) / n if n else None,
-            "mean_reward": mean_reward if n else None}
+    return {
+        **counts,
+        "games": n,
+        "score": (counts["win"] + counts["draw"] / 2) / n if n else None,
+        "mean_reward": mean_reward if n else None,
+    }
 
 
 async def aevaluate(
@@ -243,8 +258,15 @@ async def aevaluate(
             game_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
             game_sampling = dataclasses.replace(sampling, seed=game_seed)
         async with limit:
-            game = (await aplay_match(env_factory, {"player_0": by_name[first], "player_1": by_name[second]},
-                                      [seed_list[seed_index]], sampling=game_sampling, env_id=env_id))[0]
+            game = (
+                await aplay_match(
+                    env_factory,
+                    {"player_0": by_name[first], "player_1": by_name[second]},
+                    [seed_list[seed_index]],
+                    sampling=game_sampling,
+                    env_id=env_id,
+                )
+            )[0]
         for episode in game.values():
             episode.group = order * len(seed_list) + seed_index  # one GRPO group per seat order and seed
             episode.metadata["group_index"] = member
@@ -254,8 +276,10 @@ async def aevaluate(
 
     jobs = [(o, s, m) for o in range(len(orders)) for s in range(len(seed_list)) for m in range(group_size)]
     games = list(await asyncio.gather(*(one(*job) for job in jobs)))
-    seated = [((orders[order][0], game["player_0"]), (orders[order][1], game["player_1"]))
-              for (order, _, _), game in zip(jobs, games)]
+    seated = [
+        ((orders[order][0], game["player_0"]), (orders[order][1], game["player_1"]))
+        for (order, _, _), game in zip(jobs, games)
+    ]
     players_named = list(dict.fromkeys(names))
     return Evaluation(names[0], players_named, orders, games, WinMatrix.from_games(players_named, seated))
 
@@ -294,6 +318,17 @@ def evaluate(
     Returns:
         The games and their matrix.
     """
-    return run_sync(aevaluate(env_factory, evaluated, opponents, seeds, group_size=group_size,
-                              round_robin=round_robin, sampling=sampling, max_concurrency=max_concurrency,
-                              env_id=env_id, on_game=on_game))
+    return run_sync(
+        aevaluate(
+            env_factory,
+            evaluated,
+            opponents,
+            seeds,
+            group_size=group_size,
+            round_robin=round_robin,
+            sampling=sampling,
+            max_concurrency=max_concurrency,
+            env_id=env_id,
+            on_game=on_game,
+        )
+    )

@@ -54,20 +54,32 @@ _ACCEPT_WORD = re.compile(r"\b(?:accept(?:ed|ing)?|agreed?)\b", re.IGNORECASE)
 _DEAL = re.compile(
     r"^(?:(?:ok|okay|yes|sure|fine|great|alright|perfect|then)\W+)*"
     r"(?:(?:it'?s|that'?s|it is|that is|we have|we've got|you have|you've got|you got)\s+a\s+)?"
-    r"deal\b(?!\s+(?:or|if|with|for|would|is|on)\b)", re.IGNORECASE)
+    r"deal\b(?!\s+(?:or|if|with|for|would|is|on)\b)",
+    re.IGNORECASE,
+)
 # "Fine by me, deal." / "Sounds good - deal!": a closing "deal" after a comma or dash (a clause without counts)
 _DEAL_LAST = re.compile(
     r"[,:\u2013\u2014-]\s*(?:(?:it'?s|that'?s|it is|that is|we have|we've got|you have|you've got|you got)\s+a\s+)?"
-    r"deal\W*$", re.IGNORECASE)
-_NEGATED = re.compile(r"\b(?:not|never|don'?t|do not|can'?t|cannot|won'?t|will not|couldn'?t|wouldn'?t|shouldn'?t|no longer)"
-                      r"(?:\s+\w+){0,2}\s*$", re.IGNORECASE)
-_NOT_MINE = re.compile(r"(?:\b(?:if|unless|whether|when|once)\b.*"
-                       r"|\byou(?:'ll|'d|\s+(?:will|would|can|could|should|must|might|may|shall|to|do))?\s+"
-                       r"|\bplease\s+|\b(?:would|could|might|may)(?:\s+\w+)?\s+)$", re.IGNORECASE)
+    r"deal\W*$",
+    re.IGNORECASE,
+)
+_NEGATED = re.compile(
+    r"\b(?:not|never|don'?t|do not|can'?t|cannot|won'?t|will not|couldn'?t|wouldn'?t|shouldn'?t|no longer)"
+    r"(?:\s+\w+){0,2}\s*$",
+    re.IGNORECASE,
+)
+_NOT_MINE = re.compile(
+    r"(?:\b(?:if|unless|whether|when|once)\b.*"
+    r"|\byou(?:'ll|'d|\s+(?:will|would|can|could|should|must|might|may|shall|to|do))?\s+"
+    r"|\bplease\s+|\b(?:would|could|might|may)(?:\s+\w+)?\s+)$",
+    re.IGNORECASE,
+)
 _DECLINE = re.compile(r"\b(?:reject(?:ed)?|refuse[ds]?|declined?|no deal|not a deal)\b", re.IGNORECASE)
 _PROPOSAL = re.compile(
-    r"\b(?:i|we)(?:'d| would)?\s+(?:propose|suggest|counter|offer)\b|\b(?:how|what) about\b|\bcounter[- ]?(?:offer|proposal)\b|"
-    r"\b(?:my|new) (?:proposal|offer)\b|^\s*(?:proposal|offer)\s*:", re.IGNORECASE | re.MULTILINE)
+    r"\b(?:i|we)(?:'d| would)?\s+(?:propose|suggest|counter|offer)\b|\b(?:how|what) about\b|"
+    r"\bcounter[- ]?(?:offer|proposal)\b|\b(?:my|new) (?:proposal|offer)\b|^\s*(?:proposal|offer)\s*:",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def draw_game(rng: np.random.Generator) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
@@ -81,7 +93,8 @@ def draw_game(rng: np.random.Generator) -> tuple[tuple[int, ...], dict[str, tupl
     while True:
         counts = tuple(int(c) for c in rng.integers(1, 5, size=len(ITEMS)))
         options = [
-            vals for vals in itertools.product(range(TOTAL_VALUE + 1), repeat=len(ITEMS))
+            vals
+            for vals in itertools.product(range(TOTAL_VALUE + 1), repeat=len(ITEMS))
             if sum(c * v for c, v in zip(counts, vals)) == TOTAL_VALUE and sum(v > 0 for v in vals) >= 2
         ]
         if len(options) >= 2:
@@ -120,8 +133,10 @@ class NegotiationEnv(TextGameEnv):
     system_prompt = (
         "You are negotiating how to split a pool of items with another player. Each of you values the items "
         "differently, and only you know your own values. Take turns: each turn either propose a split (how many of "
-        'each item YOU take) with <tool_call>{"name": "propose", "arguments": {"books": 1, "hats": 2, "balls": 0}}</tool_call>, '
-        'or accept the other player\'s latest proposal with <tool_call>{"name": "accept", "arguments": {}}</tool_call>. '
+        "each item YOU take) with "
+        '<tool_call>{"name": "propose", "arguments": {"books": 1, "hats": 2, "balls": 0}}</tool_call>, '
+        "or accept the other player's latest proposal with "
+        '<tool_call>{"name": "accept", "arguments": {}}</tool_call>. '
         "Anything else you write is sent to the other player as a message."
     )
 
@@ -167,7 +182,10 @@ class NegotiationEnv(TextGameEnv):
             rest = tuple(c - t for c, t in zip(self.counts, takes))
             mine = takes if proposer == agent else rest
             who = "your" if proposer == agent else f"{proposer}'s"
-            lines.append(f"On the table ({who} proposal): you would get {_describe(mine)} (worth {self.value(agent, mine)} to you).")
+            lines.append(
+                f"On the table ({who} proposal): you would get {_describe(mine)} "
+                f"(worth {self.value(agent, mine)} to you)."
+            )
         return "\n".join(lines)
 
     def read_call(self, agent: str, name: str, arguments: dict[str, Any]) -> Any:
@@ -193,7 +211,9 @@ class NegotiationEnv(TextGameEnv):
         takes, _ = _proposal(offer)
         if takes is not None:
             return self._propose(takes)
-        raise ToolError('no move found; propose a split such as "I propose: 1 book, 2 hats, 0 balls" or write "I accept"')
+        raise ToolError(
+            'no move found; propose a split such as "I propose: 1 book, 2 hats, 0 balls" or write "I accept"'
+        )
 
     def _accept_in_words(self, agent: str, text: str) -> str:
         """An acceptance in prose, which must not also name a different split (that would be two moves)."""
@@ -208,8 +228,9 @@ class NegotiationEnv(TextGameEnv):
         if different:
             raise ToolError(
                 f"one move per turn: you accepted but also named a split that is not the proposal on the table "
-                f"(you would get {_describe(mine)}; {proposer} would take {_describe(theirs)}). Write \"I accept\" "
-                f"alone to take it, or propose without accepting, e.g. \"I propose: 1 book, 2 hats, 0 balls\"")
+                f'(you would get {_describe(mine)}; {proposer} would take {_describe(theirs)}). Write "I accept" '
+                f'alone to take it, or propose without accepting, e.g. "I propose: 1 book, 2 hats, 0 balls"'
+            )
         return "accept"
 
     def _accept(self, agent: str) -> str:
@@ -255,12 +276,15 @@ class NegotiationEnv(TextGameEnv):
 
     def result_text(self) -> str:
         if self.forfeited is not None:
-            return f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal attempts in a row; no deal."
+            return (
+                f"Game over: {self.forfeited} forfeited after {self.max_retries + 1} illegal attempts in a row; "
+                "no deal."
+            )
         if self.deal is None:
             return "Game over: no deal; both get 0."
-        return "Game over: deal. " + "; ".join(
-            f"{a} gets {_describe(self.deal[a])}" for a in self.possible_agents
-        ) + "."
+        return (
+            "Game over: deal. " + "; ".join(f"{a} gets {_describe(self.deal[a])}" for a in self.possible_agents) + "."
+        )
 
 
 def _accepts(clause: str) -> bool:
@@ -273,11 +297,11 @@ def _accepts(clause: str) -> bool:
         return True
     last = _DEAL_LAST.search(words)
     if last and not _mentions(words):  # "2 books for me, deal." is an offer, read as a proposal
-        before = words[:last.start()]
+        before = words[: last.start()]
         if not _NEGATED.search(before) and not _NOT_MINE.search(before + " "):
             return True
     for found in _ACCEPT_WORD.finditer(words):
-        before = words[:found.start()]
+        before = words[: found.start()]
         if not _NEGATED.search(before) and not _NOT_MINE.search(before):
             return True
     return False
@@ -288,14 +312,15 @@ def _declines(clause: str) -> bool:
     if clause.strip().endswith("?"):
         return False
     return bool(_DECLINE.search(clause)) or any(
-        _NEGATED.search(clause[:found.start()]) for found in _ACCEPT_WORD.finditer(clause))
+        _NEGATED.search(clause[: found.start()]) for found in _ACCEPT_WORD.finditer(clause)
+    )
 
 
 def _offer_part(declining: str) -> str:
     """What a declining clause offers: nothing ("I can't accept 1 book"), or what follows a proposal
     marker in it ("I won't accept that, I propose 2 books")."""
     marker = _PROPOSAL.search(declining)
-    return declining[marker.start():] if marker else ""
+    return declining[marker.start() :] if marker else ""
 
 
 def _mentions(text: str) -> list[tuple[int, int]]:
@@ -313,7 +338,7 @@ def _proposal(text: str) -> tuple[tuple[int, ...] | None, bool]:
     named for an item wins ("I propose: 1 book, 2 hats, leaving you 3 books" takes 1 book).
     """
     for marker in _PROPOSAL.finditer(text):
-        mentioned = _mentions(text[marker.start():])
+        mentioned = _mentions(text[marker.start() :])
         if mentioned:
             return _first_counts(mentioned), True
     mentioned = _mentions(text)
@@ -383,7 +408,8 @@ class HagglerPlayer:
         books, hats, balls = takes
         return (
             f"I can live with this split.\n"
-            f'<tool_call>{{"name": "propose", "arguments": {{"books": {books}, "hats": {hats}, "balls": {balls}}}}}</tool_call>'
+            '<tool_call>{"name": "propose", "arguments": '
+            f'{{"books": {books}, "hats": {hats}, "balls": {balls}}}}}</tool_call>'
         )
 
 

@@ -49,7 +49,9 @@ _TOKEN = re.compile(r"[A-Za-z]+(?:['\u2019][A-Za-z]+)*")  # "I'd" is one word, n
 # a negation earlier in the same clause ("I will not defect", "I don't think I'll defect", "never D")
 _NEGATION = re.compile(
     r"\b(?:not|never|no|nor|neither|cannot|"
-    r"(?:do|does|did|wo|ca|could|would|should|must|might|need|is|are|was|were|have|has|had|ai)n['\u2019]?t)\b", re.IGNORECASE)
+    r"(?:do|does|did|wo|ca|could|would|should|must|might|need|is|are|was|were|have|has|had|ai)n['\u2019]?t)\b",
+    re.IGNORECASE,
+)
 _CLAUSE_END = re.compile(r"[,;:.!?()\u2013\u2014]|\s-\s|\bbut\b|\binstead\b", re.IGNORECASE)
 
 
@@ -76,7 +78,11 @@ class PrisonersDilemmaEnv(ParallelEnv):
         render_mode: ``None`` or ``"ansi"``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "prisoners_dilemma_v0", "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["ansi"],
+        "name": "prisoners_dilemma_v0",
+        "is_parallelizable": True,
+    }
     tools = {play.name: play}
     system_prompt = (
         "You are playing an iterated prisoner's dilemma against another player. Each round you both choose at once: "
@@ -98,7 +104,11 @@ class PrisonersDilemmaEnv(ParallelEnv):
     ):
         if isinstance(num_rounds, int):
             low = high = num_rounds
-        elif isinstance(num_rounds, (tuple, list)) and len(num_rounds) == 2 and all(isinstance(n, int) for n in num_rounds):
+        elif (
+            isinstance(num_rounds, (tuple, list))
+            and len(num_rounds) == 2
+            and all(isinstance(n, int) for n in num_rounds)
+        ):
             low, high = num_rounds
         else:
             raise ValueError(f"num_rounds must be an int or (low, high), got {num_rounds!r}")
@@ -131,7 +141,9 @@ class PrisonersDilemmaEnv(ParallelEnv):
     def action_space(self, agent: str) -> Text:
         return self.action_spaces[agent]
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         if seed is not None:
             self.np_random, _ = seeding.np_random(seed)
         low, high = self.round_range
@@ -144,14 +156,19 @@ class PrisonersDilemmaEnv(ParallelEnv):
         self.forfeited = None
         self.quitters = []
         length = (
-            f"The game lasts {self.num_rounds} rounds." if low == high
+            f"The game lasts {self.num_rounds} rounds."
+            if low == high
             else f"The game lasts between {low} and {high} rounds; you are not told when it ends."
         )
-        observations = {a: self._observation(a, f"{self.system_prompt}\nYou are {a}. {length}\nRound 1: your move.")
-                        for a in self.agents}
+        observations = {
+            a: self._observation(a, f"{self.system_prompt}\nYou are {a}. {length}\nRound 1: your move.")
+            for a in self.agents
+        }
         return observations, self._infos()
 
-    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Any]]:
+    def step(
+        self, actions: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Any]]:
         if not self.agents:
             raise RuntimeError("the game is over: call reset() before step()")
         unknown = sorted(set(actions) - set(self.agents))
@@ -163,7 +180,9 @@ class PrisonersDilemmaEnv(ParallelEnv):
             if agent in self.locked:
                 continue
             if agent not in actions:
-                raise ValueError(f"{agent} must act this round (info['needs_action'] is True); got actions for {sorted(actions)}")
+                raise ValueError(
+                    f"{agent} must act this round (info['needs_action'] is True); got actions for {sorted(actions)}"
+                )
             try:
                 self.locked[agent] = self._read(actions[agent])
                 self.retries[agent] = 0
@@ -172,7 +191,10 @@ class PrisonersDilemmaEnv(ParallelEnv):
                 self.illegal_attempts[agent] += 1
                 rewards[agent] -= self.illegal_penalty
                 left = self.max_retries + 1 - self.retries[agent]
-                notes[agent].append(f"Illegal action: {err}\nAct again; {left} more illegal action{'s' if left != 1 else ''} and you forfeit the game.")
+                notes[agent].append(
+                    f"Illegal action: {err}\nAct again; "
+                    f"{left} more illegal action{'s' if left != 1 else ''} and you forfeit the game."
+                )
         self.quitters = [a for a in self.agents if self.retries[a] > self.max_retries]
         done = False
         if self.quitters:
@@ -180,14 +202,19 @@ class PrisonersDilemmaEnv(ParallelEnv):
             for agent in self.quitters:
                 rewards[agent] -= self.forfeit_penalty
             for agent in self.agents:
-                notes[agent].append(f"Game over: {' and '.join(self.quitters)} forfeited after {self.max_retries + 1} illegal actions in a row.")
+                notes[agent].append(
+                    f"Game over: {' and '.join(self.quitters)} forfeited after "
+                    f"{self.max_retries + 1} illegal actions in a row."
+                )
             done = True
         elif len(self.locked) == len(self.agents):
             done = self._play_round(rewards, notes)
         else:
             for agent in self.locked:
                 waiting_for = ", ".join(a for a in self.agents if a not in self.locked)
-                notes[agent].append(f"Your move for round {len(self.history) + 1} is locked in; waiting for {waiting_for}.")
+                notes[agent].append(
+                    f"Your move for round {len(self.history) + 1} is locked in; waiting for {waiting_for}."
+                )
         observations = {a: self._observation(a, "\n".join(notes[a])) for a in self.agents}
         infos = self._infos()
         terminations = dict.fromkeys(self.agents, done)
@@ -205,7 +232,11 @@ class PrisonersDilemmaEnv(ParallelEnv):
             other = next(a for a in self.agents if a != agent)
             payoff = PAYOFFS[(moves[agent], moves[other])]
             rewards[agent] += payoff
-            line = f"Round {number}: you played {moves[agent]}, {other} played {moves[other]}. You get {payoff:g}, {other} gets {PAYOFFS[(moves[other], moves[agent])]:g}."
+            their_payoff = PAYOFFS[(moves[other], moves[agent])]
+            line = (
+                f"Round {number}: you played {moves[agent]}, {other} played {moves[other]}. "
+                f"You get {payoff:g}, {other} gets {their_payoff:g}."
+            )
             if self.locked[other][1]:
                 line += f"\n{other} says: {self.locked[other][1]}"
             notes[agent].append(line)
@@ -214,8 +245,10 @@ class PrisonersDilemmaEnv(ParallelEnv):
         for agent in self.agents:
             totals = self.scores()
             notes[agent].append(
-                f"Game over after {number} rounds. Totals: " + ", ".join(f"{a} {totals[a]:g}" for a in self.possible_agents)
-                if over else f"Round {number + 1}: your move."
+                f"Game over after {number} rounds. Totals: "
+                + ", ".join(f"{a} {totals[a]:g}" for a in self.possible_agents)
+                if over
+                else f"Round {number + 1}: your move."
             )
         return over
 
@@ -293,7 +326,7 @@ def _move_in(line: str) -> str:
         move = _WORDS.get(word[0].lower())
         if move is None:
             continue
-        clause = _CLAUSE_END.split(line[:word.start()])[-1]
+        clause = _CLAUSE_END.split(line[: word.start()])[-1]
         if _NEGATION.search(clause):
             negated.append(word[0])
         else:

@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
@@ -89,7 +90,9 @@ def _check_players(agents: Iterable[str], players: dict[str, Any]) -> None:
     missing = set(agents) - set(players)
     extra = set(players) - set(agents)
     if missing or extra:
-        raise ValueError(f"players must name every agent of the game exactly: missing {sorted(missing)}, unknown {sorted(extra)}")
+        raise ValueError(
+            f"players must name every agent of the game exactly: missing {sorted(missing)}, unknown {sorted(extra)}"
+        )
 
 
 @dataclass
@@ -138,7 +141,9 @@ class _Seat:
             except Exception as err:  # a failing policy ends this game, not the match
                 raise _GameFailure("policy", f"{self.agent}: {_describe(err)}") from err
             if not isinstance(generation, Generation):
-                raise TypeError(f"{type(self.player).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
+                raise TypeError(
+                    f"{type(self.player).__name__}.agenerate returned {type(generation).__name__}, not a Generation"
+                )
             self.tokens.add(generation, len(self.turn_rewards) + 1, request.prefix_token_ids)
             message = generation.message
             action: str | dict[str, Any] = message if message.get("tool_calls") else str(message.get("content") or "")
@@ -217,7 +222,12 @@ async def _play_parallel(env: ParallelEnv, seats: dict[str, _Seat], seed: int, s
 
 
 async def _play_game(
-    env_factory: Callable[[], Any], players: dict[str, Any], seed: int, group: int, sampling: SamplingParams, env_id: str,
+    env_factory: Callable[[], Any],
+    players: dict[str, Any],
+    seed: int,
+    group: int,
+    sampling: SamplingParams,
+    env_id: str,
 ) -> dict[str, Episode]:
     """One game: one episode per agent. A player's or the env's exception ends this game only.
 
@@ -259,8 +269,12 @@ async def _play_game(
 
 
 def _episodes(
-    seats: dict[str, _Seat], players: dict[str, Any], game: tuple[str, int, int, list[dict[str, Any]]],
-    outcome: dict[str, str], error: tuple[str, str] | None, start: float,
+    seats: dict[str, _Seat],
+    players: dict[str, Any],
+    game: tuple[str, int, int, list[dict[str, Any]]],
+    outcome: dict[str, str],
+    error: tuple[str, str] | None,
+    start: float,
 ) -> dict[str, Episode]:
     """Each seat's episode of one game; ``game`` is what they share: (env id, seed, group, tools)."""
     env_id, seed, group, tools = game
@@ -269,9 +283,16 @@ def _episodes(
     for agent, seat in seats.items():
         seat.flush()
         episode = Episode(
-            env_id=env_id, seed=seed, messages=seat.messages, tools=list(tools), turn_rewards=seat.turn_rewards,
+            env_id=env_id,
+            seed=seed,
+            messages=seat.messages,
+            tools=list(tools),
+            turn_rewards=seat.turn_rewards,
             reward_components=[{"game": r} for r in seat.turn_rewards],
-            terminated=error is None, truncated=error is not None, group=group, policy=names[agent],
+            terminated=error is None,
+            truncated=error is not None,
+            group=group,
+            policy=names[agent],
         )
         seat.tokens.fill(episode)
         episode.timing = {"policy_s": seat.policy_seconds, "wall_s": time.perf_counter() - start}
@@ -326,7 +347,9 @@ async def aplay_match(
         _check_players(agents, players)
     for agent, player in players.items():
         if not isinstance(player, Policy) and not callable(getattr(player, "act", None)):
-            raise TypeError(f"player for {agent} must be a Policy or have act(env, agent) -> str, got {type(player).__name__}")
+            raise TypeError(
+                f"player for {agent} must be a Policy or have act(env, agent) -> str, got {type(player).__name__}"
+            )
     sampling = sampling or SamplingParams()
     limit = asyncio.Semaphore(max_concurrency)
 
@@ -334,13 +357,17 @@ async def aplay_match(
         game_sampling = sampling
         if sampling.seed is not None:  # each game of a group samples differently, reproducibly
             entropy = [sampling.seed % 2**32, seed % 2**32, member]
-            game_sampling = dataclasses.replace(sampling, seed=int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1))
+            game_sampling = dataclasses.replace(
+                sampling, seed=int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
+            )
         async with limit:
             return await _play_game(env_factory, players, seed, group, game_sampling, env_id)
 
-    return list(await asyncio.gather(*(
-        one(group, member, seed) for group, seed in enumerate(seed_list) for member in range(group_size)
-    )))
+    return list(
+        await asyncio.gather(
+            *(one(group, member, seed) for group, seed in enumerate(seed_list) for member in range(group_size))
+        )
+    )
 
 
 def play_match(
@@ -385,8 +412,17 @@ def play_match(
         >>> [g["player_0"].metadata["outcome"] for g in games], games[0]["player_1"].total_reward
         (['draw', 'draw'], 0.0)
     """
-    return run_sync(aplay_match(env_factory, players, seeds, sampling=sampling, max_concurrency=max_concurrency,
-                                   env_id=env_id, group_size=group_size))
+    return run_sync(
+        aplay_match(
+            env_factory,
+            players,
+            seeds,
+            sampling=sampling,
+            max_concurrency=max_concurrency,
+            env_id=env_id,
+            group_size=group_size,
+        )
+    )
 
 
 @dataclass
@@ -501,8 +537,14 @@ def win_matrix(
 
     async def run() -> None:
         for a, b in [(a, b) for a in names for b in names if a != b or self_play]:
-            games = await aplay_match(env_factory, {first: players[a], second: players[b]}, seed_list,
-                                      sampling=sampling, max_concurrency=max_concurrency, env_id=env_id)
+            games = await aplay_match(
+                env_factory,
+                {first: players[a], second: players[b]},
+                seed_list,
+                sampling=sampling,
+                max_concurrency=max_concurrency,
+                env_id=env_id,
+            )
             all_games.extend(games)
             played.extend(((a, game[first]), (b, game[second])) for game in games)
 

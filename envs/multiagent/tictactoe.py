@@ -17,7 +17,7 @@ third illegal attempt in a row forfeits the game (a loss).
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -26,11 +26,26 @@ from llmgym.envs.multiagent.base import TextGameEnv
 from llmgym.tools import ToolError, tool
 
 __all__ = [
-    "TicTacToeEnv", "env", "MinimaxPlayer", "TextMinimaxPlayer", "best_moves", "winner_of", "read_board", "LINES", "cell_name",
+    "TicTacToeEnv",
+    "env",
+    "MinimaxPlayer",
+    "TextMinimaxPlayer",
+    "best_moves",
+    "winner_of",
+    "read_board",
+    "LINES",
+    "cell_name",
 ]
 
 LINES: tuple[tuple[int, int, int], ...] = (
-    (0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6),
+    (0, 1, 2),
+    (3, 4, 5),
+    (6, 7, 8),
+    (0, 3, 6),
+    (1, 4, 7),
+    (2, 5, 8),
+    (0, 4, 8),
+    (2, 4, 6),
 )
 _CELL = re.compile(r"(?<![a-z0-9])([abc])\s*([123])(?![a-z0-9])", re.IGNORECASE)
 _MARKS = {"player_0": "X", "player_1": "O"}
@@ -59,7 +74,7 @@ def winner_of(board: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _value(board: str, mark: str) -> int:
     """Minimax value of ``board`` for ``mark`` to move: +1 win, 0 draw, -1 loss."""
     other = "O" if mark == "X" else "X"
@@ -68,7 +83,7 @@ def _value(board: str, mark: str) -> int:
     empty = [i for i, c in enumerate(board) if c == "."]
     if not empty:
         return 0
-    return max(-_value(board[:i] + mark + board[i + 1:], other) for i in empty)
+    return max(-_value(board[:i] + mark + board[i + 1 :], other) for i in empty)
 
 
 def best_moves(board: str, mark: str) -> list[int]:
@@ -82,7 +97,7 @@ def best_moves(board: str, mark: str) -> list[int]:
     empty = [i for i, c in enumerate(board) if c == "."]
     if not empty or winner_of(board):
         return []
-    values = {i: -_value(board[:i] + mark + board[i + 1:], other) for i in empty}
+    values = {i: -_value(board[:i] + mark + board[i + 1 :], other) for i in empty}
     top = max(values.values())
     return [i for i in empty if values[i] == top]
 
@@ -128,7 +143,7 @@ class TicTacToeEnv(TextGameEnv):
         return f"{self.system_prompt}\nYou are {agent} and play {_MARKS[agent]}. X moves first."
 
     def state_text(self, agent: str) -> str:
-        rows = ["   a b c"] + [f"{r + 1}  " + " ".join(self.board[3 * r:3 * r + 3]) for r in range(3)]
+        rows = ["   a b c"] + [f"{r + 1}  " + " ".join(self.board[3 * r : 3 * r + 3]) for r in range(3)]
         return "Board:\n" + "\n".join(rows)
 
     def read_call(self, agent: str, name: str, arguments: dict[str, Any]) -> int:
@@ -149,7 +164,7 @@ class TicTacToeEnv(TextGameEnv):
         return index
 
     def apply(self, agent: str, move: int) -> str:
-        self.board = self.board[:move] + _MARKS[agent] + self.board[move + 1:]
+        self.board = self.board[:move] + _MARKS[agent] + self.board[move + 1 :]
         return f"{agent} ({_MARKS[agent]}) played {cell_name(move)}."
 
     def next_agent(self, agent: str) -> str | None:

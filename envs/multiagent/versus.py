@@ -73,8 +73,10 @@ class VersusEnv(LLMEnv):
 
     def __init__(self, max_turns: int = 30, **kwargs: Any):
         if isinstance(max_turns, int) and max_turns < self.agent_moves:
-            raise ValueError(f"max_turns must be >= {self.agent_moves}: a game of {type(self).__name__} can take "
-                             f"{self.agent_moves} moves from you (illegal attempts count as turns too), got {max_turns}")
+            raise ValueError(
+                f"max_turns must be >= {self.agent_moves}: a game of {type(self).__name__} can take "
+                f"{self.agent_moves} moves from you (illegal attempts count as turns too), got {max_turns}"
+            )
         kwargs.setdefault("max_tool_calls", 1)
         self.game = self.make_game()
         self.opponent: Any = None
@@ -115,11 +117,13 @@ class VersusEnv(LLMEnv):
         return not self.game.agents
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: self.turn_game_rewards.get(ctx.turn, 0.0), name="game"),
-            Reward(self._unfinished, weight=-1.0, when="end", name="unfinished"),
-            Reward(format_error, weight=-0.1),
-        ])
+        return Rubric(
+            [
+                Reward(lambda ctx: self.turn_game_rewards.get(ctx.turn, 0.0), name="game"),
+                Reward(self._unfinished, weight=-1.0, when="end", name="unfinished"),
+                Reward(format_error, weight=-0.1),
+            ]
+        )
 
     def _unfinished(self, ctx: TurnContext) -> float:
         return 0.0 if self.is_done() else 1.0
@@ -234,7 +238,9 @@ class ConnectFourVsBot(VersusEnv):
 class NegotiationVsBot(VersusEnv):
     """Split items with private values against a scripted haggler; deal or no deal."""
 
-    description = "Negotiate a split of items with private values against a scripted haggler (reward: your share's value / 10)."
+    description = (
+        "Negotiate a split of items with private values against a scripted haggler (reward: your share's value / 10)."
+    )
 
     agent_moves = 4  # the agent's 4 of the game's 8 turns
 

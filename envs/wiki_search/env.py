@@ -35,9 +35,10 @@ Varonia Dorunia" for a question with three possible countries) pays.
 How it could be gamed, and why that does not pay: reading every passage to
 farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of the 56
 reads (8 cities, 14 people and 6 organisations, two passages each); stuffing
-the answer with many candidates fails the length rule; a short hedge naming two or more candidates is wrong; guessing a name from the
-question is wrong. ``tests/envs/test_wiki_search.py``
-checks that such policies score clearly below the scripted honest solver.
+the answer with many candidates fails the length rule; a short hedge naming
+two or more candidates is wrong; guessing a name from the question is wrong.
+``tests/envs/test_wiki_search.py`` checks that such policies score clearly
+below the scripted honest solver.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def answer_matches(given: str, gold: str, slack: int = 4) -> bool:
         target = target[:-1]
     if not target or len(words) > len(target) + slack:
         return False
-    return any(words[i:i + len(target)] == target for i in range(len(words) - len(target) + 1))
+    return any(words[i : i + len(target)] == target for i in range(len(words) - len(target) + 1))
 
 
 class WikiSearchEnv(LLMEnv):
@@ -184,12 +185,14 @@ class WikiSearchEnv(LLMEnv):
         return not any(_contains(words, other) and not _contains(gold, other) for other in _candidates(self.world))
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(lambda ctx: 1.0 if self.correct else 0.0, weight=1.0, when="end", name="correct"),
-            Reward(self._evidence, weight=0.1, name="evidence"),
-            Reward(lambda ctx: float(len(ctx.tool_results)), weight=-0.01, name="tool_cost"),
-            Reward(format_error, weight=-0.1),
-        ])
+        return Rubric(
+            [
+                Reward(lambda ctx: 1.0 if self.correct else 0.0, weight=1.0, when="end", name="correct"),
+                Reward(self._evidence, weight=0.1, name="evidence"),
+                Reward(lambda ctx: float(len(ctx.tool_results)), weight=-0.01, name="tool_cost"),
+                Reward(format_error, weight=-0.1),
+            ]
+        )
 
     def _evidence(self, ctx: TurnContext) -> float:
         if self.question is None:
@@ -201,7 +204,7 @@ class WikiSearchEnv(LLMEnv):
 
 
 def _contains(words: list[str], part: list[str]) -> bool:
-    return bool(part) and any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+    return bool(part) and any(words[i : i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
 def _candidates(world: World) -> list[list[str]]:

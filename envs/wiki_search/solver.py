@@ -15,16 +15,31 @@ __all__ = ["WikiSearchSolver"]
 
 # question pattern -> hops: (passage number, regex for the next entity); the last hop's match is the answer
 _PLANS: list[tuple[re.Pattern[str], list[tuple[int, str]], str]] = [
-    (re.compile(r"year was the city where (.+) was born founded"),
-     [(0, r"was born in (\w+)\."), (0, r"was founded in (\d+)\.")], "{}"),
-    (re.compile(r"Who founded the organisation that (.+) works for"),
-     [(1, r"works for the (.+?)\."), (0, r"founded by (.+?) in \d+")], "{}"),
-    (re.compile(r"occupation of the mentor of (.+)\?"),
-     [(1, r"the mentor (.+?), whose"), (0, r"is an? (\w+)\.")], "{}"),
-    (re.compile(r"birthplace of the founder of the (.+)\?"),
-     [(0, r"founded by (.+?) in \d+"), (0, r"was born in (\w+)\."), (1, r"The (\w+) River flows")], "{} River"),
-    (re.compile(r"country are the headquarters of the organisation (.+) works for"),
-     [(1, r"works for the (.+?)\."), (1, r"are in (\w+)\."), (0, r"is a city in (\w+)\.")], "{}"),
+    (
+        re.compile(r"year was the city where (.+) was born founded"),
+        [(0, r"was born in (\w+)\."), (0, r"was founded in (\d+)\.")],
+        "{}",
+    ),
+    (
+        re.compile(r"Who founded the organisation that (.+) works for"),
+        [(1, r"works for the (.+?)\."), (0, r"founded by (.+?) in \d+")],
+        "{}",
+    ),
+    (
+        re.compile(r"occupation of the mentor of (.+)\?"),
+        [(1, r"the mentor (.+?), whose"), (0, r"is an? (\w+)\.")],
+        "{}",
+    ),
+    (
+        re.compile(r"birthplace of the founder of the (.+)\?"),
+        [(0, r"founded by (.+?) in \d+"), (0, r"was born in (\w+)\."), (1, r"The (\w+) River flows")],
+        "{} River",
+    ),
+    (
+        re.compile(r"country are the headquarters of the organisation (.+) works for"),
+        [(1, r"works for the (.+?)\."), (1, r"are in (\w+)\."), (0, r"is a city in (\w+)\.")],
+        "{}",
+    ),
 ]
 
 

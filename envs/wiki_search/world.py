@@ -17,8 +17,20 @@ __all__ = ["Passage", "Question", "World", "generate_world", "QUESTION_KINDS"]
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "th", "dr", "kr", "st")
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "io", "ou")
 _CODAS = ("", "", "n", "r", "l", "s", "th", "m")
-OCCUPATIONS = ("astronomer", "cartographer", "glassblower", "botanist", "shipwright", "archivist", "composer",
-               "clockmaker", "surveyor", "physician", "engraver", "linguist")
+OCCUPATIONS = (
+    "astronomer",
+    "cartographer",
+    "glassblower",
+    "botanist",
+    "shipwright",
+    "archivist",
+    "composer",
+    "clockmaker",
+    "surveyor",
+    "physician",
+    "engraver",
+    "linguist",
+)
 ORG_KINDS = ("Guild", "Society", "Company", "Institute", "Foundry", "Academy")
 
 
@@ -53,7 +65,9 @@ class World:
 
 def _name(rng: np.random.Generator, syllables: int) -> str:
     parts = [
-        _ONSETS[int(rng.integers(len(_ONSETS)))] + _VOWELS[int(rng.integers(len(_VOWELS)))] + _CODAS[int(rng.integers(len(_CODAS)))]
+        _ONSETS[int(rng.integers(len(_ONSETS)))]
+        + _VOWELS[int(rng.integers(len(_VOWELS)))]
+        + _CODAS[int(rng.integers(len(_CODAS)))]
         for _ in range(syllables)
     ]
     return "".join(parts).capitalize()
@@ -81,23 +95,29 @@ def generate_world(rng: np.random.Generator, n_people: int = 14, n_cities: int =
     for _ in range(n_cities):
         name = _unique(rng, taken, lambda r: _name(r, 2))
         world.cities[name] = {
-            "country": countries[int(rng.integers(len(countries)))], "founded": int(rng.integers(800, 1700)),
-            "river": _unique(rng, taken, lambda r: _name(r, 2)), "population": int(rng.integers(20, 900)) * 1000,
+            "country": countries[int(rng.integers(len(countries)))],
+            "founded": int(rng.integers(800, 1700)),
+            "river": _unique(rng, taken, lambda r: _name(r, 2)),
+            "population": int(rng.integers(20, 900)) * 1000,
         }
     city_names = sorted(world.cities)
     for _ in range(n_people):
         name = _unique(rng, taken, lambda r: _name(r, 2) + " " + _name(r, 2))
         world.people[name] = {
-            "born": int(rng.integers(1750, 1950)), "birthplace": city_names[int(rng.integers(len(city_names)))],
+            "born": int(rng.integers(1750, 1950)),
+            "birthplace": city_names[int(rng.integers(len(city_names)))],
             "occupation": OCCUPATIONS[int(rng.integers(len(OCCUPATIONS)))],
         }
     people = sorted(world.people)
     founders = [people[int(i)] for i in rng.permutation(len(people))[:n_orgs]]
     for founder in founders:
         kind = ORG_KINDS[int(rng.integers(len(ORG_KINDS)))]
-        name = _unique(rng, taken, lambda r: f"{_name(r, 2)} {kind}")
-        world.orgs[name] = {"founder": founder, "founded": world.people[founder]["born"] + int(rng.integers(20, 50)),
-                            "hq": city_names[int(rng.integers(len(city_names)))]}
+        name = _unique(rng, taken, lambda r, kind=kind: f"{_name(r, 2)} {kind}")
+        world.orgs[name] = {
+            "founder": founder,
+            "founded": world.people[founder]["born"] + int(rng.integers(20, 50)),
+            "hq": city_names[int(rng.integers(len(city_names)))],
+        }
     org_names = sorted(world.orgs)
     for person in people:
         facts = world.people[person]
@@ -111,25 +131,58 @@ def generate_world(rng: np.random.Generator, n_people: int = 14, n_cities: int =
 def _write_passages(world: World, rng: np.random.Generator) -> list[Passage]:
     passages = []
     for name, c in sorted(world.cities.items()):
-        passages.append(Passage(f"{name}#0", name, f"{name} is a city in {c['country']}. {name} was founded in "
-                                f"{c['founded']}. It has about {c['population']:,} inhabitants."))
-        passages.append(Passage(f"{name}#1", name, f"The {c['river']} River flows through {name}. Markets along "
-                                f"the {c['river']} River made {name} known across {c['country']}."))
+        passages.append(
+            Passage(
+                f"{name}#0",
+                name,
+                f"{name} is a city in {c['country']}. {name} was founded in "
+                f"{c['founded']}. It has about {c['population']:,} inhabitants.",
+            )
+        )
+        passages.append(
+            Passage(
+                f"{name}#1",
+                name,
+                f"The {c['river']} River flows through {name}. Markets along "
+                f"the {c['river']} River made {name} known across {c['country']}.",
+            )
+        )
     for name, p in sorted(world.people.items()):
-        passages.append(Passage(f"{name}#0", name, f"{name} (born {p['born']}) is a {p['occupation']}. "
-                                f"{name} was born in {p['birthplace']}."))
-        passages.append(Passage(f"{name}#1", name, f"{name} works for the {p['employer']}. {name} was trained by "
-                                f"the mentor {p['mentor']}, whose methods {name} still uses."))
+        passages.append(
+            Passage(
+                f"{name}#0",
+                name,
+                f"{name} (born {p['born']}) is a {p['occupation']}. {name} was born in {p['birthplace']}.",
+            )
+        )
+        passages.append(
+            Passage(
+                f"{name}#1",
+                name,
+                f"{name} works for the {p['employer']}. {name} was trained by "
+                f"the mentor {p['mentor']}, whose methods {name} still uses.",
+            )
+        )
     for name, o in sorted(world.orgs.items()):
         passages.append(Passage(f"{name}#0", name, f"The {name} was founded by {o['founder']} in {o['founded']}."))
-        passages.append(Passage(f"{name}#1", name, f"The headquarters of the {name} are in {o['hq']}. "
-                                f"Members of the {name} meet there every spring."))
+        passages.append(
+            Passage(
+                f"{name}#1",
+                name,
+                f"The headquarters of the {name} are in {o['hq']}. Members of the {name} meet there every spring.",
+            )
+        )
     order = rng.permutation(len(passages))
     return [passages[int(i)] for i in order]
 
 
-QUESTION_KINDS = ("birthplace_founded", "employer_founder", "mentor_occupation", "founder_birthplace_river",
-                  "employer_hq_country")
+QUESTION_KINDS = (
+    "birthplace_founded",
+    "employer_founder",
+    "mentor_occupation",
+    "founder_birthplace_river",
+    "employer_hq_country",
+)
 
 
 def make_question(world: World, rng: np.random.Generator, kind: str | None = None) -> Question:
@@ -142,24 +195,44 @@ def make_question(world: World, rng: np.random.Generator, kind: str | None = Non
     facts = world.people[person]
     if kind == "birthplace_founded":
         city = facts["birthplace"]
-        return Question(f"In what year was the city where {person} was born founded?",
-                        str(world.cities[city]["founded"]), (f"{person}#0", f"{city}#0"), kind)
+        return Question(
+            f"In what year was the city where {person} was born founded?",
+            str(world.cities[city]["founded"]),
+            (f"{person}#0", f"{city}#0"),
+            kind,
+        )
     if kind == "employer_founder":
         org = facts["employer"]
-        return Question(f"Who founded the organisation that {person} works for?",
-                        world.orgs[org]["founder"], (f"{person}#1", f"{org}#0"), kind)
+        return Question(
+            f"Who founded the organisation that {person} works for?",
+            world.orgs[org]["founder"],
+            (f"{person}#1", f"{org}#0"),
+            kind,
+        )
     if kind == "mentor_occupation":
         mentor = facts["mentor"]
-        return Question(f"What is the occupation of the mentor of {person}?",
-                        world.people[mentor]["occupation"], (f"{person}#1", f"{mentor}#0"), kind)
+        return Question(
+            f"What is the occupation of the mentor of {person}?",
+            world.people[mentor]["occupation"],
+            (f"{person}#1", f"{mentor}#0"),
+            kind,
+        )
     if kind == "founder_birthplace_river":
         orgs = sorted(world.orgs)
         org = orgs[int(rng.integers(len(orgs)))]
         founder = world.orgs[org]["founder"]
         city = world.people[founder]["birthplace"]
-        return Question(f"Which river flows through the birthplace of the founder of the {org}?",
-                        f"{world.cities[city]['river']} River", (f"{org}#0", f"{founder}#0", f"{city}#1"), kind)
+        return Question(
+            f"Which river flows through the birthplace of the founder of the {org}?",
+            f"{world.cities[city]['river']} River",
+            (f"{org}#0", f"{founder}#0", f"{city}#1"),
+            kind,
+        )
     org = facts["employer"]
     city = world.orgs[org]["hq"]
-    return Question(f"In which country are the headquarters of the organisation {person} works for?",
-                    world.cities[city]["country"], (f"{person}#1", f"{org}#1", f"{city}#0"), kind)
+    return Question(
+        f"In which country are the headquarters of the organisation {person} works for?",
+        world.cities[city]["country"],
+        (f"{person}#1", f"{org}#1", f"{city}#0"),
+        kind,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from importlib.resources import files
 from typing import Any
 
@@ -24,7 +24,7 @@ WORD_LENGTH = 5
 _PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_words() -> tuple[tuple[str, ...], frozenset[str]]:
     """The answer list (common words) and the set of valid guesses, read once per process."""
     data = files("llmgym.envs.wordle") / "data"
@@ -81,7 +81,7 @@ class WordleEnv(LLMEnv):
 
     | name | weight | when | value |
     |---|---|---|---|
-    | ``information`` | 0.2 | turn | letters newly placed (green) + letters newly found, over 10; at most 1.0 an episode |
+    | ``information`` | 0.2 | turn | newly placed (green) + newly found letters, over 10; at most 1.0 an episode |
     | ``invalid_guess`` | -0.1 | turn | 1 when the turn made no valid guess (a non-word, a malformed call, prose) |
     | ``solved`` | 1.0 | end | 1 when the word was found |
     | ``speed`` | 0.5 | end | when solved: 1.0 in one guess, down to 1/6 in six |
@@ -134,7 +134,9 @@ class WordleEnv(LLMEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         self.max_guesses = max_guesses
         # the prompt states this env's budget, never the game's six when fewer are allowed
-        self.system_prompt = type(self).system_prompt.replace("at most 6 guesses", f"at most {max_guesses} {_plural(max_guesses, 'guess', 'guesses')}")
+        self.system_prompt = type(self).system_prompt.replace(
+            "at most 6 guesses", f"at most {max_guesses} {_plural(max_guesses, 'guess', 'guesses')}"
+        )
         self.answers, self.valid_words = load_words()
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
@@ -154,12 +156,15 @@ class WordleEnv(LLMEnv):
         self.solved = False
         self._greens, self._letters = set(), set()
         self._new_facts = {}
-        if self.max_turns < self.max_guesses:  # the turn budget binds: say so, or the first reply would be planned for six
+        # the turn budget binds: say so, or the first reply would be planned for six
+        if self.max_turns < self.max_guesses:
             return (
                 f"Guess the five-letter word. You have {self.max_guesses} guesses but only {self.max_turns} "
                 f"{_plural(self.max_turns, 'reply', 'replies')}: one reply may hold several guess tool calls."
             )
-        return f"Guess the five-letter word. You have {self.max_guesses} {_plural(self.max_guesses, 'guess', 'guesses')}."
+        return (
+            f"Guess the five-letter word. You have {self.max_guesses} {_plural(self.max_guesses, 'guess', 'guesses')}."
+        )
 
     @tool
     def guess(self, word: str) -> str:
@@ -199,7 +204,10 @@ class WordleEnv(LLMEnv):
         if replies == 0:  # the last reply: step() says "Out of turns" once its guesses are all scored (a later
             return shown  # guess in this same reply may still solve it)
         if replies < left:  # the turn budget binds: never promise guesses there are no replies for
-            return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left in {replies} {_plural(replies, 'reply', 'replies')}."
+            return (
+                f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left "
+                f"in {replies} {_plural(replies, 'reply', 'replies')}."
+            )
         return f"{shown}\n{left} {_plural(left, 'guess', 'guesses')} left."
 
     def truncation_note(self) -> str:
@@ -222,13 +230,15 @@ class WordleEnv(LLMEnv):
         return self.solved or len(self.guesses) >= self.max_guesses
 
     def build_rubric(self) -> Rubric:
-        return Rubric([
-            Reward(self._information, weight=0.2, name="information"),
-            Reward(self._invalid_guess, weight=-0.1, name="invalid_guess"),
-            Reward(lambda ctx: 1.0 if self.solved else 0.0, weight=1.0, when="end", name="solved"),
-            Reward(self._speed, weight=0.5, when="end", name="speed"),
-            Reward(format_error, weight=0.0),
-        ])
+        return Rubric(
+            [
+                Reward(self._information, weight=0.2, name="information"),
+                Reward(self._invalid_guess, weight=-0.1, name="invalid_guess"),
+                Reward(lambda ctx: 1.0 if self.solved else 0.0, weight=1.0, when="end", name="solved"),
+                Reward(self._speed, weight=0.5, when="end", name="speed"),
+                Reward(format_error, weight=0.0),
+            ]
+        )
 
     def _information(self, ctx: TurnContext) -> float:
         return self._new_facts.get(ctx.turn, 0) / (2 * WORD_LENGTH)

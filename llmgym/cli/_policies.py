@@ -22,8 +22,18 @@ from typing import Any
 
 from llmgym.cli import EXTRA_FOR_MODULE, CLIError
 
-__all__ = ["build_policy", "build_player", "scripted_player", "missing_extra", "check_url", "list_models",
-           "server_models", "SELF", "OPPONENT_HELP", "STRICT_MODEL_OWNERS"]
+__all__ = [
+    "build_policy",
+    "build_player",
+    "scripted_player",
+    "missing_extra",
+    "check_url",
+    "list_models",
+    "server_models",
+    "SELF",
+    "OPPONENT_HELP",
+    "STRICT_MODEL_OWNERS",
+]
 
 #: The ``--opponent`` spec that makes the evaluated policy play itself.
 SELF = "self"
@@ -64,11 +74,18 @@ def build_policy(args: argparse.Namespace) -> Any:
                         raise CLIError(f"{url} does not serve model {model!r}; it serves: {shown}")
                     # others take names they do not list (Ollama: llama3.2 for llama3.2:latest; llama.cpp's
                     # server: any name): let the run report what the server says
-                    print(f"llmgym: {url} does not list model {model!r} (it lists: {shown}); trying it anyway",
-                          file=sys.stderr)
+                    print(
+                        f"llmgym: {url} does not list model {model!r} (it lists: {shown}); trying it anyway",
+                        file=sys.stderr,
+                    )
             # eval needs no token ids: asking for them only costs bandwidth
-            return OpenAIPolicy(model, base_url=args.base_url, api_key=args.api_key, return_tokens=False,
-                                max_concurrency=args.concurrency)
+            return OpenAIPolicy(
+                model,
+                base_url=args.base_url,
+                api_key=args.api_key,
+                return_tokens=False,
+                max_concurrency=args.concurrency,
+            )
         from llmgym.wrappers.models import load_policy
 
         try:
@@ -88,7 +105,7 @@ def missing_extra(err: ImportError) -> str:
     extra = EXTRA_FOR_MODULE.get(module)
     if extra is None:
         return f"a package is missing: {text}"
-    return f"{module} is not installed: pip install \"llmgym[{extra}]\""
+    return f'{module} is not installed: pip install "llmgym[{extra}]"'
 
 
 #: ``owned_by`` of the model cards of servers that refuse (404) any model name they do not list.
@@ -120,7 +137,9 @@ def check_url(url: str) -> None:
     except ValueError:  # a malformed host, e.g. an unclosed IPv6 bracket
         ok = False
     if not ok:
-        raise CLIError(f"{url!r} is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1")
+        raise CLIError(
+            f"{url!r} is not a server URL: give its OpenAI-compatible /v1 URL, e.g. http://127.0.0.1:8000/v1"
+        )
 
 
 def list_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
@@ -171,8 +190,10 @@ def scripted_player(env_id: str, name: str) -> Any:
             raise CLIError(f"bad scripted player {name!r}: {err}") from None
     if ":" not in name:
         known = ", ".join(sorted(players)) or "none"
-        raise CLIError(f"unknown scripted player {name!r} for {env_id}; built-in: {known} "
-                       "(or an import path like scripted:mypackage.module:MyPlayer)")
+        raise CLIError(
+            f"unknown scripted player {name!r} for {env_id}; built-in: {known} "
+            "(or an import path like scripted:mypackage.module:MyPlayer)"
+        )
     from llmgym.wrappers.scripted import import_user_module
 
     module_name, _, attr = name.partition(":")
@@ -222,16 +243,18 @@ def build_player(spec: str, env_id: str, args: argparse.Namespace, evaluated: An
             url, model = rest, None
             at = rest.rfind("@")
             if at > 0 and "/" not in rest[at:]:
-                url, model = rest[:at], rest[at + 1:] or None
+                url, model = rest[:at], rest[at + 1 :] or None
             models = server_models(url, args.api_key)
             model = model or (models[0] if models else None)
             if model is None:
                 raise CLIError(f"{url} lists no models; name one: url:{url}@MODEL")
             from llmgym.wrappers.openai_policy import OpenAIPolicy
 
-            return OpenAIPolicy(model, base_url=url, api_key=args.api_key, return_tokens=False,
-                                max_concurrency=args.concurrency or 32)
+            return OpenAIPolicy(
+                model, base_url=url, api_key=args.api_key, return_tokens=False, max_concurrency=args.concurrency or 32
+            )
     except ImportError as err:
         raise CLIError(missing_extra(err)) from None
-    raise CLIError(f"bad opponent spec {spec!r}: use scripted:NAME, self, local[:BACKEND[:MODEL]] "
-                   "or url:BASE_URL[@MODEL]")
+    raise CLIError(
+        f"bad opponent spec {spec!r}: use scripted:NAME, self, local[:BACKEND[:MODEL]] or url:BASE_URL[@MODEL]"
+    )

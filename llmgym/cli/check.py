@@ -23,8 +23,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("env_id", help="a registered id, e.g. llmgym/Wordle-v0")
     parser.add_argument("--episodes", type=int, default=5, help="random episodes for the reward and timing checks")
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
-    parser.add_argument("--env-kwargs", "--kwargs", dest="env_kwargs", default="{}", metavar="JSON",
-                        help='environment arguments as a JSON object, e.g. \'{"max_turns": 4}\' (--kwargs: the old name)')
+    parser.add_argument(
+        "--env-kwargs",
+        "--kwargs",
+        dest="env_kwargs",
+        default="{}",
+        metavar="JSON",
+        help="environment arguments as a JSON object, e.g. '{\"max_turns\": 4}' (--kwargs: the old name)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 

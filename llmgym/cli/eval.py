@@ -21,8 +21,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from llmgym.cli import EXTRA_FOR_MODULE, CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
 from llmgym.cli._policies import OPPONENT_HELP, build_player, build_policy, check_url, scripted_player
@@ -32,37 +33,62 @@ __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "eval", help="evaluate a model (or a scripted policy) on an environment", description=__doc__,
+        "eval",
+        help="evaluate a model (or a scripted policy) on an environment",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("env_id", metavar="ENV_ID", help="a registered environment id (see `llmgym list`)")
     parser.add_argument("-n", "--num-seeds", type=int, default=16, help="seeds to play, SEED..SEED+N-1 (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; also seeds the sampler (default 0)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per seed (default 1)")
-    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "vllm"],
-                        help="local model backend (default llama.cpp)")
-    parser.add_argument("--model", help="model name or path (local: default SmolLM2-135M-Instruct; "
-                        "server: the served name, default the server's first model)")
-    parser.add_argument("--base-url", action="append", metavar="URL",
-                        help="an OpenAI-compatible server's /v1 URL; repeat for several servers")
+    parser.add_argument(
+        "--backend",
+        default="llama.cpp",
+        choices=["llama.cpp", "transformers", "vllm"],
+        help="local model backend (default llama.cpp)",
+    )
+    parser.add_argument(
+        "--model",
+        help="model name or path (local: default SmolLM2-135M-Instruct; "
+        "server: the served name, default the server's first model)",
+    )
+    parser.add_argument(
+        "--base-url",
+        action="append",
+        metavar="URL",
+        help="an OpenAI-compatible server's /v1 URL; repeat for several servers",
+    )
     parser.add_argument("--api-key", help="the server's API key (default $OPENAI_API_KEY)")
-    parser.add_argument("--policy", metavar="scripted:NAME",
-                        help="a scripted policy instead of a model: scripted:wordle or scripted:module:Class")
-    parser.add_argument("--concurrency", type=int, default=None,
-                        help="episodes in flight at once (default 32; 1 for the llama.cpp backend, which generates "
-                        "one sequence at a time and keeps the KV cache of the last request only)")
+    parser.add_argument(
+        "--policy",
+        metavar="scripted:NAME",
+        help="a scripted policy instead of a model: scripted:wordle or scripted:module:Class",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="episodes in flight at once (default 32; 1 for the llama.cpp backend, which generates "
+        "one sequence at a time and keeps the KV cache of the last request only)",
+    )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
     parser.add_argument("--max-tokens", type=int, default=256, help="most tokens generated per turn (default 256)")
-    parser.add_argument("--env-kwargs", default="{}", metavar="JSON", help='environment arguments, e.g. \'{"max_turns": 6}\'')
+    parser.add_argument(
+        "--env-kwargs", default="{}", metavar="JSON", help="environment arguments, e.g. '{\"max_turns\": 6}'"
+    )
     parser.add_argument("--out", default="runs/eval", help="output folder (default runs/eval)")
     parser.add_argument("--resume", action="store_true", help="continue the run in OUT, playing only missing episodes")
-    parser.add_argument("--plot", action="store_true", help="write OUT/rewards.png, the reward distribution per component")
+    parser.add_argument(
+        "--plot", action="store_true", help="write OUT/rewards.png, the reward distribution per component"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--opponent", action="append", metavar="SPEC", help=OPPONENT_HELP)
-    parser.add_argument("--round-robin", action="store_true",
-                        help="with several --opponent: also play the opponents against each other")
+    parser.add_argument(
+        "--round-robin", action="store_true", help="with several --opponent: also play the opponents against each other"
+    )
     parser.set_defaults(func=run)
 
 
@@ -75,22 +101,30 @@ def run(args: argparse.Namespace) -> int:
 
     multiagent = multiagent_ids()
     if args.opponent is None and args.env_id in multiagent:
-        raise CLIError(f"{args.env_id} is a multi-agent game: pass --opponent SPEC (scripted:NAME, self, "
-                       "local[:BACKEND[:MODEL]], url:BASE_URL[@MODEL]); see `llmgym eval --help`")
+        raise CLIError(
+            f"{args.env_id} is a multi-agent game: pass --opponent SPEC (scripted:NAME, self, "
+            "local[:BACKEND[:MODEL]], url:BASE_URL[@MODEL]); see `llmgym eval --help`"
+        )
     if args.opponent is not None and args.env_id not in multiagent:
         versus = "llmgym/ma-" + args.env_id.partition("/")[2]
         if args.env_id in gym.registry and versus in multiagent:
-            raise CLIError(f"{args.env_id} plays a fixed scripted opponent; to choose the opponent, evaluate the "
-                           f"multi-agent game instead: llmgym eval {versus} --opponent ...")
+            raise CLIError(
+                f"{args.env_id} plays a fixed scripted opponent; to choose the opponent, evaluate the "
+                f"multi-agent game instead: llmgym eval {versus} --opponent ..."
+            )
         if args.env_id in gym.registry:
-            raise CLIError(f"--opponent needs a multi-agent environment ({', '.join(sorted(multiagent))}); "
-                           f"{args.env_id} is single-agent")
+            raise CLIError(
+                f"--opponent needs a multi-agent environment ({', '.join(sorted(multiagent))}); "
+                f"{args.env_id} is single-agent"
+            )
     if args.env_id not in gym.registry and args.opponent is None:
         raise unknown_env(args.env_id, "eval")
     if args.concurrency is None:
         local = [f"local:{args.backend}"] if not args.policy and not args.base_url else []
-        local_llamacpp = any(s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
-                             for s in local + (args.opponent or []))
+        local_llamacpp = any(
+            s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
+            for s in local + (args.opponent or [])
+        )
         args.concurrency = 1 if local_llamacpp else 32
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
@@ -109,11 +143,20 @@ def run(args: argparse.Namespace) -> int:
     for name in ("episodes.jsonl", "summary.json") + (("rewards.png",) if args.plot else ()):
         check_output_path(out / name, "--out", folder=False)
     if args.policy:
-        ignored = [flag for flag, given in (("--base-url", args.base_url), ("--model", args.model),
-                                            ("--backend", args.backend != "llama.cpp")) if given]
+        ignored = [
+            flag
+            for flag, given in (
+                ("--base-url", args.base_url),
+                ("--model", args.model),
+                ("--backend", args.backend != "llama.cpp"),
+            )
+            if given
+        ]
         if ignored:
-            print(f"llmgym: warning: --policy {args.policy} plays without a model; ignoring {', '.join(ignored)}",
-                  file=sys.stderr)
+            print(
+                f"llmgym: warning: --policy {args.policy} plays without a model; ignoring {', '.join(ignored)}",
+                file=sys.stderr,
+            )
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     if args.opponent is not None:
         return _run_games(args, env_kwargs)
@@ -123,13 +166,17 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"{args.env_id} does not take these --env-kwargs: {err}") from None
 
     path = out / "episodes.jsonl"
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    sampling = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
+    )
     previous = _resumed_policies(path, out, args.env_id, env_kwargs, sampling) if args.resume else set()
     policy = build_policy(args)
     if previous - {policy.name}:
         policy.close()
-        raise CLIError(f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
-                       "resume with the same policy or choose another --out")
+        raise CLIError(
+            f"{path} holds episodes of {', '.join(sorted(previous))}, not {policy.name}: "
+            "resume with the same policy or choose another --out"
+        )
     if not args.resume and path.exists() and not args.json:
         print(f"replacing {path} (pass --resume to continue it instead)")
 
@@ -137,8 +184,15 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         episodes = rollout(
-            args.env_id, policy, seeds=seeds, group_size=args.group_size, max_concurrency=args.concurrency,
-            sampling=sampling, jsonl_path=path, resume=args.resume, progress=not args.no_progress,
+            args.env_id,
+            policy,
+            seeds=seeds,
+            group_size=args.group_size,
+            max_concurrency=args.concurrency,
+            sampling=sampling,
+            jsonl_path=path,
+            resume=args.resume,
+            progress=not args.no_progress,
             env_kwargs=env_kwargs,
         )
     except ValueError as err:
@@ -149,13 +203,20 @@ def run(args: argparse.Namespace) -> int:
 
     summary = summarize(episodes)
     summary["run"] = {
-        "env_id": args.env_id, "policy": policy.name, "seeds": [seeds[0], seeds[-1]], "group_size": args.group_size,
-        "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
-        "wall_s": wall, "episodes_file": str(path),
+        "env_id": args.env_id,
+        "policy": policy.name,
+        "seeds": [seeds[0], seeds[-1]],
+        "group_size": args.group_size,
+        "concurrency": args.concurrency,
+        "sampling": vars(sampling),
+        "env_kwargs": env_kwargs,
+        "wall_s": wall,
+        "episodes_file": str(path),
     }
     report_summary(summary, args, out, episodes, _print_table)
-    return exit_status(summary["failed"], summary["episodes"], "episode", episodes,
-                       retry="; run again with --resume to retry them")
+    return exit_status(
+        summary["failed"], summary["episodes"], "episode", episodes, retry="; run again with --resume to retry them"
+    )
 
 
 def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
@@ -206,7 +267,9 @@ def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         raise
 
     seeds = list(range(args.seed, args.seed + args.num_seeds))
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    sampling = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
+    )
     out = Path(args.out)
     path = out / "episodes.jsonl"
     if path.exists() and not args.json:
@@ -216,8 +279,9 @@ def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        bar = Progress(TextColumn("games"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                       console=Console(stderr=True))
+        bar = Progress(
+            TextColumn("games"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=Console(stderr=True)
+        )
         orders = seat_orders(unique_names([evaluated, *opponents]), args.round_robin)
         bar.add_task("games", total=len(orders) * len(seeds) * args.group_size)
         bar.start()
@@ -231,10 +295,20 @@ def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
                 if bar is not None:
                     bar.advance(bar.task_ids[0])
 
-            result = run_sync(aevaluate(
-                lambda: make_multiagent(env_id, **env_kwargs), evaluated, opponents, seeds,
-                group_size=args.group_size, round_robin=args.round_robin, sampling=sampling,
-                max_concurrency=args.concurrency, env_id=env_id, on_game=record))
+            result = run_sync(
+                aevaluate(
+                    lambda: make_multiagent(env_id, **env_kwargs),
+                    evaluated,
+                    opponents,
+                    seeds,
+                    group_size=args.group_size,
+                    round_robin=args.round_robin,
+                    sampling=sampling,
+                    max_concurrency=args.concurrency,
+                    env_id=env_id,
+                    on_game=record,
+                )
+            )
     finally:
         if bar is not None:
             bar.stop()
@@ -245,14 +319,23 @@ def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
 
     summary = result.summary()
     summary["run"] = {
-        "env_id": env_id, "policy": result.policy, "opponents": list(args.opponent), "players": result.players,
-        "seeds": [seeds[0], seeds[-1]], "group_size": args.group_size, "round_robin": args.round_robin,
-        "concurrency": args.concurrency, "sampling": vars(sampling), "env_kwargs": env_kwargs,
-        "wall_s": wall, "episodes_file": str(path),
+        "env_id": env_id,
+        "policy": result.policy,
+        "opponents": list(args.opponent),
+        "players": result.players,
+        "seeds": [seeds[0], seeds[-1]],
+        "group_size": args.group_size,
+        "round_robin": args.round_robin,
+        "concurrency": args.concurrency,
+        "sampling": vars(sampling),
+        "env_kwargs": env_kwargs,
+        "wall_s": wall,
+        "episodes_file": str(path),
     }
     report_summary(summary, args, out, result.episodes_of(result.policy), _print_matrix)
-    return exit_status(summary["failed_games"], summary["games"], "game",
-                       (e for game in result.games for e in game.values()))
+    return exit_status(
+        summary["failed_games"], summary["games"], "game", (e for game in result.games for e in game.values())
+    )
 
 
 def _resumed_policies(path: Path, out: Path, env_id: str, env_kwargs: dict[str, Any], sampling: Any) -> set[str]:
@@ -286,13 +369,20 @@ def _resumed_policies(path: Path, out: Path, env_id: str, env_kwargs: dict[str, 
         except (ValueError, KeyError, TypeError):
             recorded = None
         if isinstance(recorded, dict) and recorded != env_kwargs:
-            raise CLIError(f"{path} holds episodes played with env_kwargs {recorded} ({summary}), not {env_kwargs}: "
-                           "resume with the same settings or choose another --out")
+            raise CLIError(
+                f"{path} holds episodes played with env_kwargs {recorded} ({summary}), not {env_kwargs}: "
+                "resume with the same settings or choose another --out"
+            )
     return policies
 
 
-def report_summary(summary: dict[str, Any], args: argparse.Namespace, out: Path, plotted: list[Any],
-                   print_table: Callable[[dict[str, Any]], None]) -> None:
+def report_summary(
+    summary: dict[str, Any],
+    args: argparse.Namespace,
+    out: Path,
+    plotted: list[Any],
+    print_table: Callable[[dict[str, Any]], None],
+) -> None:
     """Write ``OUT/summary.json``; with ``--plot`` also ``OUT/rewards.png`` of ``plotted`` (its path joins
     ``summary["run"]``); print the summary as JSON (``--json``) or with ``print_table``."""
     saved = out / "summary.json"
@@ -342,7 +432,9 @@ def _print_table(summary: dict[str, Any]) -> None:
     table.add_row(f"success rate ({summary['success_rule']})", _fmt(summary["success_rate"]))
     table.add_row("turns / episode", _fmt(summary["turns"], 2))
     table.add_row("generated tokens / episode", _fmt(summary["generated_tokens"], 1))
-    table.add_row("tool calls (all episodes) · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}")
+    table.add_row(
+        "tool calls (all episodes) · error rate", f"{summary['tool_calls']} · {_fmt(summary['tool_error_rate'])}"
+    )
     for name, value in summary["components"].items():
         table.add_row(escape(f"  {name} (mean per episode)"), _fmt(value))
     table.add_row("wall time", f"{run['wall_s']:.1f} s")
@@ -355,18 +447,24 @@ def _print_matrix(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     run, players = summary["run"], summary["players"]
-    table = Table("W/D/L", *map(escape, players), "score", "mean reward",
-                  title=escape(f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s"),
-                  caption="row player's wins/draws/losses against the column player, both seats; "
-                  "score and mean reward: against the others; self-play counts first-mover results; * = evaluated")
+    table = Table(
+        "W/D/L",
+        *map(escape, players),
+        "score",
+        "mean reward",
+        title=escape(f"{run['env_id']} · {summary['games']} games · {run['wall_s']:.1f} s"),
+        caption="row player's wins/draws/losses against the column player, both seats; "
+        "score and mean reward: against the others; self-play counts first-mover results; * = evaluated",
+    )
     for a in players:
         row = []
         for b in players:
             c = summary["matrix"][a][b]
             row.append(f"{c['win']}/{c['draw']}/{c['loss']}" if c["games"] else "-")
         total = summary["totals"][a]
-        table.add_row(escape(a) + (" *" if a == summary["policy"] else ""), *row, _fmt(total["score"]),
-                      _fmt(total["mean_reward"]))
+        table.add_row(
+            escape(a) + (" *" if a == summary["policy"] else ""), *row, _fmt(total["score"]), _fmt(total["mean_reward"])
+        )
     console = Console()
     if not console.is_terminal:  # a file or a pipe: no need to wrap the names
         console = Console(width=max(80, 30 + max(len(n) for n in players) + sum(max(len(n), 6) + 3 for n in players)))
@@ -400,7 +498,7 @@ def plot_rewards(episodes: list[Any], path: Path, title: str = "") -> Path:
         axis.set_title(name)
         axis.set_xlabel("per-episode total")
         axis.set_ylabel("episodes")
-    for axis in list(axes.flat)[len(series):]:
+    for axis in list(axes.flat)[len(series) :]:
         axis.axis("off")
     figure.suptitle(f"{title} ({len(done)} episodes)")
     figure.tight_layout()

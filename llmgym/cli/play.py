@@ -23,12 +23,17 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("play", help="play an environment in the terminal (you or a scripted policy)",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "play", help="play an environment in the terminal (you or a scripted policy)", description=__doc__
+    )
     parser.add_argument("env_id", metavar="ENV_ID", help="a registered environment id (see `llmgym list`)")
     parser.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
-    parser.add_argument("--policy", default="human", metavar="human|scripted:NAME",
-                        help="who plays: you (default) or a scripted actor, e.g. scripted:wordle")
+    parser.add_argument(
+        "--policy",
+        default="human",
+        metavar="human|scripted:NAME",
+        help="who plays: you (default) or a scripted actor, e.g. scripted:wordle",
+    )
     parser.add_argument("--env-kwargs", default="{}", metavar="JSON", help="environment arguments as a JSON object")
     parser.add_argument("--out", metavar="FILE", help="append the episode to this JSONL file")
     parser.set_defaults(func=run)
@@ -83,14 +88,19 @@ def run(args: argparse.Namespace) -> int:
             action = actor(messages)
             console.print(f"[bold green]turn {turn}>[/bold green] {escape(action)}", markup=True)
         observation, reward, terminated, truncated, info = env.step(action)
-        messages = list(info["messages"]) if "messages" in info else messages + [assistant(action), user(str(observation))]
+        messages = (
+            list(info["messages"]) if "messages" in info else messages + [assistant(action), user(str(observation))]
+        )
         total += reward
         parts = ", ".join(f"{k}={v:g}" for k, v in (info.get("reward_components") or {}).items())
         console.print(f"[dim]reward {reward:+.3f} ({parts})[/dim]", markup=True)
         done = terminated or truncated
     if done:
-        console.print(f"\n{escape(str(observation))}\n[bold]episode over[/bold] ({'terminated' if terminated else 'truncated'})"
-                      f" after {turn} turns, total reward {total:+.3f}", markup=True)
+        console.print(
+            f"\n{escape(str(observation))}\n[bold]episode over[/bold] ({'terminated' if terminated else 'truncated'})"
+            f" after {turn} turns, total reward {total:+.3f}",
+            markup=True,
+        )
     if args.out:
         episode = env.unwrapped.episode(args.env_id)
         episode.policy = args.policy
@@ -139,5 +149,7 @@ def _check_stdin() -> None:
             if not (stat.S_ISCHR(status.st_mode) and status.st_rdev == os.stat(os.devnull).st_rdev):
                 return
             what = os.devnull
-    raise CLIError(f"standard input is {what}, so there is no one to type the actions: run `llmgym play` in a "
-                   "terminal, pipe the actions in (one a line), or let a scripted policy play (--policy scripted:NAME)")
+    raise CLIError(
+        f"standard input is {what}, so there is no one to type the actions: run `llmgym play` in a "
+        "terminal, pipe the actions in (one a line), or let a scripted policy play (--policy scripted:NAME)"
+    )

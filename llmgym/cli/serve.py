@@ -16,23 +16,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__ + " Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, "
         "/v1/load_lora_adapter and /v1/unload_lora_adapter (transformers backend).",
     )
-    parser.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "transformers", "vllm", "scripted"],
-                        help="llama.cpp: fast CPU generation of GGUF models (default); transformers: HF checkpoints, "
-                        "batched, LoRA adapters; vllm: in-process vLLM (GPU); scripted: a scripted actor (--model wordle or module:Class), no model")
-    parser.add_argument("--model", default=None,
-                        help="model name or path (.gguf file, checkpoint directory, a model id in the local Hugging Face "
-                        "cache), or tiny-random (a tiny random Llama, for trying the server in seconds); default: the "
-                        "bundled SmolLM2-135M-Instruct")
-    parser.add_argument("--model-name", default=None,
-                        help="the name clients pass as 'model' (default: what is served: smollm2-135m for the bundled "
-                        "model, tiny-random, the file or folder name of a path, a Hugging Face id as given, "
-                        "scripted-NAME for --backend scripted)")
+    parser.add_argument(
+        "--backend",
+        default="llama.cpp",
+        choices=["llama.cpp", "transformers", "vllm", "scripted"],
+        help="llama.cpp: fast CPU generation of GGUF models (default); transformers: HF checkpoints, "
+        "batched, LoRA adapters; vllm: in-process vLLM (GPU); "
+        "scripted: a scripted actor (--model wordle or module:Class), no model",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model name or path (.gguf file, checkpoint directory, a model id in the local Hugging Face "
+        "cache), or tiny-random (a tiny random Llama, for trying the server in seconds); default: the "
+        "bundled SmolLM2-135M-Instruct",
+    )
+    parser.add_argument(
+        "--model-name",
+        default=None,
+        help="the name clients pass as 'model' (default: what is served: smollm2-135m for the bundled "
+        "model, tiny-random, the file or folder name of a path, a Hugging Face id as given, "
+        "scripted-NAME for --backend scripted)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    parser.add_argument("--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)")
-    parser.add_argument("--max-model-len", type=int, default=None,
-                        help="context window in tokens, as vLLM's flag (llama.cpp: n_ctx, default 4096; vllm: max_model_len); "
-                        "the transformers backend uses the model's own")
+    parser.add_argument(
+        "--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="context window in tokens, as vLLM's flag (llama.cpp: n_ctx, default 4096; vllm: max_model_len); "
+        "the transformers backend uses the model's own",
+    )
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run)
 
@@ -40,7 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _check_port(host: str, port: int) -> None:
     """Raise :class:`CLIError` when ``host:port`` cannot be bound (in use, or an unknown address)."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
             sock.bind(address)
@@ -78,9 +97,14 @@ def run(args: argparse.Namespace) -> int:
         if args.max_model_len < 1:
             raise CLIError(f"--max-model-len must be at least 1, got {args.max_model_len}")
         if args.backend not in ("llama.cpp", "vllm"):
-            raise CLIError(f"--max-model-len applies to the llama.cpp and vllm backends; {args.backend} uses "
-                           + ("the model's own context (config.max_position_embeddings)" if args.backend == "transformers"
-                              else "no model"))
+            raise CLIError(
+                f"--max-model-len applies to the llama.cpp and vllm backends; {args.backend} uses "
+                + (
+                    "the model's own context (config.max_position_embeddings)"
+                    if args.backend == "transformers"
+                    else "no model"
+                )
+            )
     _check_port(args.host, args.port)  # before loading a model, not after
     try:
         from llmgym.wrappers.server import create_app, serve
@@ -94,8 +118,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             from llmgym.wrappers.models import load_policy
 
-            context = {} if args.max_model_len is None else (
-                {"n_ctx": args.max_model_len} if args.backend == "llama.cpp" else {"max_model_len": args.max_model_len})
+            context = (
+                {}
+                if args.max_model_len is None
+                else (
+                    {"n_ctx": args.max_model_len}
+                    if args.backend == "llama.cpp"
+                    else {"max_model_len": args.max_model_len}
+                )
+            )
             policy = load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 import typing
 from typing import Any
+
+import tomllib
 
 from llmgym.cli import CLIError, check_output_path
 
@@ -28,10 +29,22 @@ __all__ = ["add_parser", "run_grpo", "run_sft"]
 
 # flag -> GRPOConfig field, for the flags that only copy a value
 _GRPO_FLAGS = {
-    "model": "model", "out": "out", "steps": "steps", "group_size": "group_size", "prompts_per_step": "prompts_per_step",
-    "max_new_tokens": "max_new_tokens", "lr": "learning_rate", "beta": "beta", "turn_lambda": "turn_lambda",
-    "loss": "loss_aggregation", "scale_rewards": "scale_rewards", "temperature": "temperature", "seed": "seed",
-    "base_url": "base_url", "micro_batch_size": "micro_batch_size", "device": "device",
+    "model": "model",
+    "out": "out",
+    "steps": "steps",
+    "group_size": "group_size",
+    "prompts_per_step": "prompts_per_step",
+    "max_new_tokens": "max_new_tokens",
+    "lr": "learning_rate",
+    "beta": "beta",
+    "turn_lambda": "turn_lambda",
+    "loss": "loss_aggregation",
+    "scale_rewards": "scale_rewards",
+    "temperature": "temperature",
+    "seed": "seed",
+    "base_url": "base_url",
+    "micro_batch_size": "micro_batch_size",
+    "device": "device",
 }
 
 _GRPO_PRECEDENCE = (
@@ -43,12 +56,20 @@ _GRPO_PRECEDENCE = (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train", help="train a model: GRPO on an environment, SFT on episodes",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model: GRPO on an environment, SFT on episodes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(title="trainers", metavar="TRAINER")
 
-    grpo = commands.add_parser("grpo", help="GRPO with turn-level credit on an environment", description=_GRPO_PRECEDENCE)
-    grpo.add_argument("env_id", nargs="?", metavar="ENV_ID", help="environment id (or --set env_id=ID, or env_id in --config)")
+    grpo = commands.add_parser(
+        "grpo", help="GRPO with turn-level credit on an environment", description=_GRPO_PRECEDENCE
+    )
+    grpo.add_argument(
+        "env_id", nargs="?", metavar="ENV_ID", help="environment id (or --set env_id=ID, or env_id in --config)"
+    )
     grpo.add_argument("--config", help="TOML file with GRPOConfig keys")
     grpo.add_argument("--model", help="model name or path, or tiny-random (default smollm2)")
     grpo.add_argument("--out", help="run folder (default runs/grpo)")
@@ -66,9 +87,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--seed", type=int, help="run seed (not the weights of --model tiny-random, always seed 0)")
     grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
-    grpo.add_argument("--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step")
-    grpo.add_argument("--env-kwargs", metavar="JSON", help='environment arguments as a JSON object (\'{"max_turns": 4}\', as llmgym eval) or an inline TOML table ("{max_turns = 4}")')
-    grpo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any GRPOConfig field (TOML value; none for None); repeatable")
+    grpo.add_argument(
+        "--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step"
+    )
+    grpo.add_argument(
+        "--env-kwargs",
+        metavar="JSON",
+        help="environment arguments as a JSON object ('{\"max_turns\": 4}', as llmgym eval) "
+        'or an inline TOML table ("{max_turns = 4}")',
+    )
+    grpo.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any GRPOConfig field (TOML value; none for None); repeatable",
+    )
     grpo.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
     grpo.set_defaults(func=run_grpo)
@@ -82,7 +116,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sft.add_argument("--lr", type=float, help="learning rate")
     sft.add_argument("--batch-size", type=int, help="episodes per optimizer step")
     sft.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
-    sft.add_argument("--retokenize", action="store_true", help="render messages with this model's template even when episodes carry token ids")
+    sft.add_argument(
+        "--retokenize",
+        action="store_true",
+        help="render messages with this model's template even when episodes carry token ids",
+    )
     sft.add_argument("--export-messages", metavar="FILE", help="only write the kept episodes as chat messages JSONL")
     sft.add_argument("--no-progress", action="store_true", help="no progress bar")
     sft.set_defaults(func=run_sft)
@@ -123,8 +161,10 @@ def _flag_values(args: argparse.Namespace) -> _Given:
     if args.env_kwargs:
         value = _env_kwargs_value(args.env_kwargs)
         if not isinstance(value, dict):
-            raise CLIError(f"--env-kwargs must be a JSON object like '{{\"max_turns\": 4}}' or an inline TOML table "
-                           f"like '{{max_turns = 4}}', got {args.env_kwargs!r}")
+            raise CLIError(
+                f"--env-kwargs must be a JSON object like '{{\"max_turns\": 4}}' or an inline TOML table "
+                f"like '{{max_turns = 4}}', got {args.env_kwargs!r}"
+            )
         given["env_kwargs"] = (f"--env-kwargs {args.env_kwargs}", value)
     return given
 
@@ -203,13 +243,17 @@ def _grpo_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     flags, sets = _typed(_flag_values(args), cls), _set_values(args, cls)
     for field in sorted(flags.keys() & sets.keys()):
         if flags[field][1] != sets[field][1]:
-            raise CLIError(f"{field} is given twice with different values: {flags[field][0]} and {sets[field][0]}; give one")
+            raise CLIError(
+                f"{field} is given twice with different values: {flags[field][0]} and {sets[field][0]}; give one"
+            )
     given = {**flags, **sets}
     if args.config:
         in_file = _config_env_id(args.config)
         if in_file is not None and "env_id" in given and given["env_id"][1] != in_file:
-            raise CLIError(f"env_id is given twice with different values: {given['env_id'][0]} and "
-                           f"env_id = {in_file!r} in {args.config}; give one")
+            raise CLIError(
+                f"env_id is given twice with different values: {given['env_id'][0]} and "
+                f"env_id = {in_file!r} in {args.config}; give one"
+            )
     elif "env_id" not in given:
         raise CLIError("give an ENV_ID, --set env_id=ID or a --config file that sets env_id")
     return {field: value for field, (_, value) in given.items()}
@@ -249,8 +293,10 @@ def run_grpo(args: argparse.Namespace) -> int:
         last = history[-1]
         print(f"step {last['step']}: reward {last.get('reward/mean', float('nan')):.3f}; run in {config.out}")
     elif args.resume:  # resumed at or past the last step: say so instead of finishing silently
-        print(f"nothing to train: the run in {config.out} resumed at step {trainer.step}, and steps is {config.steps}; "
-              "raise --steps to train on")
+        print(
+            f"nothing to train: the run in {config.out} resumed at step {trainer.step}, and steps is {config.steps}; "
+            "raise --steps to train on"
+        )
     return 0
 
 
@@ -279,8 +325,15 @@ def run_sft(args: argparse.Namespace) -> int:
             raise CLIError(f"cannot write --export-messages {args.export_messages}: {err.strerror or err}") from None
         print(f"wrote {count} of {len(episodes)} episodes to {args.export_messages}")
         return 0
-    fields = {"min_reward": args.min_reward, "model": args.model, "out": args.out, "epochs": args.epochs,
-              "learning_rate": args.lr, "batch_size": args.batch_size, "lora": args.lora}
+    fields = {
+        "min_reward": args.min_reward,
+        "model": args.model,
+        "out": args.out,
+        "epochs": args.epochs,
+        "learning_rate": args.lr,
+        "batch_size": args.batch_size,
+        "lora": args.lora,
+    }
     settings = {k: v for k, v in fields.items() if v is not None}
     if args.no_progress:
         settings["progress"] = False
@@ -290,5 +343,8 @@ def run_sft(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as err:
         raise CLIError(str(err)) from None
     history = trainer.train()
-    print(f"{len(trainer.episodes)} episodes, {len(history)} steps, last loss {history[-1]['loss']:.4f}; weights in {config.out}/final")
+    print(
+        f"{len(trainer.episodes)} episodes, {len(history)} steps, last loss {history[-1]['loss']:.4f}; "
+        f"weights in {config.out}/final"
+    )
     return 0

@@ -11,5 +11,13 @@ from llmgym.rollout.resume import episode_key, resume_conflict
 from llmgym.rollout.stats import summarize
 from llmgym.rollout.tokens import TokenMismatchError
 
-__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resume_conflict", "TokenMismatchError",
-           "EnvSource"]
+__all__ = [
+    "rollout",
+    "arollout",
+    "run_sync",
+    "summarize",
+    "episode_key",
+    "resume_conflict",
+    "TokenMismatchError",
+    "EnvSource",
+]

@@ -26,14 +26,15 @@ retries). A policy that breaks the token-prefix contract raises
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import os
 import time
 import warnings
-from typing import Any, Callable, Iterable, Sequence, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -46,11 +47,19 @@ from llmgym.rollout.resume import as_recorded, episode_key, resume_conflict, res
 from llmgym.rollout.stats import summarize
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
-__all__ = ["rollout", "arollout", "run_sync", "summarize", "episode_key", "resume_conflict", "TokenMismatchError",
-           "EnvSource"]
+__all__ = [
+    "rollout",
+    "arollout",
+    "run_sync",
+    "summarize",
+    "episode_key",
+    "resume_conflict",
+    "TokenMismatchError",
+    "EnvSource",
+]
 
 #: An env id for ``gymnasium.make`` or a function that builds a fresh env.
-EnvSource = Union[str, Callable[[], gym.Env]]
+EnvSource = str | Callable[[], gym.Env]
 #: ``progress(done, total, episode)``: called after every finished episode.
 ProgressFn = Callable[[int, int, Episode], None]
 
@@ -110,8 +119,16 @@ def rollout(
         [(0, 0, 0), (0, 0, 1), (1, 1, 0), (1, 1, 1)]
     """
     coro = arollout(
-        env, policy, seeds=seeds, group_size=group_size, max_concurrency=max_concurrency,
-        sampling=sampling, jsonl_path=jsonl_path, resume=resume, progress=progress, env_kwargs=env_kwargs,
+        env,
+        policy,
+        seeds=seeds,
+        group_size=group_size,
+        max_concurrency=max_concurrency,
+        sampling=sampling,
+        jsonl_path=jsonl_path,
+        resume=resume,
+        progress=progress,
+        env_kwargs=env_kwargs,
     )
     return run_sync(coro)
 
@@ -260,7 +277,13 @@ async def arollout(
 
 
 async def _play(
-    env: gym.Env, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int, group: int,
+    env: gym.Env,
+    env_id: str | None,
+    policy: Policy,
+    sampling: SamplingParams,
+    seed: int,
+    index: int,
+    group: int,
 ) -> Episode:
     """One episode: reset, then generate and step until the env says it is over.
 
@@ -294,7 +317,9 @@ async def _play(
     while error is None and not (terminated or truncated):
         turn += 1
         request = PolicyRequest(
-            messages=list(messages), tools=tools, sampling=_turn_sampling(sampling, seed, index, turn),
+            messages=list(messages),
+            tools=tools,
+            sampling=_turn_sampling(sampling, seed, index, turn),
             prefix_token_ids=tokens.prefix(),
         )
         tick = time.perf_counter()
@@ -310,8 +335,10 @@ async def _play(
         if not isinstance(generation, Generation):
             raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
         if not isinstance(generation.message, dict):
-            raise TypeError(f"{type(policy).__name__}.agenerate returned a Generation whose message is a "
-                            f"{type(generation.message).__name__}, not a dict {{'role': 'assistant', 'content': ...}}")
+            raise TypeError(
+                f"{type(policy).__name__}.agenerate returned a Generation whose message is a "
+                f"{type(generation.message).__name__}, not a dict {{'role': 'assistant', 'content': ...}}"
+            )
         content = generation.message.get("content")
         if content is not None and not isinstance(content, str):  # playing it as "" would hide a broken policy
             error = ("policy", f"TypeError: the reply's content is of type {type(content).__name__}, not a string")
@@ -354,8 +381,14 @@ async def _play(
                 episode.reward_components = components
     if episode is None:  # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
         episode = Episode(
-            env_id=env_id or _env_name(env), seed=seed, messages=messages, tools=tools,
-            turn_rewards=rewards, reward_components=components, terminated=terminated, truncated=truncated,
+            env_id=env_id or _env_name(env),
+            seed=seed,
+            messages=messages,
+            tools=tools,
+            turn_rewards=rewards,
+            reward_components=components,
+            terminated=terminated,
+            truncated=truncated,
         )
     episode.seed = seed
     episode.group = group
@@ -367,14 +400,16 @@ async def _play(
         "policy_s": policy_seconds,
         "wall_s": time.perf_counter() - start,
     }
-    episode.metadata.update({
-        "group_index": index,
-        "sampling": dataclasses.asdict(sampling),
-        "thinking_tokens": sum(thinking),
-        "turn_thinking_tokens": thinking,
-        "finish_reasons": finish_reasons,
-        "generated_tokens": generated_tokens,
-    })
+    episode.metadata.update(
+        {
+            "group_index": index,
+            "sampling": dataclasses.asdict(sampling),
+            "thinking_tokens": sum(thinking),
+            "turn_thinking_tokens": thinking,
+            "finish_reasons": finish_reasons,
+            "generated_tokens": generated_tokens,
+        }
+    )
     if model is not None:
         episode.metadata["model"] = model
     if any(reasoning):
@@ -402,20 +437,40 @@ def _check_text_env(env: gym.Env) -> None:
     """
     space = getattr(env, "action_space", None)
     if space is not None and not isinstance(space, gym.spaces.Text):
-        raise TypeError(f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
-                        "use an llmgym env or a Gymnasium env with a Text action space")
+        raise TypeError(
+            f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
+            "use an llmgym env or a Gymnasium env with a Text action space"
+        )
 
 
-def _unbuilt(source: EnvSource, env_id: str | None, policy: Policy, sampling: SamplingParams, seed: int, index: int,
-             group: int, err: Exception) -> Episode:
+def _unbuilt(
+    source: EnvSource,
+    env_id: str | None,
+    policy: Policy,
+    sampling: SamplingParams,
+    seed: int,
+    index: int,
+    group: int,
+    err: Exception,
+) -> Episode:
     """The record of an episode whose env could not be built: nothing played, the error kept."""
     name = env_id or getattr(source, "__name__", type(source).__name__)
     return Episode(
-        env_id=name, seed=seed, group=group, policy=getattr(policy, "name", type(policy).__name__),
+        env_id=name,
+        seed=seed,
+        group=group,
+        policy=getattr(policy, "name", type(policy).__name__),
         timing={"env_s": 0.0, "policy_s": 0.0, "wall_s": 0.0},
-        metadata={"group_index": index, "sampling": dataclasses.asdict(sampling), "thinking_tokens": 0,
-                  "turn_thinking_tokens": [], "finish_reasons": [], "generated_tokens": None,
-                  "error_source": "env", "error": _describe(err)},
+        metadata={
+            "group_index": index,
+            "sampling": dataclasses.asdict(sampling),
+            "thinking_tokens": 0,
+            "turn_thinking_tokens": [],
+            "finish_reasons": [],
+            "generated_tokens": None,
+            "error_source": "env",
+            "error": _describe(err),
+        },
     )
 
 
@@ -426,7 +481,10 @@ def _reset(env: gym.Env, seed: int) -> tuple[list[Message], list[dict[str, Any]]
 
 
 def _step(
-    env: gym.Env, reply: Message, messages: list[Message], turn: int,
+    env: gym.Env,
+    reply: Message,
+    messages: list[Message],
+    turn: int,
 ) -> tuple[float, dict[str, float], list[Message], bool, bool]:
     """Step ``env`` with the policy's ``reply``.
 
@@ -580,8 +638,13 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(
-                TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TextColumn("mean reward {task.fields[mean]}"),
-                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+                TextColumn("episodes"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("mean reward {task.fields[mean]}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
             self.rewards: list[float] = []
             self.task = self.bar.add_task("rollout", total=total, completed=initial, mean="-")

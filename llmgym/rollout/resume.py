@@ -32,7 +32,10 @@ def episode_key(episode: Episode) -> tuple[int | None, int]:
 
 
 def resume_conflict(
-    episode: Episode, env_id: str | None, env_kwargs: dict[str, Any] | None, sampling: SamplingParams,
+    episode: Episode,
+    env_id: str | None,
+    env_kwargs: dict[str, Any] | None,
+    sampling: SamplingParams,
 ) -> str | None:
     """Why ``episode``, read from a file being resumed, does not belong to a run of these settings; ``None`` if it does.
 
@@ -66,8 +69,12 @@ def resume_conflict(
 
 
 def resumed_episodes(
-    path: str | os.PathLike[str], env_id: str | None, env_kwargs: dict[str, Any] | None, sampling: SamplingParams,
-    groups: dict[int, int], group_size: int,
+    path: str | os.PathLike[str],
+    env_id: str | None,
+    env_kwargs: dict[str, Any] | None,
+    sampling: SamplingParams,
+    groups: dict[int, int],
+    group_size: int,
 ) -> dict[tuple[int | None, int], Episode]:
     """The episodes of ``path`` a resumed run keeps, by :func:`episode_key`; none when the file does not exist.
 

@@ -12,7 +12,8 @@ positive; otherwise an episode succeeds if its total reward is positive.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,11 +23,36 @@ __all__ = ["summarize", "mean_ci", "is_success"]
 
 # Student-t 0.975 quantiles for 1..30 degrees of freedom (scipy.stats.t.ppf, 6 decimals).
 _T975 = (
-    12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912,
-    2.364624, 2.306004, 2.262157, 2.228139, 2.200985, 2.178813,
-    2.160369, 2.144787, 2.13145, 2.119905, 2.109816, 2.100922,
-    2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
-    2.059539, 2.055529, 2.051831, 2.048407, 2.04523, 2.042272,
+    12.706205,
+    4.302653,
+    3.182446,
+    2.776445,
+    2.570582,
+    2.446912,
+    2.364624,
+    2.306004,
+    2.262157,
+    2.228139,
+    2.200985,
+    2.178813,
+    2.160369,
+    2.144787,
+    2.13145,
+    2.119905,
+    2.109816,
+    2.100922,
+    2.093024,
+    2.085963,
+    2.079614,
+    2.073873,
+    2.068658,
+    2.063899,
+    2.059539,
+    2.055529,
+    2.051831,
+    2.048407,
+    2.04523,
+    2.042272,
 )
 _Z975 = 1.959963984540054
 
@@ -106,8 +132,10 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
     (no completed episode) are ``None``.
 
     Example:
-        >>> eps = [Episode("x", seed=0, turn_rewards=[0.0, 1.0], reward_components=[{}, {"solved": 1.0}], terminated=True),
-        ...        Episode("x", seed=1, turn_rewards=[0.0], reward_components=[{"solved": 0.0}], truncated=True)]
+        >>> eps = [
+        ...     Episode("x", seed=0, turn_rewards=[0.0, 1.0], reward_components=[{}, {"solved": 1.0}], terminated=True),
+        ...     Episode("x", seed=1, turn_rewards=[0.0], reward_components=[{"solved": 0.0}], truncated=True),
+        ... ]
         >>> s = summarize(eps)
         >>> s["success_rate"], s["reward"]["mean"], s["components"], s["success_rule"]
         (0.5, 0.5, {'solved': 0.5}, 'solved')

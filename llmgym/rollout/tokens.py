@@ -43,7 +43,8 @@ class TokenRecord:
         >>> record.add(Generation(msg, prompt_token_ids=[1, 2], token_ids=[3], logprobs=[-0.5]), 1, None)
         >>> record.prefix()
         [1, 2, 3]
-        >>> record.add(Generation(msg, prompt_token_ids=[1, 2, 3, 4], token_ids=[5, 6], logprobs=[-0.1, -0.2]), 2, [1, 2, 3])
+        >>> second = Generation(msg, prompt_token_ids=[1, 2, 3, 4], token_ids=[5, 6], logprobs=[-0.1, -0.2])
+        >>> record.add(second, 2, [1, 2, 3])
         >>> record.token_ids, record.mask, record.turn_spans
         ([1, 2, 3, 4, 5, 6], [0, 0, 1, 0, 1, 1], [(2, 3), (4, 6)])
         >>> forced = Generation(msg, prompt_token_ids=[1, 2, 3, 4, 5, 6, 7], token_ids=[8, 9],
@@ -136,14 +137,16 @@ class TokenRecord:
                     f"turn {turn}: forced position {position} is outside the {len(generated)} generated tokens"
                 )
             policy_mask[position] = 0  # forced, not sampled: no gradient for the policy
-        delta = list(prompt[len(prefix):])
+        delta = list(prompt[len(prefix) :])
         self.token_ids += delta
         self.mask += [0] * len(delta)
         self.logprobs += [0.0] * len(delta)
         start = len(self.token_ids)
         self.token_ids += generated
         self.mask += policy_mask
-        self.logprobs += [float(x) for x in generation.logprobs] if generation.logprobs is not None else [0.0] * len(generated)
+        self.logprobs += (
+            [float(x) for x in generation.logprobs] if generation.logprobs is not None else [0.0] * len(generated)
+        )
         self.turn_spans.append((start, len(self.token_ids)))
 
     def fill(self, episode: Episode) -> None:

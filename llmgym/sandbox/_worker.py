@@ -70,8 +70,14 @@ SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PROGRAM_NAME = "main.py"  # the program's file, next to (not in) its work dir: ``__file__`` and ``sys.argv[0]``
 LONGEST_WAIT_S = 3600.0  # one select() at most; a larger timeout overflows
 PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
-SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp/work",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+SAFE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/tmp/work",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -83,14 +89,30 @@ def _check(ret: int, what: str) -> None:
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    _check(_libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                       data.encode() if data else None), f"mount {target}")
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            flags,
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
 
 
 def setup_isolation(config: dict) -> tuple[dict, _InterpreterFolders]:
     """Enter private namespaces where the OS allows; returns what is enforced, and the interpreter's folders."""
-    report = {"network": False, "private_tmp": False, "hidden_paths": [], "uid": None, "read_only_root": False,
-              "user_namespace": False, "pid_namespace": False, "processes_hidden": False}
+    report = {
+        "network": False,
+        "private_tmp": False,
+        "hidden_paths": [],
+        "uid": None,
+        "read_only_root": False,
+        "user_namespace": False,
+        "pid_namespace": False,
+        "processes_hidden": False,
+    }
     if not config.get("namespaces", True):
         return report, _InterpreterFolders()
     if os.geteuid() != 0:  # unprivileged: become root of a user namespace of our own, if the OS allows it
@@ -197,8 +219,12 @@ def _enter_user_namespace() -> None:
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _read_only_root() -> bool:
@@ -261,8 +287,15 @@ def interpreter_paths() -> list[str]:
     its executable's folder (a program may start ``sys.executable``) and every
     ``sys.path`` entry, ``.pth`` additions included.
     """
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable)), *sys.path}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *sys.path,
+    }
     existing = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p and os.path.exists(p)]  # zip: folder
     folders = {os.path.realpath(p) for p in existing} - {os.sep}
     return [p for p in sorted(folders) if not any(q != p and _is_under(p, q) for q in folders)]
@@ -312,8 +345,9 @@ def _set_limit(kind: int, soft: int, hard: int) -> None:
     resource.setrlimit(kind, (min(soft, ceiling), min(hard, ceiling)))
 
 
-def _child(request: dict, workdir: str, program: str, uid: int | None, pidns: bool, run_proc: bool,
-           out_w: int, err_w: int) -> None:
+def _child(
+    request: dict, workdir: str, program: str, uid: int | None, pidns: bool, run_proc: bool, out_w: int, err_w: int
+) -> None:
     """Runs in the forked child: never returns."""
     try:
         os.setsid()
@@ -328,7 +362,8 @@ def _child(request: dict, workdir: str, program: str, uid: int | None, pidns: bo
             if not path.startswith(workdir + os.sep):
                 raise ValueError(f"file name {name!r} leaves the work dir")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            # surrogatepass: a lone surrogate (valid in JSON) is written as is; reading it back is the program's business
+            # surrogatepass: a lone surrogate (valid in JSON) is written as is;
+            # reading it back is the program's business
             with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                 handle.write(content)
         with open(program, "w", encoding="utf-8", errors="surrogatepass") as handle:
@@ -540,8 +575,16 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        _child(request, workdir, os.path.join(scratch, PROGRAM_NAME), uid, pidns,
-               pidns and bool(report.get("processes_hidden")), out_w, err_w)
+        _child(
+            request,
+            workdir,
+            os.path.join(scratch, PROGRAM_NAME),
+            uid,
+            pidns,
+            pidns and bool(report.get("processes_hidden")),
+            out_w,
+            err_w,
+        )
     os.close(out_w)
     os.close(err_w)
     pidfd = os.pidfd_open(pid)
@@ -613,7 +656,7 @@ def _read_line(buffer: bytearray) -> bytes | None:
 def _write(obj: dict) -> None:
     data = (json.dumps(obj) + "\n").encode()
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
 
 
 def main() -> None:

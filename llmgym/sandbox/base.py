@@ -156,8 +156,13 @@ class Sandbox(ABC):
     limits: SandboxLimits
 
     @abstractmethod
-    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
-        """Run ``code`` as a fresh ``__main__`` in a fresh work dir holding ``files``; never raises for the program's faults."""
+    def run(
+        self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None
+    ) -> ExecutionResult:
+        """Run ``code`` as a fresh ``__main__`` in a fresh work dir holding ``files``.
+
+        Never raises for the program's faults.
+        """
 
     @abstractmethod
     def close(self) -> None:

@@ -108,23 +108,39 @@ class DockerSandbox(Sandbox):
                 self._client = docker.from_env()
             except docker.errors.DockerException as err:
                 host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-                raise SandboxError(f"no Docker engine answers at {host} ({err}); start one, set DOCKER_HOST, "
-                                   "or use make_sandbox('subprocess')") from err
+                raise SandboxError(
+                    f"no Docker engine answers at {host} ({err}); start one, set DOCKER_HOST, "
+                    "or use make_sandbox('subprocess')"
+                ) from err
         try:  # containers.run would pull a missing image; a sandbox never downloads at run time
             self._client.images.get(self.image)
         except docker.errors.ImageNotFound as err:
-            raise SandboxError(f"the image {self.image!r} is not present locally and is never pulled at run time: "
-                               f"run `docker pull {self.image}` first") from err
+            raise SandboxError(
+                f"the image {self.image!r} is not present locally and is never pulled at run time: "
+                f"run `docker pull {self.image}` first"
+            ) from err
         limits = self.limits
         return self._client.containers.run(
-            self.image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=True,
-            mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m", pids_limit=limits.max_processes,
-            tmpfs={"/work": "size=64m,mode=1777", "/tmp": "size=16m,mode=1777"}, user="65534:65534",
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], working_dir="/work", environment={},
+            self.image,
+            ["sleep", "infinity"],
+            detach=True,
+            network_mode="none",
+            read_only=True,
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            pids_limit=limits.max_processes,
+            tmpfs={"/work": "size=64m,mode=1777", "/tmp": "size=16m,mode=1777"},
+            user="65534:65534",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            working_dir="/work",
+            environment={},
             labels={"llmgym": "sandbox"},
         )
 
-    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
+    def run(
+        self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None
+    ) -> ExecutionResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
         limits = limits or self.limits
@@ -156,8 +172,9 @@ class DockerSandbox(Sandbox):
             f'exec timeout -s KILL {min(limits.wall_time_s, 1e7):g} python -I -c "$0"'
         )
         api = self._client.api
-        exec_id = api.exec_create(container.id, ["sh", "-c", script, _BOOTSTRAP], stdin=True, workdir="/work",
-                                  environment={})["Id"]
+        exec_id = api.exec_create(
+            container.id, ["sh", "-c", script, _BOOTSTRAP], stdin=True, workdir="/work", environment={}
+        )["Id"]
         start = time.monotonic()
         attached = api.exec_start(exec_id, socket=True)
         sock = getattr(attached, "_sock", attached)  # docker-py hands back a SocketIO over a unix socket
@@ -184,8 +201,12 @@ class DockerSandbox(Sandbox):
         if exit_code is not None and exit_code > 128:  # timeout and sh report "killed by signal N" as 128 + N
             exit_code = -(exit_code - 128)
         result = ExecutionResult(
-            stdout=bytes(out[:cap]).decode("utf-8", "replace"), stderr=bytes(err[:cap]).decode("utf-8", "replace"),
-            exit_code=exit_code, timed_out=timed_out and not overflow, output_truncated=overflow, duration_s=duration,
+            stdout=bytes(out[:cap]).decode("utf-8", "replace"),
+            stderr=bytes(err[:cap]).decode("utf-8", "replace"),
+            exit_code=exit_code,
+            timed_out=timed_out and not overflow,
+            output_truncated=overflow,
+            duration_s=duration,
         )
         result.error = describe_failure(result, limits)
         if exit_code is None and not result.error:
@@ -193,8 +214,16 @@ class DockerSandbox(Sandbox):
         return result
 
     def isolation(self) -> dict[str, Any]:
-        return {"backend": "docker", "uid_drop": True, "network_isolated": True, "private_tmp": True,
-                "process_limit": True, "can_signal_caller": False, "read_only_root": True, "processes_hidden": True}
+        return {
+            "backend": "docker",
+            "uid_drop": True,
+            "network_isolated": True,
+            "private_tmp": True,
+            "process_limit": True,
+            "can_signal_caller": False,
+            "read_only_root": True,
+            "processes_hidden": True,
+        }
 
     def close(self) -> None:
         self._leave_parent_container()  # a forked copy must not remove the parent's container
@@ -237,10 +266,10 @@ def _read_output(sock: Any, cap: int, deadline: float) -> tuple[bytearray, bytea
                 break
             stream = streams.get(pending[0])
             if stream is not None:
-                stream += pending[_FRAME_HEADER:_FRAME_HEADER + size]
+                stream += pending[_FRAME_HEADER : _FRAME_HEADER + size]
                 if len(stream) > cap:
                     return streams[1], streams[2], True, False
-            del pending[:_FRAME_HEADER + size]
+            del pending[: _FRAME_HEADER + size]
 
 
 def _exit_code(api: Any, exec_id: str) -> int | None:

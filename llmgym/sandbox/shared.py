@@ -32,7 +32,9 @@ class SharedSandbox(Sandbox):
         self.limits = sandbox.limits
         self._closed = False
 
-    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
+    def run(
+        self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None
+    ) -> ExecutionResult:
         if self._closed:
             raise RuntimeError("this sandbox handle is closed")
         return self._sandbox.run(code, files, limits)
@@ -59,7 +61,9 @@ class SharedSandbox(Sandbox):
         self._sandbox.close()
 
 
-def shared_sandbox(backend: str = "subprocess", limits: SandboxLimits | None = None, role: str = "", **kwargs: Any) -> SharedSandbox:
+def shared_sandbox(
+    backend: str = "subprocess", limits: SandboxLimits | None = None, role: str = "", **kwargs: Any
+) -> SharedSandbox:
     """A handle on the process-wide sandbox with these settings (made on first use).
 
     Args:
@@ -109,7 +113,9 @@ class LazySandbox(Sandbox):
         False
     """
 
-    def __init__(self, backend: str = "subprocess", limits: SandboxLimits | None = None, role: str = "", **options: Any):
+    def __init__(
+        self, backend: str = "subprocess", limits: SandboxLimits | None = None, role: str = "", **options: Any
+    ):
         self._settings = (backend, limits or SandboxLimits(), role, options)
         self.limits = self._settings[1]
         self._handle: SharedSandbox | None = None
@@ -119,7 +125,9 @@ class LazySandbox(Sandbox):
         """Whether this sandbox holds its pool now."""
         return self._handle is not None
 
-    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
+    def run(
+        self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None
+    ) -> ExecutionResult:
         return self._joined().run(code, files, limits)
 
     def isolation(self) -> dict[str, Any]:

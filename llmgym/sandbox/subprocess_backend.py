@@ -48,8 +48,14 @@ from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxL
 __all__ = ["SubprocessSandbox", "default_hidden_paths"]
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
-_WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_WORKER_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONHASHSEED": "0",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 _GRACE_S = 5.0
 _START_TIMEOUT_S = 60.0
 _CLEANUP_TIMEOUT_S = 60.0  # a worker still removing the last run's files after this is replaced
@@ -87,8 +93,14 @@ class _Worker:
         os.chmod(self.scratch, 0o711)
         try:
             self.proc = subprocess.Popen(
-                [python, "-I", WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, env=_WORKER_ENV, cwd=self.scratch, start_new_session=True, bufsize=0,
+                [python, "-I", WORKER_SCRIPT],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=_WORKER_ENV,
+                cwd=self.scratch,
+                start_new_session=True,
+                bufsize=0,
             )
         except OSError as err:  # no such interpreter: a setup problem, and the scratch dir must not stay behind
             shutil.rmtree(self.scratch, ignore_errors=True)
@@ -256,7 +268,9 @@ class SubprocessSandbox(Sandbox):
             while len(self._idle) < self.pool_size and self.warm:
                 self._idle.append(self._new_worker())
 
-    def run(self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None) -> ExecutionResult:
+    def run(
+        self, code: str, files: dict[str, str] | None = None, limits: SandboxLimits | None = None
+    ) -> ExecutionResult:
         if self._closed:
             raise RuntimeError("this sandbox is closed")
         if not isinstance(code, str):
@@ -299,8 +313,9 @@ class SubprocessSandbox(Sandbox):
             return ExecutionResult(error="the program crashed its sandbox worker (it was replaced)")
         if "sandbox_error" in reply:
             return ExecutionResult(error=f"sandbox failure: {reply['sandbox_error']}")
-        result = ExecutionResult(**{k: reply[k] for k in (
-            "stdout", "stderr", "exit_code", "timed_out", "output_truncated", "duration_s")})
+        result = ExecutionResult(
+            **{k: reply[k] for k in ("stdout", "stderr", "exit_code", "timed_out", "output_truncated", "duration_s")}
+        )
         result.extra["cpu_s"] = reply.get("cpu_s", 0.0)
         result.error = describe_failure(result, limits)
         return result
@@ -325,7 +340,8 @@ class SubprocessSandbox(Sandbox):
             "processes_hidden": bool(report.get("processes_hidden")),
             "process_limit": dropped or pidns,
             "can_signal_caller": not (dropped or pidns),
-            "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE"] + (["RLIMIT_NPROC"] if dropped or pidns else []),
+            "rlimits": ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE"]
+            + (["RLIMIT_NPROC"] if dropped or pidns else []),
         }
 
     def close(self) -> None:
@@ -339,7 +355,11 @@ class SubprocessSandbox(Sandbox):
 
 def _limits_dict(limits: SandboxLimits) -> dict[str, Any]:
     return {
-        "wall_time_s": limits.wall_time_s, "cpu_time_s": limits.cpu_time_s, "memory_mb": limits.memory_mb,
-        "file_size_mb": limits.file_size_mb, "max_processes": limits.max_processes,
-        "max_open_files": limits.max_open_files, "max_output_bytes": limits.max_output_bytes,
+        "wall_time_s": limits.wall_time_s,
+        "cpu_time_s": limits.cpu_time_s,
+        "memory_mb": limits.memory_mb,
+        "file_size_mb": limits.file_size_mb,
+        "max_processes": limits.max_processes,
+        "max_open_files": limits.max_open_files,
+        "max_output_bytes": limits.max_output_bytes,
     }

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -89,8 +90,11 @@ class MiniLMEncoder:
         with self.torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
                 batch = self.tokenizer(
-                    texts[start : start + self.batch_size], padding=True, truncation=True,
-                    max_length=self.max_length, return_tensors="pt",
+                    texts[start : start + self.batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
                 ).to(self.device)
                 hidden = self.model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)

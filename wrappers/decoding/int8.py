@@ -47,7 +47,9 @@ class _Int8Weight:
             torch.amax(torch.abs(block, out=scratch), dim=1, out=scale)  # abs + amax: 2x faster than an inf-norm
             scale.clamp_(min=1e-30).div_(127.0)
             rounded = scale.to(torch.bfloat16)  # the kernel's scale; rounded up so that |weight / scale| <= 127
-            rounded = torch.where(rounded.float() < scale, torch.nextafter(rounded, torch.full_like(rounded, float("inf"))), rounded)
+            rounded = torch.where(
+                rounded.float() < scale, torch.nextafter(rounded, torch.full_like(rounded, float("inf"))), rounded
+            )
             self.scale[start : start + rows] = rounded
             torch.mul(block, rounded.float().reciprocal_()[:, None], out=scratch).round_()
             self.q[start : start + rows].copy_(scratch)
@@ -87,7 +89,9 @@ class Int8Linears:
     def __init__(self, model: nn.Module) -> None:
         devices = {p.device.type for p in model.parameters()}
         if devices != {"cpu"}:
-            raise ValueError(f"int8 rollouts run on the CPU; the model is on {sorted(devices)} (use rollout_precision='fp32')")
+            raise ValueError(
+                f"int8 rollouts run on the CPU; the model is on {sorted(devices)} (use rollout_precision='fp32')"
+            )
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
         if not linears:
             raise ValueError("the model has no nn.Linear layers to quantize")
@@ -98,8 +102,14 @@ class Int8Linears:
         scale32_flat = torch.empty(len(scale_flat), dtype=torch.float32)
         self.layers, offset, row = [], 0, 0
         for linear, (n, k) in zip(linears, shapes):
-            self.layers.append(_Int8Weight(linear, q_flat[offset : offset + n * k].view(n, k), scale_flat[row : row + n],
-                                           scale32_flat[row : row + n]))
+            self.layers.append(
+                _Int8Weight(
+                    linear,
+                    q_flat[offset : offset + n * k].view(n, k),
+                    scale_flat[row : row + n],
+                    scale32_flat[row : row + n],
+                )
+            )
             offset, row = offset + n * k, row + n
         self._buffer = torch.empty(max(_CHUNK, max(k for _, k in shapes)), dtype=torch.float32)
         self._by_linear = {id(layer.linear): layer for layer in self.layers}
@@ -121,9 +131,11 @@ class Int8Linears:
         if not layers or any(layer is None or layer.linear.bias is not None for layer in layers):
             return None
         for before, after in zip(layers, layers[1:]):
-            if (after.q.storage_offset() != before.q.storage_offset() + before.q.numel()
-                    or after.scale.storage_offset() != before.scale.storage_offset() + before.scale.numel()
-                    or after.q.shape[1] != before.q.shape[1]):
+            if (
+                after.q.storage_offset() != before.q.storage_offset() + before.q.numel()
+                or after.scale.storage_offset() != before.scale.storage_offset() + before.scale.numel()
+                or after.q.shape[1] != before.q.shape[1]
+            ):
                 return None
         first = layers[0]
         rows, width = sum(layer.q.shape[0] for layer in layers), first.q.shape[1]

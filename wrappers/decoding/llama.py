@@ -61,7 +61,9 @@ class LlamaDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scaling = getattr(model.model.layers[0].self_attn, "scaling", self.head_dim**-0.5)
         self.layers = list(model.model.layers)
-        self.qkv = [fuse([a.q_proj, a.k_proj, a.v_proj]) if fuse else None for a in (layer.self_attn for layer in self.layers)]
+        self.qkv = [
+            fuse([a.q_proj, a.k_proj, a.v_proj]) if fuse else None for a in (layer.self_attn for layer in self.layers)
+        ]
         self.gate_up = [fuse([m.gate_proj, m.up_proj]) if fuse else None for m in (layer.mlp for layer in self.layers)]
         self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim]
         self.values: torch.Tensor | None = None
@@ -75,7 +77,9 @@ class LlamaDecoder:
         if next(model.parameters()).device.type != "cpu":
             return "the model is not on the CPU"
         if not _TORCH_HAS_GQA:
-            return f"torch {torch.__version__} has no grouped-query attention in scaled_dot_product_attention (needs 2.5)"
+            return (
+                f"torch {torch.__version__} has no grouped-query attention in scaled_dot_product_attention (needs 2.5)"
+            )
         return None
 
     def start(self, cache: Any, extra: int) -> None:
@@ -122,13 +126,24 @@ class LlamaDecoder:
                 q, k, v = self.qkv[index](normed).split((q_size, kv_size, kv_size), dim=-1)
             else:
                 q, k, v = attn.q_proj(normed), attn.k_proj(normed), attn.v_proj(normed)
-            q, k = apply_rotary_pos_emb(q.view(rows, 1, heads, head_dim).transpose(1, 2),
-                                        k.view(rows, 1, kv_heads, head_dim).transpose(1, 2), cos, sin, unsqueeze_dim=1)
+            q, k = apply_rotary_pos_emb(
+                q.view(rows, 1, heads, head_dim).transpose(1, 2),
+                k.view(rows, 1, kv_heads, head_dim).transpose(1, 2),
+                cos,
+                sin,
+                unsqueeze_dim=1,
+            )
             keys, values = self.keys[index], self.values[index]
             keys[:, :, column] = k[:, :, 0]
             values[:, :, column] = v.view(rows, kv_heads, head_dim)
-            out = F.scaled_dot_product_attention(q, keys[:, :, : column + 1], values[:, :, : column + 1],
-                                                 attn_mask=mask, scale=self.scaling, enable_gqa=True)
+            out = F.scaled_dot_product_attention(
+                q,
+                keys[:, :, : column + 1],
+                values[:, :, : column + 1],
+                attn_mask=mask,
+                scale=self.scaling,
+                enable_gqa=True,
+            )
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, q_size))
             normed = layer.post_attention_layernorm(hidden)
             mlp = layer.mlp

@@ -142,8 +142,12 @@ class ServedModel:
         if self.max_model_len is None or (prompt_tokens or 0) + max_tokens <= self.max_model_len:
             return
         after = "" if prompt_tokens is None else f" after a {prompt_tokens}-token prompt"
-        raise APIError(400, f"This model's maximum context length is {self.max_model_len} tokens; the request "
-                       f"asks for {max_tokens} new tokens{after}.", "max_tokens")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {self.max_model_len} tokens; the request "
+            f"asks for {max_tokens} new tokens{after}.",
+            "max_tokens",
+        )
 
     async def generate(self, request: PolicyRequest, adapter: str | None = None, top_logprobs: int = 0) -> Generation:
         """Queue one chat request and wait for its generation."""
@@ -166,8 +170,14 @@ class ServedModel:
         if (self.hf_model is None or self.tokenizer is None) and self.llama is None:
             raise APIError(400, "/v1/completions needs the transformers or llama.cpp backend.")
         request = PolicyRequest(messages=[], sampling=sampling)
-        job = _Job(request, adapter, top_logprobs, asyncio.get_running_loop().create_future(), prompt_ids=prompt_ids,
-                   prompt_logprobs=prompt_logprobs)
+        job = _Job(
+            request,
+            adapter,
+            top_logprobs,
+            asyncio.get_running_loop().create_future(),
+            prompt_ids=prompt_ids,
+            prompt_logprobs=prompt_logprobs,
+        )
         return await self._submit(job)
 
     async def _submit(self, job: _Job) -> Generation:
@@ -175,8 +185,11 @@ class ServedModel:
             raise APIError(503, "The server is not started.")
         # transformers scores alternatives in one forward pass, llama.cpp keeps them from the logits it sampled from
         if job.top_logprobs and self.hf_model is None and self.llama is None:
-            raise APIError(400, "top_logprobs needs the transformers or llama.cpp backend; this one returns only "
-                           "the chosen token's log-prob.")
+            raise APIError(
+                400,
+                "top_logprobs needs the transformers or llama.cpp backend; this one returns only "
+                "the chosen token's log-prob.",
+            )
         await self._queue.put(job)
         try:
             return await asyncio.shield(job.future)
@@ -270,11 +283,21 @@ class ServedModel:
         from llmgym.wrappers.server.complete import check_prompt_ids, complete_ids, complete_ids_llama, prompt_only
 
         if self.hf_model is None:
-            return [complete_ids_llama(self.policy, [(job.prompt_ids, job.request.sampling)], job.top_logprobs,
-                                       job.prompt_logprobs)[0] for job in jobs]
+            return [
+                complete_ids_llama(
+                    self.policy, [(job.prompt_ids, job.request.sampling)], job.top_logprobs, job.prompt_logprobs
+                )[0]
+                for job in jobs
+            ]
         generating = [job for job in jobs if job.request.sampling.max_tokens > 0]
-        generated = iter(complete_ids(self.hf_model, self.tokenizer,
-                                      [(job.prompt_ids, job.request.sampling) for job in generating], self._abort))
+        generated = iter(
+            complete_ids(
+                self.hf_model,
+                self.tokenizer,
+                [(job.prompt_ids, job.request.sampling) for job in generating],
+                self._abort,
+            )
+        )
         results = []
         for job in jobs:
             if job.request.sampling.max_tokens > 0:

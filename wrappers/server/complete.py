@@ -2,10 +2,11 @@
 
 Holds :func:`complete_ids_llama`, which continues prompts with a
 :class:`~llmgym.wrappers.llamacpp_policy.LlamaCppPolicy`'s own sampler (so
-sampling and log-probs are exactly the chat path's), and :func:`complete_ids`, which continues prompts given as token ids with a
-transformers model (``model.generate``, left-padded batch per sampling
-setting) and reports each generated token's raw log-prob (``log_softmax``
-of the model's logits, temperature 1, no top-p), the same quantity
+sampling and log-probs are exactly the chat path's), and :func:`complete_ids`,
+which continues prompts given as token ids with a transformers model
+(``model.generate``, left-padded batch per sampling setting) and reports
+each generated token's raw log-prob (``log_softmax`` of the model's logits,
+temperature 1, no top-p), the same quantity
 :class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` reports.
 
 Prompt log-probs (``echo`` with ``logprobs``) and top-k alternatives come
@@ -24,8 +25,7 @@ from typing import Any
 
 from llmgym.policy import Generation, SamplingParams
 
-__all__ = ["complete_ids", "complete_ids_llama", "score_ids", "score_generation", "prompt_only",
-           "check_prompt_ids"]
+__all__ = ["complete_ids", "complete_ids_llama", "score_ids", "score_generation", "prompt_only", "check_prompt_ids"]
 
 
 def complete_ids(
@@ -78,8 +78,9 @@ def complete_ids_llama(
                 policy.prompter.check_ids(list(ids), "a prompt")
                 results.append(prompt_only(list(ids)))
         else:
-            results.append(policy.complete([list(ids)], sampling, top_logprobs=top_logprobs,
-                                           prompt_logprobs=prompt_logprobs)[0])
+            results.append(
+                policy.complete([list(ids)], sampling, top_logprobs=top_logprobs, prompt_logprobs=prompt_logprobs)[0]
+            )
     return results
 
 
@@ -92,8 +93,14 @@ def prompt_only(
     metadata: dict[str, Any] = {}
     if prompt_logprobs is not None:
         metadata.update(prompt_logprobs=prompt_logprobs, prompt_top_logprobs=prompt_top_logprobs)
-    return Generation(message={"role": "assistant", "content": ""}, prompt_token_ids=list(prompt_ids),
-                      token_ids=[], logprobs=[], finish_reason="length", metadata=metadata)
+    return Generation(
+        message={"role": "assistant", "content": ""},
+        prompt_token_ids=list(prompt_ids),
+        token_ids=[],
+        logprobs=[],
+        finish_reason="length",
+        metadata=metadata,
+    )
 
 
 def score_ids(
@@ -181,6 +188,7 @@ def _complete_batch(
     if stops:
         options.update(stop_strings=stops, tokenizer=tokenizer)
     if abort is not None:
+
         class Aborted(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
@@ -197,7 +205,7 @@ def _complete_batch(
     for row, ids in enumerate(prompts):
         tokens: list[int] = []
         finish = "length"
-        for step, token in enumerate(generated[row].tolist()):
+        for token in generated[row].tolist():
             tokens.append(token)
             if token in eos:
                 finish = "stop"
@@ -212,13 +220,15 @@ def _complete_batch(
         for stop in stops:
             if stop in text:
                 text = text[: text.index(stop)]
-        results.append(Generation(
-            message={"role": "assistant", "content": text},
-            prompt_token_ids=list(ids),
-            token_ids=tokens,
-            logprobs=logprobs,
-            finish_reason=finish,
-        ))
+        results.append(
+            Generation(
+                message={"role": "assistant", "content": text},
+                prompt_token_ids=list(ids),
+                token_ids=tokens,
+                logprobs=logprobs,
+                finish_reason=finish,
+            )
+        )
     return results
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from llmgym.wrappers.server.protocol import APIError
 
@@ -66,8 +67,9 @@ class LoRAAdapters:
         try:
             self._attach(peft_name, *_read_adapter(path))
         except Exception as err:  # noqa: BLE001  whatever peft, torch or the files raise, the adapter is the request's
-            raise APIError(400, f"Could not load the lora adapter `{name}` from `{path}`: {type(err).__name__}: {err}",
-                           "lora_path") from err
+            raise APIError(
+                400, f"Could not load the lora adapter `{name}` from `{path}`: {type(err).__name__}: {err}", "lora_path"
+            ) from err
         finally:
             self._disable()
         self.loaded[name] = _Adapter(path, peft_name)
@@ -104,8 +106,10 @@ class LoRAAdapters:
             missing = [key for key in result.missing_keys if _adapter_of(key) == peft_name]
             if result.unexpected_keys or missing:
                 example = (missing or result.unexpected_keys)[0].replace(f".{peft_name}.", ".")
-                raise ValueError(f"the weights do not fit this model's layers ({len(missing)} missing, "
-                                 f"{len(result.unexpected_keys)} unexpected, e.g. {example})")
+                raise ValueError(
+                    f"the weights do not fit this model's layers ({len(missing)} missing, "
+                    f"{len(result.unexpected_keys)} unexpected, e.g. {example})"
+                )
             cast_adapter_dtype(self.model, peft_name)  # fp16/bf16 adapters compute in fp32, as in peft's PeftModel
         except BaseException:
             self._detach(peft_name)

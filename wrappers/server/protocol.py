@@ -39,7 +39,12 @@ __all__ = [
 #: How deeply a request body may nest objects and lists (tool parameter schemas rarely pass 20).
 MAX_JSON_DEPTH = 100
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 class APIError(Exception):
@@ -235,8 +240,11 @@ def _check_json(data: Any) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise APIError(400, "The request body has a string with a lone surrogate escape (e.g. \"\\ud800\"); "
-                               "send valid Unicode text.") from None
+                raise APIError(
+                    400,
+                    'The request body has a string with a lone surrogate escape (e.g. "\\ud800"); '
+                    "send valid Unicode text.",
+                ) from None
         elif isinstance(value, (dict, list)):
             if depth > MAX_JSON_DEPTH:
                 raise APIError(400, f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")

@@ -36,11 +36,11 @@ __all__ = ["chat_response", "chat_stream", "completion_response", "completion_st
 
 def _reply(generation: Generation, parse_tools: bool) -> tuple[dict[str, Any], bool]:
     message, called = assistant_reply(
-        generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls"))
+        generation.message.get("content") or "", parse_tools, generation.message.get("tool_calls")
+    )
     if generation.message.get("reasoning_content"):
         message["reasoning_content"] = generation.message["reasoning_content"]
     return message, called
-
 
 
 def _token_fields(backend: ServedModel, generation: Generation, as_ids: bool, top: int) -> dict[str, Any]:
@@ -77,16 +77,25 @@ def _block_slice(block: dict[str, Any] | None, start: int, stop: int | None = No
     return {key: None if value is None else value[start:stop] for key, value in block.items()}
 
 
-def chat_response(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
-                   parse_tools: bool, response_id: str, name: str) -> dict[str, Any]:
+def chat_response(
+    backend: ServedModel,
+    body: ChatCompletionRequest,
+    generations: list[Generation],
+    parse_tools: bool,
+    response_id: str,
+    name: str,
+) -> dict[str, Any]:
     choices = []
     for index, generation in enumerate(generations):
         message, called = _reply(generation, parse_tools)
         choice: dict[str, Any] = {
             "index": index,
             "message": message,
-            "logprobs": _token_fields(backend, generation, bool(body.return_tokens_as_token_ids),
-                                      body.top_logprobs or 0) if body.logprobs else None,
+            "logprobs": _token_fields(
+                backend, generation, bool(body.return_tokens_as_token_ids), body.top_logprobs or 0
+            )
+            if body.logprobs
+            else None,
             "finish_reason": "tool_calls" if called else generation.finish_reason,
         }
         if body.return_token_ids:
@@ -138,28 +147,46 @@ def event_stream(chunks: Iterator[str]) -> Any:
     return StreamingResponse(paced(), media_type="text/event-stream")
 
 
-def chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: list[Generation],
-                 parse_tools: bool, response_id: str, name: str) -> Iterator[str]:
+def chat_stream(
+    backend: ServedModel,
+    body: ChatCompletionRequest,
+    generations: list[Generation],
+    parse_tools: bool,
+    response_id: str,
+    name: str,
+) -> Iterator[str]:
     created = int(time.time())
     # as OpenAI: with include_usage every chunk has "usage": null, and a last one with no choices carries it
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        data = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": name,
-                "choices": choices, **({"usage": None} if include_usage else {}), **extra}
+        data = {
+            "id": response_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": name,
+            "choices": choices,
+            **({"usage": None} if include_usage else {}),
+            **extra,
+        }
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
     as_ids = bool(body.return_tokens_as_token_ids)
     replies = [_reply(generation, parse_tools) for generation in generations]
-    blocks = [_token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs and not called
-              else None for generation, (_, called) in zip(generations, replies)]  # 400s: before the first chunk
+    blocks = [
+        _token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs and not called else None
+        for generation, (_, called) in zip(generations, replies)
+    ]  # 400s: before the first chunk
     for index, (generation, (message, called), block) in enumerate(zip(generations, replies, blocks)):
         first_extra = {"prompt_token_ids": generation.prompt_token_ids} if body.return_token_ids and index == 0 else {}
-        yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                      "logprobs": None, "finish_reason": None}], **first_extra)
+        yield chunk(
+            [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+            **first_extra,
+        )
         if message.get("reasoning_content"):
-            yield chunk([{"index": index, "delta": {"reasoning_content": message["reasoning_content"]},
-                          "finish_reason": None}])
+            yield chunk(
+                [{"index": index, "delta": {"reasoning_content": message["reasoning_content"]}, "finish_reason": None}]
+            )
         if called:
             # Tool calls are known only once the whole text is there: prose first, then the calls.
             if message.get("content"):
@@ -171,8 +198,11 @@ def chat_stream(backend: ServedModel, body: ChatCompletionRequest, generations: 
                 if not body.return_token_ids:
                     piece.pop("token_ids", None)
                 yield chunk([{"index": index, "finish_reason": None, **piece}])
-        final: dict[str, Any] = {"index": index, "delta": {}, "finish_reason":
-                                 "tool_calls" if called else generation.finish_reason}
+        final: dict[str, Any] = {
+            "index": index,
+            "delta": {},
+            "finish_reason": "tool_calls" if called else generation.finish_reason,
+        }
         if called and body.return_token_ids:
             final["token_ids"] = generation.token_ids
         yield chunk([final])
@@ -216,15 +246,21 @@ def _token_deltas(backend: ServedModel, ids: list[int]) -> list[str]:
         before = backend.decode(ids[start:emitted])
         after = backend.decode(ids[start : i + 1])
         if len(after) > len(before) and (not after.endswith("\ufffd") or i == len(ids) - 1):
-            deltas.append(after[len(before):])
+            deltas.append(after[len(before) :])
             start, emitted = emitted, i + 1
         else:
             deltas.append("")
     return deltas
 
 
-def completion_response(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
-                         prompt_tokens: int, response_id: str, name: str) -> dict[str, Any]:
+def completion_response(
+    backend: ServedModel,
+    body: CompletionRequest,
+    generations: list[Generation],
+    prompt_tokens: int,
+    response_id: str,
+    name: str,
+) -> dict[str, Any]:
     choices = []
     for index, generation in enumerate(generations):
         text = generation.message.get("content") or ""
@@ -240,8 +276,14 @@ def completion_response(backend: ServedModel, body: CompletionRequest, generatio
             choice["prompt_token_ids"] = generation.prompt_token_ids
             choice["token_ids"] = generation.token_ids
         choices.append(choice)
-    return {"id": response_id, "object": "text_completion", "created": int(time.time()), "model": name,
-            "choices": choices, "usage": _completion_usage(generations, prompt_tokens)}
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": name,
+        "choices": choices,
+        "usage": _completion_usage(generations, prompt_tokens),
+    }
 
 
 def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict[str, int] | None:
@@ -250,26 +292,53 @@ def _completion_usage(generations: list[Generation], prompt_tokens: int) -> dict
     return usage(prompt_tokens, sum(len(g.token_ids or []) for g in generations))
 
 
-def completion_stream(backend: ServedModel, body: CompletionRequest, generations: list[Generation],
-                       prompt_tokens: int, response_id: str, name: str) -> Iterator[str]:
+def completion_stream(
+    backend: ServedModel,
+    body: CompletionRequest,
+    generations: list[Generation],
+    prompt_tokens: int,
+    response_id: str,
+    name: str,
+) -> Iterator[str]:
     created = int(time.time())
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        data = {"id": response_id, "object": "text_completion", "created": created, "model": name,
-                "choices": choices, **({"usage": None} if include_usage else {}), **extra}
+        data = {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": name,
+            "choices": choices,
+            **({"usage": None} if include_usage else {}),
+            **extra,
+        }
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-    blocks = [_completion_fields(backend, body, generation) if body.logprobs is not None else None
-              for generation in generations]  # 400s: before the first chunk
+    blocks = [
+        _completion_fields(backend, body, generation) if body.logprobs is not None else None
+        for generation in generations
+    ]  # 400s: before the first chunk
     for index, (generation, block) in enumerate(zip(generations, blocks)):
         echoed = len(generation.prompt_token_ids or []) if body.echo else 0
         if body.echo:  # the prompt first, with its own logprobs block (the prompt's positions of the full one)
-            yield chunk([{"index": index, "text": backend.decode(generation.prompt_token_ids or [], special=True),
-                          "logprobs": _block_slice(block, 0, echoed), "finish_reason": None}])
+            yield chunk(
+                [
+                    {
+                        "index": index,
+                        "text": backend.decode(generation.prompt_token_ids or [], special=True),
+                        "logprobs": _block_slice(block, 0, echoed),
+                        "finish_reason": None,
+                    }
+                ]
+            )
         for piece in _pieces(backend, generation, _block_slice(block, echoed)):
-            choice: dict[str, Any] = {"index": index, "text": piece["delta"]["content"],
-                                      "logprobs": piece.get("logprobs"), "finish_reason": None}
+            choice: dict[str, Any] = {
+                "index": index,
+                "text": piece["delta"]["content"],
+                "logprobs": piece.get("logprobs"),
+                "finish_reason": None,
+            }
             if body.return_token_ids:
                 choice["token_ids"] = piece.get("token_ids")
             yield chunk([choice])

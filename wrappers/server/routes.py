@@ -34,8 +34,14 @@ from llmgym.wrappers.server.protocol import (
     parse_body,
 )
 
-__all__ = ["chat_completions", "completions", "models", "load_lora_adapter", "unload_lora_adapter",
-           "DEFAULT_MAX_TOKENS"]
+__all__ = [
+    "chat_completions",
+    "completions",
+    "models",
+    "load_lora_adapter",
+    "unload_lora_adapter",
+    "DEFAULT_MAX_TOKENS",
+]
 
 #: ``max_tokens`` when a request gives none.
 DEFAULT_MAX_TOKENS = 512
@@ -44,10 +50,27 @@ DEFAULT_MAX_TOKENS = 512
 def models(backend: ServedModel) -> dict[str, Any]:
     """``GET /v1/models``: the served model, then each loaded LoRA adapter (its ``parent`` the model)."""
     created = int(time.time())
-    cards = [{"id": backend.model_name, "object": "model", "created": created, "owned_by": "llmgym",
-              "root": backend.model_name, "parent": None}]
-    cards += [{"id": name, "object": "model", "created": created, "owned_by": "llmgym",
-               "root": path, "parent": backend.model_name} for name, path in backend.adapters.items()]
+    cards = [
+        {
+            "id": backend.model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "llmgym",
+            "root": backend.model_name,
+            "parent": None,
+        }
+    ]
+    cards += [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "llmgym",
+            "root": path,
+            "parent": backend.model_name,
+        }
+        for name, path in backend.adapters.items()
+    ]
     return {"object": "list", "data": cards}
 
 
@@ -62,23 +85,30 @@ async def chat_completions(backend: ServedModel, request: Any, enable_auto_tool_
     if body.top_logprobs and not body.logprobs:  # as vLLM; silently ignoring it would hide the mistake
         raise APIError(400, "When using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
     if body.tools and body.tool_choice != "none" and not enable_auto_tool_choice:
-        raise APIError(400, '"auto" tool choice requires --enable-auto-tool-choice; this server does not '
-                       "parse tool calls.", "tools")
+        raise APIError(
+            400,
+            '"auto" tool choice requires --enable-auto-tool-choice; this server does not parse tool calls.',
+            "tools",
+        )
     if (body.logprobs or body.return_token_ids) and not backend.policy.returns_tokens:
-        raise APIError(400, f"The {backend.policy.name} policy does not return token ids or log-probs; "
-                       "ask without logprobs and return_token_ids.", "logprobs")
+        raise APIError(
+            400,
+            f"The {backend.policy.name} policy does not return token ids or log-probs; "
+            "ask without logprobs and return_token_ids.",
+            "logprobs",
+        )
     policy_request, parse_tools = _policy_request(body)
     if (body.max_completion_tokens or body.max_tokens) is not None:
         # unset: DEFAULT_MAX_TOKENS, which generation stops short of where the context ends (as vLLM's default)
         backend.check_max_tokens(policy_request.sampling.max_tokens)
     top = (body.top_logprobs or 0) if body.logprobs else 0
-    generations = await _generate_n(request, body.n, body.seed, lambda seed: backend.generate(
-        _with_seed(policy_request, seed), adapter, top))
+    generations = await _generate_n(
+        request, body.n, body.seed, lambda seed: backend.generate(_with_seed(policy_request, seed), adapter, top)
+    )
     response_id = f"chatcmpl-{uuid.uuid4().hex}"
     name = body.model or backend.model_name
     if body.stream:
-        return responses.event_stream(
-            responses.chat_stream(backend, body, generations, parse_tools, response_id, name))
+        return responses.event_stream(responses.chat_stream(backend, body, generations, parse_tools, response_id, name))
     return responses.chat_response(backend, body, generations, parse_tools, response_id, name)
 
 
@@ -91,22 +121,36 @@ async def completions(backend: ServedModel, request: Any) -> Any:
     body = parse_body(await _read_body(request), CompletionRequest)
     adapter = backend.resolve_model(body.model)
     if body.max_tokens == 0 and not body.echo:  # vLLM: "max_tokens must be at least 1"
-        raise APIError(400, "max_tokens must be at least 1; 0 is only allowed with echo (the prompt is scored, "
-                       "nothing is generated).", "max_tokens")
+        raise APIError(
+            400,
+            "max_tokens must be at least 1; 0 is only allowed with echo (the prompt is scored, nothing is generated).",
+            "max_tokens",
+        )
     prompts = [backend.encode(prompt) if isinstance(prompt, str) else list(prompt) for prompt in body.prompts()]
     sampling = _sampling(body, body.max_tokens)
     samplings = [_fitted(backend, sampling, len(prompt_ids), body.max_tokens is None) for prompt_ids in prompts]
     score_prompt = body.echo and body.logprobs is not None
-    generations = await _run_all(request, [
-        backend.complete(prompt_ids, _seeded(fitted, None if body.seed is None else body.seed + i), adapter,
-                         body.logprobs or 0, score_prompt)
-        for prompt_ids, fitted in zip(prompts, samplings) for i in range(body.n)])
+    generations = await _run_all(
+        request,
+        [
+            backend.complete(
+                prompt_ids,
+                _seeded(fitted, None if body.seed is None else body.seed + i),
+                adapter,
+                body.logprobs or 0,
+                score_prompt,
+            )
+            for prompt_ids, fitted in zip(prompts, samplings)
+            for i in range(body.n)
+        ],
+    )
     response_id = f"cmpl-{uuid.uuid4().hex}"
     name = body.model or backend.model_name
     prompt_tokens = sum(len(prompt_ids) for prompt_ids in prompts)
     if body.stream:
         return responses.event_stream(
-            responses.completion_stream(backend, body, generations, prompt_tokens, response_id, name))
+            responses.completion_stream(backend, body, generations, prompt_tokens, response_id, name)
+        )
     return responses.completion_response(backend, body, generations, prompt_tokens, response_id, name)
 
 
@@ -167,8 +211,10 @@ def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
     """The policy's request, and whether to read tool calls out of the answer."""
     messages = []
     for message in body.messages:
-        item: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
-                                "content": flatten_content(message.content)}
+        item: dict[str, Any] = {
+            "role": "system" if message.role == "developer" else message.role,
+            "content": flatten_content(message.content),
+        }
         if message.tool_calls:
             item["tool_calls"] = message.tool_calls
         for key in ("name", "tool_call_id"):
@@ -188,7 +234,6 @@ def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
         tools = []
     sampling = _sampling(body, body.max_completion_tokens or body.max_tokens)
     return PolicyRequest(messages=messages, tools=tools, sampling=sampling), bool(tools)
-
 
 
 async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> list[Generation]:
