@@ -23,7 +23,7 @@ from llmgym.spaces import Text
 from llmgym.tools import Tool, ToolError, ToolResult, tool
 from llmgym.vector import make_vec
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "LLMEnv",
