@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llmgym.episode import Episode
+from llmgym.trainers import advantages as adv
 from llmgym.trainers.advantages import compute_advantages, merge_advantage_stats, turn_spans_of
 
 EPS = 1e-4
@@ -81,6 +82,30 @@ def test_truncated_masked_but_counted_in_group():
     assert masked.keep == [False, True, True] and unmasked.keep == [True, True, True]
     np.testing.assert_allclose(masked.outcome, unmasked.outcome)  # still in the group's statistics
 
+
+
+def reply(group: int, reward: float, finish: str = "stop", seed: int | None = None) -> Episode:
+    return Episode("x", seed=group if seed is None else seed, group=group, turn_rewards=[reward], token_ids=[1, 2, 3],
+                   mask=[0, 1, 1], metadata={"finish_reasons": [finish]})
+
+
+def test_mask_truncated_leaves_out_replies_cut_at_max_new_tokens():
+    """Regression: mask_truncated used to keep replies cut at max_new_tokens (it left out env truncations only)."""
+    episodes = [reply(0, 1.0), reply(0, 0.0, "length"), reply(0, 0.5)]
+    assert [adv.cut_short(e) for e in episodes] == [False, True, False]
+    masked = adv.compute_advantages(episodes, turn_lambda=0.0, mask_truncated=True)
+    assert masked.keep == [True, False, True]
+    unmasked = adv.compute_advantages(episodes, turn_lambda=0.0)
+    assert unmasked.keep == [True, True, True]
+    # the cut reply still counts in its group's mean and std
+    assert masked.outcome[0] == pytest.approx(unmasked.outcome[0])
+
+
+def test_only_the_last_reply_decides_and_env_truncation_still_counts():
+    earlier_cut = Episode("x", metadata={"finish_reasons": ["length", "stop"]})
+    assert not adv.cut_short(earlier_cut)  # the episode went on after the cut reply
+    assert adv.cut_short(Episode("x", truncated=True))
+    assert not adv.cut_short(Episode("x"))
 
 def test_groups_default_to_env_and_seed():
     a = Episode("x", seed=1, turn_rewards=[1.0], token_ids=[1, 2], mask=[0, 1])

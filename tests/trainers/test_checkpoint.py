@@ -1,5 +1,6 @@
-"""Checkpoints under a kill at any moment of a save: never more than ``keep``, always one to resume from, and
-what the kill left behind cleaned when a run opens its folder.
+"""Checkpoints (llmgym/trainers/checkpoint.py): steps in order, pruned to ``keep``, weights that must fit the model;
+and under a kill at any moment of a save: never more than ``keep``, always one to resume from, and what the kill
+left behind cleaned when a run opens its folder.
 
 A kill is simulated by :func:`killed_at`: the chosen change to the file system (a rename, a file or folder
 removal) does not happen, and neither does any later one, cleanup handlers included, as under ``kill -9``.
@@ -17,6 +18,7 @@ from typing import Callable, Iterator
 import pytest
 import torch
 
+from llmgym.trainers import checkpoint
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, tidy_checkpoints
 
 from tests.trainers.toy_env import ENV_REF
@@ -153,6 +155,100 @@ def test_a_tidy_of_a_missing_folder_does_nothing(tmp_path):
     tidy_checkpoints(tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
+
+
+# -- numbering, pruning, overwriting -------------------------------------------------------------------
+
+
+def names(root) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+def test_a_run_started_over_keeps_its_checkpoint_and_resumes_from_it(tmp_path):
+    """A fresh run in a folder holding an earlier run's later checkpoints pruned the one it had just written."""
+    model, optimizer = tiny()
+    for step in (5, 10):
+        save_checkpoint(tmp_path, step, model, optimizer, {"run": "old"}, keep=2)
+    folder = save_checkpoint(tmp_path, 1, model, optimizer, {"run": "new"}, keep=2)
+    assert folder.is_dir()
+    assert latest_checkpoint(tmp_path) == folder  # not the earlier run's step 10
+    assert names(tmp_path) == ["step_000001"]
+
+
+def test_checkpoints_are_ordered_by_step_number_past_six_digits(tmp_path):
+    model, optimizer = tiny()
+    for step in (999_999, 1_000_000, 1_000_001):
+        save_checkpoint(tmp_path, step, model, optimizer, {}, keep=2)
+    assert names(tmp_path) == ["step_1000000", "step_1000001"]
+    assert latest_checkpoint(tmp_path).name == "step_1000001"
+
+
+def test_keep_counts_the_new_checkpoint_and_the_ones_before_it(tmp_path):
+    model, optimizer = tiny()
+    save_checkpoint(tmp_path, 1, model, optimizer, {}, keep=3)
+    save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=3)
+    assert names(tmp_path) == ["step_000001", "step_000002"]
+    for step in (3, 4):
+        save_checkpoint(tmp_path, step, model, optimizer, {}, keep=3)
+    assert names(tmp_path) == ["step_000002", "step_000003", "step_000004"]
+    save_checkpoint(tmp_path, 5, model, optimizer, {}, keep=1)
+    assert names(tmp_path) == ["step_000005"]
+
+
+def test_a_kill_while_overwriting_a_checkpoint_leaves_a_loadable_one(tmp_path, monkeypatch):
+    """Re-saving a step deleted the old folder in place: a kill mid-delete left trainer_state.json without weights."""
+    model, optimizer = tiny()
+    save_checkpoint(tmp_path, 1, model, optimizer, {"episodes_seen": 4}, keep=2)
+    real_rmtree = shutil.rmtree
+
+    def killed_rmtree(path, *args, **kwargs):
+        weights = Path(path) / "model.safetensors"
+        if "step_000001" in Path(path).name and weights.exists():  # the old checkpoint: die after its first file
+            weights.unlink()
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 1, model, optimizer, {"episodes_seen": 8}, keep=2)
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", real_rmtree)
+    folder = latest_checkpoint(tmp_path)
+    assert folder is not None
+    assert load_checkpoint(folder, *tiny())["step"] == 1
+
+
+def test_a_save_cut_short_by_a_kill_does_not_leave_its_temporary_folder_forever(tmp_path):
+    model, optimizer = tiny()
+    leftover = tmp_path / ".step-killed"
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"\0" * 16)
+    save_checkpoint(tmp_path, 1, model, optimizer, {}, keep=2)
+    assert names(tmp_path) == ["step_000001"]
+
+
+def test_full_weights_of_another_shape_are_a_one_line_error(tmp_path):
+    """Regression: weights of another shape used to dump torch's multi-line state-dict error."""
+    model = torch.nn.Linear(2, 3)
+    save_checkpoint(tmp_path, 1, model, torch.optim.AdamW(model.parameters()), {})
+    other = torch.nn.Linear(2, 5)
+    with pytest.raises(ValueError, match=r"2 of other shapes \(e.g. bias: \[3\] saved, \[5\] in the model\)") as caught:
+        load_checkpoint(tmp_path / "step_000001", other, torch.optim.AdamW(other.parameters()))
+    assert "\n" not in str(caught.value)
+
+
+def test_saving_weights_shows_no_transformers_progress_bar(tmp_path, capfd):
+    # "Writing model shards" bars broke into the trainer's own progress bar and showed with progress=False
+    from transformers.utils import logging as hf_logging
+
+    from llmgym.trainers.checkpoint import save_weights
+    from llmgym.wrappers.models import tiny_random_model
+
+    model, tokenizer = tiny_random_model(seed=0)
+    assert hf_logging.is_progress_bar_enabled()
+    save_weights(model, tokenizer, tmp_path / "final")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored
+    assert (tmp_path / "final" / "model.safetensors").is_file()
 
 # -- GRPO end to end: a trainer tidies its folder when it opens it, and resumes with no step lost or repeated --
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 
 from llmgym.episode import Episode
+from llmgym.trainers import grpo
 from llmgym.trainers.config import GRPOConfig
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
+
+from tests.trainers.toy_env import ENV_REF
 
 
 def test_group_solve_rates_count_solved_episodes_per_group():
@@ -68,6 +73,14 @@ def test_config_rejects_bad_curriculum_settings(settings, message):
         GRPOConfig(curriculum_kwarg="difficulty", **settings)
 
 
+@pytest.mark.parametrize("field, value", [("curriculum_levels", [1, 2]), ("curriculum_promote_at", 0.5),
+                                          ("curriculum_demote_at", 0.1), ("curriculum_window", 4)])
+def test_curriculum_settings_without_curriculum_kwarg_are_refused(field, value):
+    with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} needs curriculum_kwarg")):
+        GRPOConfig(**{field: value})
+    GRPOConfig(curriculum_kwarg="difficulty", **{field: value, "curriculum_levels": [1, 2]})
+
+
 # -- in the trainer -------------------------------------------------------------------
 
 
@@ -110,3 +123,54 @@ def test_trainer_plays_the_current_level_logs_it_and_resumes_it(tmp_path):
         "Write some letters (difficulty 3)."
     }
     assert any("difficulty 3" in m["content"] for e in episodes for m in e.messages)
+
+
+def config_with_levels(tmp_path, levels) -> GRPOConfig:
+    return GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), prompts_per_step=1, group_size=2,
+                      curriculum_kwarg="difficulty", curriculum_levels=levels, progress=False)
+
+
+def test_a_curriculum_level_the_env_refuses_is_a_config_error_at_start(tmp_path, monkeypatch):
+    """Regression: a level the env refuses used to pass at start and fail only when the curriculum reached it."""
+    monkeypatch.setattr(grpo, "load_policy_model", lambda *a: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError, match=r"curriculum_levels: difficulty=0 is refused by .*difficulty must be >= 1"):
+        grpo.GRPOTrainer(config_with_levels(tmp_path, [1, 0]))
+
+
+def test_the_cli_reports_a_bad_curriculum_level_in_one_line_with_exit_2(tmp_path, capsys):
+    (tmp_path / "cfg.toml").write_text(
+        f'env_id = "{ENV_REF}"\nmodel = "tiny-random"\nout = "{tmp_path / "run"}"\nprompts_per_step = 1\ngroup_size = 2\n'
+        'curriculum_kwarg = "difficulty"\ncurriculum_levels = [1, 2, 0]\n'
+    )
+    with pytest.raises(SystemExit) as exited:
+        grpo.main(["--config", str(tmp_path / "cfg.toml")])
+    assert exited.value.code == 2
+    assert "difficulty=0" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def resume_with(tmp_path, monkeypatch, saved_curriculum, config_curriculum):
+    """A trainer resumed from a checkpoint saved with or without a curriculum, configured with or without one."""
+    pytest.importorskip("transformers")
+    from llmgym.trainers.curriculum import Curriculum
+
+    folder = tmp_path / "checkpoints" / "step_000001"
+    folder.mkdir(parents=True)
+    state = {"step": 1, "episodes_seen": 4, "seed_sampler": np.random.default_rng(0).bit_generator.state}
+    if saved_curriculum:
+        state["curriculum"] = Curriculum("difficulty", [1, 2]).state_dict()
+    (folder / "trainer_state.json").write_text("{}")
+    monkeypatch.setattr(grpo, "load_checkpoint", lambda folder, model, optimizer: state)
+    curriculum = dict(curriculum_kwarg="difficulty", curriculum_levels=[1, 2]) if config_curriculum else {}
+    config = GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), progress=False, **curriculum)
+    trainer = grpo.GRPOTrainer(config, resume=True)
+    trainer.close()
+    return trainer
+
+
+@pytest.mark.parametrize("saved, configured", [(True, False), (False, True)])
+def test_resume_with_or_without_a_curriculum_the_checkpoint_lacks_is_an_error(tmp_path, monkeypatch, saved, configured):
+    """docs/training.md: resuming with another curriculum kwarg is an error (none counts as another)."""
+    with pytest.raises(ValueError, match="curriculum"):
+        resume_with(tmp_path, monkeypatch, saved, configured)
+    trainer = resume_with(tmp_path / "same", monkeypatch, saved, saved)  # the same settings resume
+    assert trainer.step == 1

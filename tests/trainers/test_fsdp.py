@@ -25,6 +25,7 @@ pytest.importorskip("safetensors")
 import torch.distributed as dist  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+from llmgym.trainers import grpo  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.distributed import local_parameter_count, save_full_weights  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
@@ -159,6 +160,34 @@ def test_fsdp_two_cpu_ranks_match_ddp_shard_the_weights_and_pad_uneven_micro_bat
     assert reports[0]["uneven_fsdp"]["local_parameters"] < 0.51 * reports[0]["uneven_ddp"]["local_parameters"]
     assert_same_weights(tmp_path / "uneven_ddp" / "weights" / "model.safetensors",
                         tmp_path / "uneven_fsdp" / "weights" / "model.safetensors", atol=1e-5)
+
+
+# -- fewer prompts per step than ranks ----------------------------------------------------
+
+
+def test_fsdp_with_fewer_prompts_than_ranks_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """Regression: FSDP with fewer prompts per step than ranks used to start, then hang in mismatched collectives."""
+    monkeypatch.setattr(grpo, "init_distributed", lambda need_group=False: (0, 2))
+    monkeypatch.setattr(grpo, "load_policy_model", lambda *a: pytest.fail("the model was loaded"))
+    config = GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), fsdp=True, prompts_per_step=1, group_size=2)
+    with pytest.raises(ValueError, match=r"prompts_per_step=1 is smaller than the 2 ranks"):
+        grpo.GRPOTrainer(config)
+
+
+@pytest.mark.slow
+def test_fsdp_two_ranks_one_prompt_exits_2_instead_of_hanging(tmp_path):
+    """The reviewer's repro: before the fix rank 0 and rank 1 waited in different FSDP collectives forever."""
+    (tmp_path / "cfg.toml").write_text(
+        f'env_id = "{ENV_REF}"\nmodel = "tiny-random"\nout = "{tmp_path / "run"}"\nfsdp = true\nsteps = 1\n'
+        "prompts_per_step = 1\ngroup_size = 4\nmax_new_tokens = 6\nprogress = false\ntorch_threads = 1\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "llmgym.trainers.grpo",
+         "--config", str(tmp_path / "cfg.toml")], cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode != 0 and "prompts_per_step=1 is smaller than the 2 ranks" in done.stderr
+    assert "Traceback" not in done.stderr.split("prompts_per_step=1")[0].split("\n")[-1]
 
 
 if __name__ == "__main__":

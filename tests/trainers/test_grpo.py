@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+from llmgym.cli import main  # noqa: E402
 from llmgym.rollout import rollout  # noqa: E402
 from llmgym.policy import SamplingParams  # noqa: E402
 from llmgym.trainers.batch import collate  # noqa: E402
@@ -86,6 +88,78 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         GRPOTrainer(small_config(tmp_path, steps=1), resume=True)
 
+
+
+# -- resuming with settings or checkpoints that do not fit the run --------------------------------
+
+
+def one_step_config(out: Path, **overrides) -> GRPOConfig:
+    settings = dict(env_id=ENV_REF, env_kwargs={"turns": 1}, model="tiny-random", out=str(out), steps=1, prompts_per_step=2,
+                    group_size=2, max_new_tokens=3, learning_rate=1e-2, progress=False, plot=False, torch_threads=1)
+    settings.update(overrides)
+    return GRPOConfig(**settings)
+
+
+def one_step_run(out: Path, **overrides) -> None:
+    trainer = GRPOTrainer(one_step_config(out, **overrides))
+    trainer.train()
+    trainer.close()
+
+
+def test_resume_with_settings_that_define_another_run_is_an_error_naming_each(tmp_path):
+    """Regression: a resume with another env, loss or seed used to go on, and overwrite the run's config.json."""
+    one_step_run(tmp_path)
+    saved, metrics = (tmp_path / "config.json").read_text(), (tmp_path / "metrics.jsonl").read_text()
+    changed = one_step_config(tmp_path, steps=3, env_kwargs={"turns": 2}, loss_aggregation="sequence_mean", seed=7)
+    with pytest.raises(ValueError) as caught:
+        GRPOTrainer(changed, resume=True)
+    message = str(caught.value)
+    assert "\n" not in message
+    for part in ("env_kwargs {'turns': 1} -> {'turns': 2}", "loss_aggregation 'token_mean' -> 'sequence_mean'", "seed 0 -> 7"):
+        assert part in message
+    assert "steps" not in message.split(";")[0]  # more steps is allowed
+    assert (tmp_path / "config.json").read_text() == saved and (tmp_path / "metrics.jsonl").read_text() == metrics
+
+
+def test_cli_resume_on_another_env_exits_2_and_keeps_the_run(tmp_path, capsys):
+    common = ["--model", "tiny-random", "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "3",
+              "--no-progress", "--set", "plot=false", "--set", "torch_threads=1", "--out", str(tmp_path)]
+    assert main(["train", "grpo", ENV_REF, "--steps", "1", *common]) == 0
+    saved = (tmp_path / "config.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "grpo", "llmgym/Wordle-v0", "--steps", "3", "--resume", "--lr", "0.5", *common]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "env_id" in err and "llmgym/Wordle-v0" in err
+    assert (tmp_path / "config.json").read_text() == saved
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_resume_applies_the_configured_learning_rate_and_weight_decay_and_says_so(tmp_path, caplog):
+    """Regression: on resume the checkpoint's learning rate used to beat the configured one."""
+    one_step_run(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="llmgym.trainers.checkpoint"):
+        resumed = GRPOTrainer(one_step_config(tmp_path, steps=2, learning_rate=0.5, weight_decay=0.1), resume=True)
+    assert resumed.step == 1
+    # the checkpoint's optimizer had lr 1e-2 and no weight decay
+    assert all(g["lr"] == 0.5 and g["weight_decay"] == 0.1 for g in resumed.optimizer.param_groups)
+    assert "learning_rate 0.01 -> 0.5" in caplog.text and "steps 1 -> 2" in caplog.text
+    resumed.train()
+    resumed.close()
+    assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 0.5
+
+
+def test_a_lora_checkpoint_of_another_rank_or_target_modules_is_a_one_line_error(tmp_path):
+    """Regression: a LoRA checkpoint of another rank used to dump torch's state-dict error."""
+    one_step_run(tmp_path, lora=True, lora_r=4)
+    with pytest.raises(ValueError, match="lora_r 4 -> 8"):  # caught by the settings check, before the weights are read
+        GRPOTrainer(one_step_config(tmp_path, lora=True, lora_r=8), resume=True)
+    (tmp_path / "config.json").unlink()  # a run folder without its settings: the weights themselves are checked
+    with pytest.raises(ValueError, match="do not fit this model") as caught:
+        GRPOTrainer(one_step_config(tmp_path, lora=True, lora_r=8), resume=True)
+    assert "\n" not in str(caught.value) and "[4, " in str(caught.value)
+    # same rank, fewer target modules: peft's non-strict load skipped the other adapters silently
+    with pytest.raises(ValueError, match="the model lacks"):
+        GRPOTrainer(one_step_config(tmp_path, lora=True, lora_r=4, lora_target_modules=["q_proj"]), resume=True)
 
 def test_lora_trains_only_the_adapter_with_kl_to_the_base(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path, lora=True, lora_r=4, beta=0.1, learning_rate=5e-2))

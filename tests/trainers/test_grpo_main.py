@@ -8,6 +8,8 @@ pytest.importorskip("transformers")
 
 import llmgym.trainers.grpo as grpo_module  # noqa: E402
 
+from tests.trainers.toy_env import ENV_REF  # noqa: E402
+
 
 def test_grpo_module_main_bad_config_exits_2(tmp_path, capsys):
     cfg = tmp_path / "bad.toml"
@@ -30,3 +32,17 @@ def test_grpo_module_main_unknown_env_exits_2_before_loading_a_model(tmp_path, c
         grpo_module.main(["--config", str(cfg)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err and ("Wordl" in err or "no_such_module" in err)
+
+
+@pytest.mark.parametrize("lines, reason", [
+    ("learning_rate = -1\n", "learning_rate must be >= 0, got -1.0"),
+    ('[env_kwargs]\nturns = "two"\n', "turns"),  # a TypeError from gymnasium.make, before any model loads
+])
+def test_grpo_module_main_reports_usage_errors_in_one_line(lines, reason, tmp_path, capsys):
+    """Regression: env kwargs the env refuses used to end in a traceback instead of one line and exit 2."""
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f'env_id = "{ENV_REF}"\nmodel = "tiny-random"\nout = "{tmp_path / "run"}"\n{lines}')
+    with pytest.raises(SystemExit) as exit_info:
+        grpo_module.main(["--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err and reason in err

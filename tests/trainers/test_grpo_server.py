@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -18,6 +20,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 pytest.importorskip("openai")
 
+from llmgym.cli import main  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
@@ -80,3 +83,41 @@ def test_grpo_on_a_server_pushes_the_adapter_each_step(server, tmp_path):
     assert log.read_text().count("/v1/load_lora_adapter") == 3  # before step 1, after steps 1 and 2
     models = json.loads(urllib.request.urlopen(base_url + "/models").read())
     assert "grpo-test" in {m["id"] for m in models["data"]}
+
+
+# -- a server that refuses the LoRA adapter ----------------------------------------------------------------
+
+
+@pytest.fixture
+def lora_refusing_server():
+    """An OpenAI-compatible base URL whose ``/v1/load_lora_adapter`` answers 400, as ``llmgym serve --backend scripted``."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error": {"message": "LoRA adapters need the transformers backend", "code": 400}}'
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_refuses_the_adapter_is_a_one_line_error(lora_refusing_server, tmp_path, capsys):
+    """Regression: a server that refused the LoRA adapter used to end the run in a traceback."""
+    argv = ["train", "grpo", ENV_REF, "--model", "tiny-random", "--lora", "--base-url", lora_refusing_server,
+            "--steps", "1", "--group-size", "2", "--prompts-per-step", "1", "--max-new-tokens", "4", "--no-progress",
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: the server refused the LoRA adapter: 400" in err and "Traceback" not in err

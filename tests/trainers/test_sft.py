@@ -1,4 +1,5 @@
-"""SFT warm-up: episode selection, assistant-only masks, messages export, learning on recorded episodes."""
+"""SFT warm-up: episode selection, assistant-only masks, messages export, learning on recorded episodes; inputs it
+cannot train on refused before the model loads, and the episodes file it reads."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from llmgym.episode import Episode, save_jsonl  # noqa: E402
-from llmgym.trainers import sft  # noqa: E402
+from llmgym.cli import main  # noqa: E402
+from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl  # noqa: E402
+from llmgym.trainers import grpo, sft  # noqa: E402
 from llmgym.trainers.config import SFTConfig  # noqa: E402
 from llmgym.trainers.sft import SFTTrainer, export_messages, select_episodes, tokenize_episode  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
@@ -97,3 +99,131 @@ def test_sft_lora_keeps_base_weights(tmp_path):
     assert all(torch.equal(v, state[k.replace(".weight", ".base_layer.weight")] if k.replace(".weight", ".base_layer.weight") in state else state[k])
                for k, v in base.items())
     assert (tmp_path / "final" / "adapter_config.json").is_file()
+
+
+# -- inputs it cannot train on, refused before the model loads -------------------------------------
+
+
+def recorded(token_ids: list[int], mask: list[int], reward: float = 1.0) -> Episode:
+    return Episode("x", turn_rewards=[reward], token_ids=token_ids, mask=mask,
+                   messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Every check below must fail before the model is loaded."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(grpo, "load_policy_model", refuse)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (recorded([5, 6, 7], [0, 0, 0]), "no policy token"),
+    (recorded([5, 6, 7], [1, 0, 0]), "no policy token"),  # the first token is never trained on
+    (recorded([5, 6, 7], [0, 1]), "2 entries for 3 token ids"),
+    (recorded([5, -1, 7], [0, 1, 1]), "token id -1 is not an integer >= 0"),
+    (recorded([5, 6, 7], [0, 2, 1]), "must be 0"),
+])
+def test_sft_refuses_episodes_it_cannot_train_on_before_loading_the_model(tmp_path, no_model_load, bad, message):
+    """Regression: SFT used to train on episodes without policy tokens, and crash mid-run on a short mask or bad id."""
+    episodes = [recorded([5, 6, 7], [0, 1, 1]), bad]
+    with pytest.raises(ValueError, match=f"episode 2 of 2: .*{message}"):
+        SFTTrainer(SFTConfig(out=str(tmp_path), model="tiny-random", progress=False), episodes=episodes)
+
+
+def test_sft_refuses_a_max_length_that_cuts_every_policy_token(tmp_path, no_model_load):
+    episodes = [recorded([5, 6, 7, 8, 9], [0, 0, 0, 1, 1])]
+    with pytest.raises(ValueError, match="max_length 3 cuts every policy token"):
+        SFTTrainer(SFTConfig(out=str(tmp_path), max_length=3, progress=False), episodes=episodes)
+
+
+def test_tokenize_refuses_recorded_ids_without_policy_tokens_and_chats_cut_by_max_length():
+    _, tokenizer = tiny_random_model(0)
+    with pytest.raises(ValueError, match="no policy token"):  # was returned as it is, and trained on with loss 0
+        tokenize_episode(recorded([5, 6, 7], [0, 0, 0]), tokenizer)
+    chat = Episode("x", messages=[{"role": "system", "content": "a long system prompt " * 20},
+                                  {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert sum(tokenize_episode(chat, tokenizer).mask) > 0
+    with pytest.raises(ValueError, match="max_length 16 cuts every policy token"):
+        tokenize_episode(chat, tokenizer, max_length=16)
+
+
+def test_sft_with_no_episode_kept_fails_before_loading_the_model(tmp_path, monkeypatch):
+    import llmgym.trainers.grpo as grpo
+    from llmgym.trainers.sft import SFTTrainer
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(grpo, "load_policy_model", no_load)
+    path = tmp_path / "episodes.jsonl"
+    save_jsonl([Episode("x", turn_rewards=[0.5])], path)
+    with pytest.raises(ValueError, match="lower --min-reward"):
+        SFTTrainer(SFTConfig(episodes=str(path), min_reward=1.0, model="tiny-random"))
+    path.write_text("")
+    with pytest.raises(ValueError, match="file is empty"):
+        SFTTrainer(SFTConfig(episodes=str(path), model="tiny-random"))
+
+
+def test_cli_sft_on_masks_without_policy_tokens_exits_2(tmp_path, capsys, no_model_load):
+    save_jsonl([recorded([5, 6, 7], [0, 0, 0]) for _ in range(3)], tmp_path / "eps.jsonl")
+    assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--model", "tiny-random",
+                 "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "episode 1 of 3" in err and "no policy token" in err
+
+
+def test_cli_sft_into_an_unwritable_folder_exits_2_before_loading_the_model(tmp_path, capsys, no_model_load):
+    """Regression: an --out that is a file used to fail only after the model had loaded."""
+    save_jsonl([recorded([5, 6, 7], [0, 1, 1])], tmp_path / "eps.jsonl")
+    (tmp_path / "afile").write_text("")
+    for out in (tmp_path / "afile" / "sub", tmp_path / "afile"):
+        assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--model", "tiny-random",
+                     "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--out {out}" in err and "is a file, not a folder" in err
+
+
+def test_cli_export_messages_into_a_folder_or_of_nothing_exits_2(tmp_path, capsys):
+    """Regression: --export-messages used to write an empty selection, or crash on a folder."""
+    save_jsonl([recorded([5, 6, 7], [0, 1, 1], reward=1.0)], tmp_path / "eps.jsonl")
+    assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--export-messages", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--export-messages {tmp_path} is a folder, not a file" in err
+    chat = tmp_path / "chat.jsonl"
+    assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--min-reward", "100",
+                 "--export-messages", str(chat)]) == 2
+    assert "total reward >= 100.0 (of 1); lower --min-reward" in capsys.readouterr().err  # as training says it
+    assert not chat.exists()
+
+
+# -- the episodes file ---------------------------------------------------------------------
+
+
+def test_a_file_of_one_line_that_is_not_json_is_a_parse_error_not_empty(tmp_path, capsys):
+    """Regression: a one-line episodes file that is not JSON used to read as empty."""
+    path = tmp_path / "g.jsonl"
+    for text in ("{not json\n", "{not json"):  # with a newline it was not cut short; without, it is no episode's start
+        path.write_text(text)
+        with pytest.raises(ValueError, match="g.jsonl:1: not an episode"):
+            load_jsonl(path)
+    assert main(["train", "sft", "--episodes", str(path), "--model", "tiny-random"]) == 2
+    err = capsys.readouterr().err
+    assert "g.jsonl:1: not an episode" in err and "empty" not in err
+
+
+def test_only_a_cut_short_last_line_is_skipped(tmp_path):
+    path = tmp_path / "e.jsonl"
+    with JSONLWriter(path) as writer:
+        writer.write(Episode("x", seed=1, messages=[{"role": "user", "content": "é"}]))
+    whole = Episode("x", seed=2, messages=[{"role": "user", "content": "é"}]).to_json().encode()
+    good = path.read_bytes()
+    cut = whole.index("é".encode()) + 1  # mid-character: the file is not valid UTF-8 there
+    path.write_bytes(good + whole[:cut])
+    assert [e.seed for e in load_jsonl(path)] == [1]
+    path.write_bytes(whole[:20])  # a run killed while writing its first episode
+    assert load_jsonl(path) == []
+    path.write_bytes(good + whole[:cut] + b"\n")  # ends with a newline: not a write cut short
+    with pytest.raises(ValueError, match="e.jsonl:2"):
+        load_jsonl(path)

@@ -172,3 +172,47 @@ def test_complete_continues_raw_token_ids(policy):
     assert out.message["content"] == policy.detokenize(out.token_ids)
     with pytest.raises(ValueError, match="list of ints"):
         policy.complete([[10**9]])
+
+
+# -- a thinking budget of 0, and requests checked before any is generated -----------------------
+
+
+def seeded_request(messages=HI, **sampling) -> PolicyRequest:
+    sampling.setdefault("max_tokens", 3)
+    sampling.setdefault("seed", 0)
+    return PolicyRequest(list(messages), sampling=SamplingParams(**sampling))
+
+
+@pytest.fixture(scope="module")
+def llamacpp_think():
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
+    from llmgym.wrappers.models import tiny_random_gguf
+
+    path = tiny_random_gguf(seed=0)
+    plain = LlamaCppPolicy(path, n_ctx=128)
+    template = plain.chat_template + "{% if add_generation_prompt %}<think>\n{% endif %}"
+    plain.close()
+    policy = LlamaCppPolicy(path, n_ctx=128, chat_template=template)
+    yield policy
+    policy.close()
+
+
+def test_llamacpp_thinking_budget_zero_closes_before_any_token(llamacpp_think):
+    closing = llamacpp_think.tokenize(FORCED_CLOSE)
+    out = llamacpp_think.generate([seeded_request(thinking_budget=0, max_tokens=10)])[0]
+    assert out.token_ids[: len(closing)] == closing  # was: one sampled thinking token first
+    assert out.metadata["forced_positions"] == list(range(len(closing)))
+    assert out.message["reasoning_content"] == ""
+
+
+def test_llamacpp_generate_checks_every_request_before_generating(llamacpp_think, monkeypatch):
+    generated = []
+    original = llamacpp_think._generate_prompt
+    monkeypatch.setattr(llamacpp_think, "_generate_prompt", lambda prompt: generated.append(prompt) or original(prompt))
+    with pytest.raises(ValueError, match="n_ctx is 128"):
+        llamacpp_think.generate([seeded_request(), seeded_request([{"role": "user", "content": "hi " * 200}])])
+    with pytest.raises(ValueError, match="max_tokens"):
+        llamacpp_think.generate([seeded_request(), seeded_request(max_tokens=0)])
+    assert generated == []  # was: the first request was generated, then thrown away

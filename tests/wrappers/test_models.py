@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llmgym.policy import Policy  # noqa: E402
+from llmgym.policy import Policy, PolicyRequest, SamplingParams  # noqa: E402
 from llmgym.wrappers import models  # noqa: E402
 
 
@@ -71,6 +71,45 @@ def test_load_policy_builds_a_transformers_policy_around_given_weights():
     assert isinstance(policy, Policy) and policy.model is model and policy.returns_tokens
 
 
+
+def test_a_model_id_not_in_the_local_cache_fails_at_once_without_asking_the_hub():
+    # from_pretrained(local_files_only=True) still sent HEAD requests for adapter_config.json
+    # (transformers 5): offline, `llmgym serve --backend transformers --model tiny-randm` retried
+    # for ~26 s, then said "Check your internet connection".
+    pytest.importorskip("transformers")
+    from llmgym.wrappers.models import load_policy
+
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError, match="never downloads") as caught:
+        load_policy("transformers", "no-such-org/no-such-model-xyz")
+    assert time.monotonic() - started < 5
+    assert "local Hugging Face cache" in str(caught.value)
+
+
+def test_a_model_id_in_the_local_hugging_face_cache_loads_from_its_snapshot(fake_hf_cache):
+    from llmgym.wrappers.models import load_model
+
+    model, _ = fake_hf_cache("acme/tiny")
+    loaded, _ = load_model("acme/tiny", device="cpu")
+    assert loaded.config.hidden_size == model.config.hidden_size
+
+
+@pytest.mark.parametrize("backend", ["transformers", "llama.cpp"])
+def test_load_policy_takes_tiny_random_as_the_trainers_do(backend):
+    # `llmgym train grpo --model tiny-random` works; `llmgym serve --backend transformers --model
+    # tiny-random` (the server such a run pushes its LoRA adapters to) looked the name up on the hub.
+    pytest.importorskip("transformers" if backend == "transformers" else "llama_cpp")
+    from llmgym.wrappers.models import load_policy
+
+    policy = load_policy(backend, "tiny-random")
+    try:
+        request = PolicyRequest(messages=[{"role": "user", "content": "hi"}],
+                                sampling=SamplingParams(max_tokens=3, seed=0))
+        generation = policy.generate([request])[0]
+        assert len(generation.token_ids) == 3 and policy.name.startswith("tiny-random-llama")
+    finally:
+        policy.close()
+
 _CONVERT = """
 import sys, time
 from llmgym.wrappers import models
@@ -100,3 +139,26 @@ def test_conversion_is_atomic_cached_and_trainable(tmp_path, monkeypatch):
     loss.backward()  # plain, trainable weights
     assert model.model.embed_tokens.weight.grad is not None
     assert loss.item() < 6.0  # the real model, not random weights (random: ~10.8)
+
+
+def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same_size(tmp_path):
+    import json
+    import os
+
+    from llmgym.wrappers import models
+
+    first = tmp_path / "a" / "model.gguf"
+    other = tmp_path / "b" / "model.gguf"  # same name, same size, other directory
+    for path, byte in ((first, b"x"), (other, b"y")):
+        path.parent.mkdir()
+        path.write_bytes(byte * 16)
+    target = tmp_path / "cache" / "model"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / models._SOURCE_FILE).write_text(json.dumps(models._source_record(first)))
+    assert models._is_current(target, first, needs_weights=True)
+    assert not models._is_current(target, other, needs_weights=True)  # was: True, the other file's weights
+    stat = first.stat()
+    first.write_bytes(b"z" * 16)  # re-exported after fine-tuning: same size
+    os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert not models._is_current(target, first, needs_weights=True)  # was: True, the old weights

@@ -2,8 +2,10 @@
 
 Covers the tool-call round trip through whole Wordle episodes (native and
 text protocol, and the automatic fallback), token ids and log-probs parsed
-from vLLM's fields, several base URLs with failover, bounded concurrency, and
-clear errors for an unreachable server or a missing ``openai`` package.
+from vLLM's fields, several base URLs with failover, bounded concurrency,
+clear errors for an unreachable server or a missing ``openai`` package, the
+token record of a chat server that re-renders the chat, and the models a
+server lists (what ``llmgym eval --base-url`` checks ``--model`` against).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import sys
 
 import pytest
 
-from llmgym.policy import PolicyRequest, SamplingParams
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout import rollout
 from llmgym.wrappers.openai_policy import OpenAIPolicy, to_text_protocol
 from llmgym.wrappers.scripted import load_scripted
 from llmgym.wrappers.server import create_app, serve_in_thread
 
 START = [{"role": "user", "content": "Guess the five-letter word. You have 6 guesses."}]
+WORDLE = "llmgym/Wordle-v0"
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +184,151 @@ def test_text_protocol_keeps_the_system_prompt_and_existing_blocks():
                              {"role": "assistant", "content": text, "tool_calls": [call]}], tools)
     assert chat[0]["content"].startswith("Rules.") and "guess" in chat[0]["content"]
     assert chat[1]["content"].count("<tool_call>") == 1
+
+
+# -- token ids through chat completions -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from llmgym.wrappers.models import tiny_random_model
+
+    return tiny_random_model(seed=0)
+
+
+def transformers_policy(tiny, **kwargs):
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    return TransformersPolicy(*tiny, **kwargs)
+
+
+def test_a_chat_server_rollout_drops_the_token_record_instead_of_failing(tiny):
+    """Regression: without tokenizer=, multi-turn rollouts on servers that re-render the chat used to crash."""
+    pytest.importorskip("openai")
+    pytest.importorskip("fastapi")
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+    from llmgym.wrappers.server import create_app, serve_in_thread
+
+    sampling = SamplingParams(temperature=1.0, max_tokens=10, seed=3)
+    with serve_in_thread(create_app(transformers_policy(tiny), model_name="tiny", batch_wait_s=0.01)) as url:
+        policy = OpenAIPolicy("tiny", base_url=url)
+        try:
+            episode = rollout(WORDLE, policy, seeds=[0], sampling=sampling)[0]
+        finally:
+            policy.close()
+    # the server's re-tokenized history differs from the ids generated on turn 1
+    assert "error" not in episode.metadata and episode.num_turns == 10
+    assert episode.token_ids == [] and episode.metadata["token_ids_dropped"].startswith("turn 2: ")
+    assert "prefix_reused=False" in episode.metadata["token_ids_dropped"]
+
+
+class _Echo(Policy):
+    """Answers with token ids; a prompt holding ``BAD`` is refused with a message that says "extra"."""
+
+    name = "echo"
+    returns_tokens = True
+
+    def generate(self, requests):
+        if any("BAD" in r.messages[-1]["content"] for r in requests):
+            raise ValueError("the prompt has an extra long line")
+        return [Generation({"role": "assistant", "content": "ok"}, prompt_token_ids=[1, 2], token_ids=[3],
+                           logprobs=[-0.1]) for _ in requests]
+
+
+def test_one_unrelated_400_does_not_turn_token_collection_off():
+    """Regression: a 400 saying "extra" used to turn token ids off even after the server had returned them."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("fastapi")
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+    from llmgym.wrappers.server import create_app, serve_in_thread
+
+    def ask(policy, text):
+        return policy.generate([PolicyRequest([{"role": "user", "content": text}])])[0]
+
+    with serve_in_thread(create_app(_Echo(), model_name="echo", batch_wait_s=0.005)) as url:
+        policy = OpenAIPolicy("echo", base_url=url, max_retries=0)
+        try:
+            assert ask(policy, "hi").token_ids == [3] and policy.return_tokens is True
+            with pytest.raises(openai.BadRequestError):
+                ask(policy, "BAD")
+            assert policy.return_tokens is True and ask(policy, "hi").token_ids == [3]
+        finally:
+            policy.close()
+
+
+# -- the models a server lists (llmgym eval --base-url --model) ------------------------------
+
+
+class _ModelsOnly:
+    """A stub OpenAI-compatible server: ``/v1/models`` lists ``cards``; chat requests get a 500."""
+
+    def __init__(self, cards):
+        import http.server
+        import json
+        import threading
+
+        body = json.dumps({"object": "list", "data": cards}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):  # noqa: N802
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("owner", ["vllm", "llmgym"])
+def test_eval_refuses_a_model_that_a_strict_server_does_not_list(owner, capsys):
+    pytest.importorskip("openai")
+    import argparse
+
+    from llmgym.cli import CLIError
+    from llmgym.cli._policies import build_policy
+
+    stub = _ModelsOnly([{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": owner}])
+    try:
+        args = argparse.Namespace(policy=None, base_url=[stub.url], model="gpt-4", api_key=None, concurrency=1)
+        with pytest.raises(CLIError, match="does not serve model 'gpt-4'; it serves: Qwen/Qwen3-8B"):
+            build_policy(args)
+    finally:
+        stub.close()
+
+
+def test_eval_tries_a_model_that_ollama_or_llama_server_does_not_list(capsys):
+    # Ollama lists "llama3.2:latest" and serves "llama3.2"; llama.cpp's llama-server lists its file and
+    # serves any name. Refusing every unlisted --model (meant for vLLM's 404s) refused those runs.
+    pytest.importorskip("openai")
+    import argparse
+
+    from llmgym.cli._policies import build_policy
+
+    for cards in ([{"id": "llama3.2:latest", "object": "model", "owned_by": "library"}],
+                  [{"id": "models/qwen.gguf", "object": "model", "owned_by": "llamacpp"}]):
+        stub = _ModelsOnly(cards)
+        try:
+            args = argparse.Namespace(policy=None, base_url=[stub.url], model="llama3.2", api_key=None, concurrency=1)
+            policy = build_policy(args)
+            assert policy.model == "llama3.2"
+            assert f"does not list model 'llama3.2' (it lists: {cards[0]['id']}); trying it anyway" in (
+                capsys.readouterr().err)
+        finally:
+            stub.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
+import time
 
 import pytest
 
@@ -11,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
+from llmgym.rollout import rollout  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
 from llmgym.wrappers.thinking import FORCED_CLOSE  # noqa: E402
 from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
@@ -19,6 +22,7 @@ TOOLS = [{"type": "function", "function": {
     "name": "guess", "description": "Guess a word.",
     "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]
 HI = [{"role": "user", "content": "hi"}]
+WORDLE = "llmgym/Wordle-v0"
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +293,98 @@ def test_int8_copies_follow_an_optimizer_step(tiny):
         weight = layer.linear.weight.detach()
         error = (layer.q.float() * layer.scale.float()[:, None] - weight).abs()
         assert bool((error <= layer.scale.float()[:, None] * 0.5 + 1e-6).all())
+
+
+def test_a_cached_model_id_keeps_its_id_as_the_policy_name(fake_hf_cache):
+    # load_model loads an id from its cache snapshot folder; the policy was then named after the
+    # snapshot's commit hash (config.name_or_path = .../snapshots/<hash>) instead of the model.
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    fake_hf_cache("acme/TinyChat-1M")
+    policy = TransformersPolicy("acme/TinyChat-1M", device="cpu")
+    assert policy.name == "TinyChat-1M"
+    assert policy.model.config.name_or_path == "acme/TinyChat-1M"
+
+
+# -- the context window, and a thinking budget of 0 ---------------------------------------------
+
+
+def seeded_request(messages=HI, **sampling) -> PolicyRequest:
+    sampling.setdefault("max_tokens", 3)
+    sampling.setdefault("seed", 0)
+    return PolicyRequest(list(messages), sampling=SamplingParams(**sampling))
+
+
+@pytest.fixture
+def small_context():
+    model, tokenizer = tiny_random_model(seed=0)  # a fresh model: its config is changed below
+    model.config.max_position_embeddings = 64
+    return model, tokenizer
+
+
+def test_transformers_too_long_prompt_fails_alone_through_agenerate(small_context):
+    policy = TransformersPolicy(*small_context, batch_wait_ms=50)
+
+    async def run():
+        return await asyncio.gather(policy.agenerate(seeded_request()), policy.agenerate(seeded_request([{"role": "user", "content": "hi " * 100}])),
+                                    return_exceptions=True)
+
+    good, bad = asyncio.run(run())
+    assert isinstance(bad, ValueError) and "context is 64" in str(bad)
+    assert not isinstance(good, BaseException) and len(good.token_ids) == 3  # was: the same ValueError
+
+
+def test_transformers_generation_stops_at_the_context_window(small_context):
+    policy = TransformersPolicy(*small_context)
+    out = policy.generate([seeded_request(max_tokens=100, temperature=1.0)])[0]
+    assert len(out.prompt_token_ids) + len(out.token_ids) == 64  # was: 100 tokens, past the model's 64 positions
+    assert out.finish_reason == "length"
+    raw = policy.complete([list(range(1000, 1060))], SamplingParams(max_tokens=10, seed=0))[0]
+    assert len(raw.token_ids) == 4 and raw.finish_reason == "length"
+
+
+def test_transformers_thinking_budget_zero_closes_before_any_token():
+    model, tokenizer = tiny_random_model(seed=0)
+    template = tokenizer.chat_template + "{% if add_generation_prompt %}<think>\n{% endif %}"
+    policy = TransformersPolicy(model, tokenizer, chat_template=template)
+    closing = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
+    out = policy.generate([seeded_request(thinking_budget=0, max_tokens=10)])[0]
+    assert out.token_ids[: len(closing)] == closing  # was: one sampled thinking token first
+    assert out.metadata["forced_positions"] == list(range(len(closing)))
+    tag_end = next(j for j in range(1, len(closing) + 1) if "</think>" in tokenizer.decode(closing[:j]))
+    assert out.thinking_tokens == tag_end
+    assert out.message["reasoning_content"] == ""
+
+
+# -- two rollouts in two threads ---------------------------------------------------------------
+
+
+def transformers_policy(tiny, **kwargs):
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    return TransformersPolicy(*tiny, **kwargs)
+
+
+def _join(threads: list[threading.Thread], seconds: float) -> None:
+    """Wait for the threads, ``seconds`` in all (a deadlocked one is left behind: they are daemons)."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def test_two_rollouts_in_two_threads_share_one_transformers_policy(tiny):
+    """Regression: two rollouts in two threads sharing one TransformersPolicy used to deadlock."""
+    policy = transformers_policy(tiny, batch_wait_ms=20)
+    sampling = SamplingParams(temperature=1.0, max_tokens=4, seed=1)
+    results: dict[str, list] = {}
+
+    def play(name: str) -> None:
+        results[name] = rollout(WORDLE, policy, seeds=4, sampling=sampling, env_kwargs={"max_turns": 2}, max_concurrency=4)
+
+    threads = [threading.Thread(target=play, args=(name,), daemon=True) for name in "AB"]
+    for thread in threads:
+        thread.start()
+    _join(threads, seconds=60)
+    assert not any(thread.is_alive() for thread in threads), "the rollouts deadlocked"
+    assert [len(results[name]) for name in "AB"] == [4, 4]
+    assert all(e.token_ids and "error" not in e.metadata for name in "AB" for e in results[name])

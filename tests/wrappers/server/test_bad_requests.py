@@ -5,13 +5,17 @@ endpoint, then "connection reset" on the next request), strings that are not Uni
 ``tool_choice`` (a 500), LoRA loads without weights or with garbage weights (500s, half-registered
 adapters), unloading an adapter that requests are using, two loads or unloads of one name at once,
 generation after a load, a bug's 500 that must not close the connection, streams whose client hangs
-up (they kept writing, logging asyncio's "socket.send() raised exception." per chunk), and 64
-concurrent clients.
+up (they kept writing, logging asyncio's "socket.send() raised exception." per chunk), 64
+concurrent clients, LoRA loads that fail part-way (a half-loaded adapter stayed listed, or was served by
+the base weights), and values past what the model takes: ``max_tokens`` beyond the context, seeds outside
+vLLM's int64 range.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import json
 import socket
 import threading
@@ -21,7 +25,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from llmgym.policy import Generation, Policy  # noqa: E402
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams  # noqa: E402
 from llmgym.wrappers.scripted import load_scripted  # noqa: E402
 from llmgym.wrappers.server import create_app, serve_in_thread  # noqa: E402
 from llmgym.wrappers.server.protocol import MAX_JSON_DEPTH  # noqa: E402
@@ -346,6 +350,153 @@ def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_g
     assert sorted(r.status_code for r in unloads) == [200, 404]
     assert [card["id"] for card in httpx.get(f"{tiny}/models").json()["data"]] == ["tiny"]
 
+
+
+# -- LoRA loads that fail part-way -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _serve_tiny():
+    """``llmgym serve`` of a tiny random model, in this process: ``(base_url, policy)``."""
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+        yield base_url, policy
+
+
+@pytest.fixture
+def tiny_for_adapters():
+    """A server of its own for a test that loads LoRA adapters into the model: a load that fails
+    (or a peft that cannot unload) must not leave the other tests a server that refuses requests."""
+    with _serve_tiny() as served:
+        yield served
+
+
+def _chat(base_url: str, **body) -> httpx.Response:
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+
+
+def _adapter(tmp_path, name: str, hidden_size: int) -> str:
+    """A peft LoRA adapter saved for a tiny random Llama of the given width."""
+    peft = pytest.importorskip("peft")
+    from llmgym.wrappers.models import tiny_random_model
+
+    model, _ = tiny_random_model(hidden_size=hidden_size)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(model, config).save_pretrained(tmp_path / name)
+    return str(tmp_path / name)
+
+
+def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny_for_adapters, tmp_path):
+    # An adapter made for another model fails part-way through loading. It used to leave a
+    # half-initialised adapter under the name: the name could never be loaded again
+    # ("Adapter with name w already exists"), and a failed load_inplace kept the name listed
+    # while its requests silently ran on re-initialised (base-model) weights.
+    base_url, _ = tiny_for_adapters
+    good, wide = _adapter(tmp_path, "good", 64), _adapter(tmp_path, "wide", 128)
+    load = lambda name, path, **kw: httpx.post(  # noqa: E731
+        f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path, **kw}, timeout=60)
+    request = {"max_tokens": 4, "temperature": 0, "logprobs": True}
+
+    def logprobs(model: str) -> list[float]:
+        response = _chat(base_url, model=model, **request)
+        assert response.status_code == 200, response.text
+        return [entry["logprob"] for entry in response.json()["choices"][0]["logprobs"]["content"]]
+
+    base = logprobs("tiny")
+    failed = load("w", wide)
+    assert failed.status_code == 400 and failed.json()["error"]["param"] == "lora_path"
+    assert logprobs("tiny") == pytest.approx(base, abs=1e-5)
+    assert load("w", good).status_code == 200, "the name stays usable after a failed load"
+    adapted = logprobs("w")
+    assert adapted != pytest.approx(base, abs=1e-3)
+
+    replaced = load("w", wide, load_inplace=True)
+    assert replaced.status_code == 400
+    assert _chat(base_url, model="w", **request).status_code == 404, "the old weights are gone: no silent base model"
+    assert [card["id"] for card in httpx.get(f"{base_url}/models").json()["data"]] == ["tiny"]
+    assert logprobs("tiny") == pytest.approx(base, abs=1e-5)
+    assert load("w", good).status_code == 200
+    assert logprobs("w") == pytest.approx(adapted, abs=1e-5)
+    assert httpx.post(f"{base_url}/unload_lora_adapter", json={"lora_name": "w"}).status_code == 200
+
+
+def test_a_failed_in_place_lora_reload_no_longer_lists_the_deleted_adapter(tmp_path):
+    """Regression: a failed in-place reload used to keep the adapter listed, served by the base model's weights."""
+    peft = pytest.importorskip("peft")
+    from llmgym.policy import PolicyRequest, SamplingParams
+    from llmgym.wrappers.models import tiny_random_model
+    from llmgym.wrappers.server.backend import ServedModel
+    from llmgym.wrappers.server.protocol import APIError
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    policy = TransformersPolicy(*tiny_random_model())
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(type(policy.model)(policy.model.config), config).save_pretrained(tmp_path / "good")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "adapter_config.json").write_text("{not json")
+    backend = ServedModel(policy, "tiny")
+    request = PolicyRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=2, temperature=0))
+
+    async def main():
+        await backend.start()
+        try:
+            await backend.load_adapter("a", str(tmp_path / "good"))
+            with pytest.raises(APIError, match="Could not load the lora adapter `a`"):
+                await backend.load_adapter("a", str(tmp_path / "bad"), replace=True)
+            # the old weights are gone: "a" must be unknown, not silently served by the base model
+            assert "a" not in backend.adapters
+            with pytest.raises(APIError, match="The model `a` does not exist") as err:
+                await backend.generate(request, backend.resolve_model("a"))
+            assert err.value.status == 404
+        finally:
+            await backend.stop()
+            policy.close()
+
+    asyncio.run(main())
+
+
+# -- values past what the model takes ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_with_policy():
+    """One server for the tests that leave its model as they found it: ``(base_url, policy)``."""
+    with _serve_tiny() as served:
+        yield served
+
+
+def test_chat_max_tokens_beyond_the_context_does_not_claim_a_zero_token_prompt(tiny_with_policy):
+    base_url, policy = tiny_with_policy
+    response = _chat(base_url, max_tokens=policy.model.config.max_position_embeddings + 1)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "max_tokens"
+    assert "maximum context length" in error["message"] and "0-token prompt" not in error["message"]
+
+
+def test_seeds_take_vllms_int64_range_on_every_backend(tiny_with_policy):
+    # seed=-1 reached numpy on llama.cpp ("ValueError: expected non-negative integer"), and a seed
+    # past 2**64 reached torch ("Overflow when unpacking long long"): 400s naming no field.
+    from llmgym.wrappers.models import load_policy
+
+    base_url, _ = tiny_with_policy
+    for seed in (-1, -(2**63), 2**63 - 1):
+        assert _chat(base_url, max_tokens=2, seed=seed).status_code == 200, seed
+    for seed in (2**63, 2**64, -(2**63) - 1):
+        response = _chat(base_url, max_tokens=2, seed=seed)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "seed", response.text
+    pytest.importorskip("llama_cpp")
+    policy = load_policy("llama.cpp", "tiny-random")
+    try:
+        request = lambda seed: PolicyRequest(messages=[{"role": "user", "content": "hi"}],  # noqa: E731
+                                             sampling=SamplingParams(max_tokens=4, temperature=1.0, seed=seed))
+        first, again = policy.generate([request(-1), request(-1)])
+        assert first.token_ids == again.token_ids
+    finally:
+        policy.close()
 
 # -- streams whose client hangs up --------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""`/v1/completions` on the llama.cpp backend, fast: a tiny random GGUF behind a real `llmgym serve`."""
+"""`/v1/completions` on the llama.cpp backend, fast: a tiny random GGUF behind a real `llmgym serve`; chat and
+completions without ``max_tokens`` on a small context."""
 
 from __future__ import annotations
 
@@ -59,3 +60,36 @@ def test_chat_top_logprobs_come_from_the_logits_each_token_was_sampled_from():
     assert [(t["token"], t["logprob"]) for t in with_tops] == [(t["token"], t["logprob"]) for t in without]
     assert all(t["top_logprobs"] == [] for t in without)
     assert all(t["logprob"] <= t["top_logprobs"][0]["logprob"] for t in with_tops)
+
+
+def test_requests_without_max_tokens_fit_a_small_context():
+    # `llmgym serve --max-model-len 256`: a request without max_tokens got the 512-token default checked
+    # against the context and a 400 ("asks for 512 new tokens"), chat and completions alike; vLLM's default
+    # is what the context has room for. A max_tokens the client sets is still checked.
+    pytest.importorskip("fastapi")
+    pytest.importorskip("llama_cpp")
+    import httpx
+
+    from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
+    from llmgym.wrappers.models import tiny_random_gguf
+    from llmgym.wrappers.server import create_app, serve_in_thread
+
+    policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=64)
+    try:
+        with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+            chat = httpx.post(f"{base_url}/chat/completions", timeout=120, json={
+                "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "seed": 0, "temperature": 0})
+            assert chat.status_code == 200, chat.text
+            usage = chat.json()["usage"]
+            assert usage["total_tokens"] <= 64
+            completion = httpx.post(f"{base_url}/completions", timeout=120, json={
+                "model": "tiny", "prompt": ["hi there", "a longer prompt than the other"], "seed": 0})
+            assert completion.status_code == 200, completion.text
+            assert completion.json()["usage"]["completion_tokens"] <= 2 * 64
+            too_many = httpx.post(f"{base_url}/completions", timeout=120, json={
+                "model": "tiny", "prompt": "hi there", "max_tokens": 63})
+            assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "max_tokens"
+            full = httpx.post(f"{base_url}/completions", timeout=120, json={"model": "tiny", "prompt": [42] * 64})
+            assert full.status_code == 400 and full.json()["error"]["param"] == "max_tokens"
+    finally:
+        policy.close()
