@@ -26,7 +26,8 @@ NUM_ANSWERS = 2000
 
 def main() -> None:
     words = {
-        w for w in DICTIONARY.read_text().split()
+        w
+        for w in DICTIONARY.read_text().split()
         if re.fullmatch(r"[a-z]{5}", w) and not re.fullmatch(r"[ivxlcdm]+", w)  # no roman numerals
     }
     ranked = sorted(words, key=lambda w: (-wordfreq.word_frequency(w, "en"), w))

@@ -30,7 +30,8 @@ def wordle():
 
 @pytest.fixture
 def start_scripted_serve():
-    """Starts ``llmgym serve --backend scripted ARGS...`` on a free loopback port; returns its ``/v1`` URL once it answers.
+    """Starts ``llmgym serve --backend scripted ARGS...`` on a free loopback port; returns its ``/v1`` URL once it
+    answers.
 
     Every server it started is stopped at teardown.
     """
@@ -49,9 +50,22 @@ def start_scripted_serve():
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())",
-             "serve", "--backend", "scripted", *args, "--port", str(port), "--log-level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from llmgym.cli import main; sys.exit(main())",
+                "serve",
+                "--backend",
+                "scripted",
+                *args,
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         processes.append(process)
         url = f"http://127.0.0.1:{port}/v1"
         deadline = time.time() + 60

@@ -71,8 +71,12 @@ def _imports(module: str) -> list[tuple[str, int, bool]]:
     """``(imported module, line, at the top of the file)`` for each import of one of our modules."""
     tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
     top = {id(node) for node in tree.body}
-    for_types = {id(inner) for node in ast.walk(tree)  # ``if TYPE_CHECKING:`` imports never run
-                 if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for inner in ast.walk(node)}
+    for_types = {
+        id(inner)
+        for node in ast.walk(tree)  # ``if TYPE_CHECKING:`` imports never run
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
     found = []
     for node in ast.walk(tree):
         if id(node) in for_types:
@@ -134,8 +138,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_source_is_found():
-    assert {"llmgym.env", "llmgym.cli.eval", "llmgym.envs.multiagent.evaluation", "llmgym.wrappers.server.app",
-            "llmgym.trainers.trl"} <= set(MODULES)
+    assert {
+        "llmgym.env",
+        "llmgym.cli.eval",
+        "llmgym.envs.multiagent.evaluation",
+        "llmgym.wrappers.server.app",
+        "llmgym.trainers.trl",
+    } <= set(MODULES)
     # ``from llmgym.wrappers.server import routes`` imports the module routes, not the package
     app_imports = {(target, top) for target, _, top in IMPORTS["llmgym.wrappers.server.app"]}
     assert ("llmgym.wrappers.server.routes", True) in app_imports
@@ -143,9 +152,13 @@ def test_the_source_is_found():
 
 @pytest.mark.parametrize("source", sorted(ALLOWED))
 def test_each_room_imports_only_the_rooms_below_it(source):
-    wrong = [f"{MODULES[module].relative_to(ROOT)}:{line} imports {target} ({room(target)})"
-             for module, imports in IMPORTS.items() if room(module) == source
-             for target, line, _ in imports if room(target) not in ALLOWED[source]]
+    wrong = [
+        f"{MODULES[module].relative_to(ROOT)}:{line} imports {target} ({room(target)})"
+        for module, imports in IMPORTS.items()
+        if room(module) == source
+        for target, line, _ in imports
+        if room(target) not in ALLOWED[source]
+    ]
     rule = f"{source} may import only {sorted(ALLOWED[source])} (docs/architecture.md, Rooms)"
     assert not wrong, rule + ":\n" + "\n".join(wrong)
 
@@ -160,7 +173,8 @@ def test_no_package_imports_a_package_that_imports_it_back():
             if package(target) != package(module):
                 graph[package(module)].add(package(target))
     assert not _cycles(graph), "packages that import each other (move what both need to one of them):\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in _cycles(graph))
+        " <-> ".join(cycle) for cycle in _cycles(graph)
+    )
 
 
 def test_no_import_time_cycles_between_modules():
@@ -168,15 +182,20 @@ def test_no_import_time_cycles_between_modules():
     for module, imports in IMPORTS.items():
         graph[module] |= {target for target, _, top in imports if top}
     assert not _cycles(graph), "modules that import each other at the top of the file:\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in _cycles(graph))
+        " <-> ".join(cycle) for cycle in _cycles(graph)
+    )
 
 
 #: Module cycles through imports inside functions that are known and not removed yet, with why.
 KNOWN_CYCLES = [
     # models.load_policy builds the adapters, which load their weights with models.py's helpers;
     # removing it means moving load_policy out of models.py, a public import path.
-    ["llmgym.wrappers.llamacpp_policy", "llmgym.wrappers.models", "llmgym.wrappers.transformers_policy",
-     "llmgym.wrappers.vllm_policy"],
+    [
+        "llmgym.wrappers.llamacpp_policy",
+        "llmgym.wrappers.models",
+        "llmgym.wrappers.transformers_policy",
+        "llmgym.wrappers.vllm_policy",
+    ],
 ]
 
 
@@ -187,4 +206,5 @@ def test_no_module_imports_one_that_imports_it_back_even_inside_a_function():
         graph[module] |= {target for target, _, _ in imports if not module.startswith(target + ".")}
     cycles = _cycles(graph)
     assert cycles == KNOWN_CYCLES, "modules that import each other (move what both need to one of them):\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in cycles if cycle not in KNOWN_CYCLES)
+        " <-> ".join(cycle) for cycle in cycles if cycle not in KNOWN_CYCLES
+    )

@@ -63,23 +63,37 @@ def _fake_openai_policy(handler, **kwargs):
 
     policy = OpenAIPolicy("fake", base_url="http://fake.invalid/v1", max_retries=0, **kwargs)
     policy._ensure_loop()
-    policy._clients = [openai.AsyncOpenAI(
-        base_url="http://fake.invalid/v1", api_key="x", max_retries=0,
-        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
-    )]
+    policy._clients = [
+        openai.AsyncOpenAI(
+            base_url="http://fake.invalid/v1",
+            api_key="x",
+            max_retries=0,
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+        )
+    ]
     return policy
 
 
 def _completion(content="crane"):
     return {
-        "id": "c", "object": "chat.completion", "created": 0, "model": "fake",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content},
-                     "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5, "top_logprobs": []}]}}],
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+                "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5, "top_logprobs": []}]},
+            }
+        ],
     }
 
 
 def _tool_request_to_a_server_refusing(field):
-    """One request with tools to a pydantic-style server that refuses ``field`` as an extra input; (policy, generation)."""
+    """One request with tools to a pydantic-style server that refuses ``field`` as an extra input; returns (policy,
+    generation)."""
     import json
 
     import httpx

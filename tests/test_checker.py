@@ -9,14 +9,13 @@ import time
 from typing import Any
 
 import pytest
+from cli_runs import WORDLE, one_line_error
 
 import llmgym
 from llmgym import LLMEnv, Reward, Rubric, tool
 from llmgym.checker import CheckReport, check_env, hostile_actions, sample_arguments
 from llmgym.cli import main
 from llmgym.envs.wordle.solver import WordleSolver
-
-from cli_runs import WORDLE, one_line_error
 
 
 class EchoEnv(LLMEnv):
@@ -101,7 +100,14 @@ def test_wordle_passes_every_check_with_its_solver():
     report = check_env("llmgym/Wordle-v0", episodes=3, agent=WordleSolver().act)
     assert report.passed, report
     assert [r.name for r in report.results] == [
-        "gymnasium", "determinism", "fuzz", "rewards", "episode_jsonl", "budgets", "tool_schemas", "timing",
+        "gymnasium",
+        "determinism",
+        "fuzz",
+        "rewards",
+        "episode_jsonl",
+        "budgets",
+        "tool_schemas",
+        "timing",
     ]
     assert report.steps_per_second > 100
     assert "range [-0.1, 1." in report["rewards"].summary  # the solver's wins were checked too

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runs import eval_wordle, one_line_error
 
 from llmgym.cli import CLIError, check_output_path, main
-
-from cli_runs import eval_wordle, one_line_error
 
 WORDLE = "llmgym/Wordle-v0"
 #: a folder no one may create anything in, root included
@@ -116,8 +115,9 @@ def test_play_from_a_shell_with_standard_input_closed_or_null_exits_2(redirect):
 
 
 def test_play_with_piped_actions_still_plays(capsys):
-    done = subprocess.run([sys.executable, "-m", "llmgym", "play", WORDLE], input="crane\n", capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgym", "play", WORDLE], input="crane\n", capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "CRANE" in done.stdout and "stopped." in done.stdout
 
 
@@ -137,8 +137,21 @@ def test_eval_with_opponents_checks_out_too(tmp_path, capsys):
     pytest.importorskip("pettingzoo")
     afile = tmp_path / "afile"
     afile.write_text("")
-    code = main(["eval", "llmgym/ma-TicTacToe-v0", "-n", "2", "--policy", "scripted:minimax",
-                 "--opponent", "scripted:random", "--out", str(afile), "--no-progress"])
+    code = main(
+        [
+            "eval",
+            "llmgym/ma-TicTacToe-v0",
+            "-n",
+            "2",
+            "--policy",
+            "scripted:minimax",
+            "--opponent",
+            "scripted:random",
+            "--out",
+            str(afile),
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "is a file, not a folder" in one_line_error(capsys)
 
 
@@ -187,8 +200,22 @@ def test_check_and_play_name_the_command_for_a_multiagent_game(command, capsys):
 
 def test_eval_play_and_serve_refuse_a_scripted_policy_without_act(tmp_path, capsys):
     """Regression: eval used to play every episode and report them all failed; play raised a traceback."""
-    assert main(["eval", WORDLE, "-n", "2", "--policy", "scripted:json:JSONDecoder", "--out", str(tmp_path / "b"),
-                 "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                WORDLE,
+                "-n",
+                "2",
+                "--policy",
+                "scripted:json:JSONDecoder",
+                "--out",
+                str(tmp_path / "b"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "without an act(" in one_line_error(capsys) and not (tmp_path / "b").exists()
     assert main(["play", WORDLE, "--policy", "scripted:os:getenv"]) == 2
     assert "cannot make an actor" in one_line_error(capsys)

@@ -10,19 +10,20 @@ import sys
 import time
 
 import pytest
+from cli_runs import eval_wordle, one_line_error
 
 from llmgym.cli import CLIError, main
 from llmgym.cli._policies import missing_extra
 from llmgym.cli.eval import exit_status
 from llmgym.episode import Episode, load_jsonl, save_jsonl
 
-from cli_runs import eval_wordle, one_line_error
-
 WORDLE = "llmgym/Wordle-v0"
 
 
 def _eval(tmp_path, *extra):
-    return main(["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path / "run"), "--no-progress", *extra])
+    return main(
+        ["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path / "run"), "--no-progress", *extra]
+    )
 
 
 def test_scripted_eval_writes_episodes_and_summary(tmp_path, capsys):
@@ -30,7 +31,8 @@ def test_scripted_eval_writes_episodes_and_summary(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     episodes = load_jsonl(tmp_path / "run" / "episodes.jsonl")
     assert sorted((e.seed, e.metadata["group_index"]) for e in episodes) == [
-        (s, i) for s in (10, 11, 12) for i in (0, 1)]
+        (s, i) for s in (10, 11, 12) for i in (0, 1)
+    ]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert printed == saved
     assert saved["episodes"] == 6 and saved["failed"] == 0 and saved["success_rate"] == 1.0
@@ -65,8 +67,18 @@ def test_resume_plays_only_the_missing_episodes(tmp_path, capsys):
     assert [e.seed for e in episodes] == [0, 1, 2, 3]
     assert episodes[:2] == first
     capsys.readouterr()
-    code = main(["eval", WORDLE, "--policy", "scripted:llmgym.envs.wordle.solver:WordleSolver",
-                 "--out", str(tmp_path / "run"), "--resume", "--no-progress"])
+    code = main(
+        [
+            "eval",
+            WORDLE,
+            "--policy",
+            "scripted:llmgym.envs.wordle.solver:WordleSolver",
+            "--out",
+            str(tmp_path / "run"),
+            "--resume",
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "resume with the same policy" in capsys.readouterr().err
 
 
@@ -87,17 +99,20 @@ def test_unreachable_server_is_named(tmp_path, capsys):
     assert code == 2 and f"cannot reach the server at {url}" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--env-kwargs", "{not json"], "--env-kwargs is not valid JSON"),
-    (["--env-kwargs", '{"colour": 1}'], "does not take these --env-kwargs"),
-    (["--env-kwargs", '{"max_turns": -1}'], "max_turns must be >= 1"),  # the env's ValueError, not a traceback
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--policy", "scripted:chess"], "unknown scripted policy 'chess'"),
-    (["--policy", "human"], "--policy must look like scripted:NAME"),
-    (["-n", "0"], "--num-seeds must be at least 1"),
-    (["--temperature", "-1"], "--temperature must be >= 0"),
-    (["--top-p", "0"], "--top-p must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-kwargs", "{not json"], "--env-kwargs is not valid JSON"),
+        (["--env-kwargs", '{"colour": 1}'], "does not take these --env-kwargs"),
+        (["--env-kwargs", '{"max_turns": -1}'], "max_turns must be >= 1"),  # the env's ValueError, not a traceback
+        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--policy", "scripted:chess"], "unknown scripted policy 'chess'"),
+        (["--policy", "human"], "--policy must look like scripted:NAME"),
+        (["-n", "0"], "--num-seeds must be at least 1"),
+        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    ],
+)
 def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, args, message):
     code = main(["eval", WORDLE, "--policy", "scripted:wordle", "--out", str(tmp_path), "--no-progress", *args])
     assert code == 2 and message in capsys.readouterr().err
@@ -112,7 +127,8 @@ def test_a_missing_local_model_is_a_clear_error(tmp_path, capsys):
 
 def test_missing_extras_are_named():
     assert missing_extra(ImportError("No module named 'matplotlib'", name="matplotlib")) == (
-        'matplotlib is not installed: pip install "llmgym[plot]"')
+        'matplotlib is not installed: pip install "llmgym[plot]"'
+    )
     assert "llmgym[local]" in missing_extra(ImportError("x", name="llama_cpp.llama"))
     hint = 'the OpenAI-compatible policy needs the openai package: pip install "llmgym[openai]"'
     assert missing_extra(ImportError(hint)) == hint
@@ -125,9 +141,26 @@ def test_eval_with_a_local_transformers_checkpoint(tmp_path, capsys):
     checkpoint = tmp_path / "tiny"
     model.save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)
-    code = main(["eval", WORDLE, "-n", "2", "--backend", "transformers", "--model", str(checkpoint),
-                 "--max-tokens", "8", "--env-kwargs", '{"max_turns": 2}', "--out", str(tmp_path / "run"),
-                 "--no-progress", "--json"])
+    code = main(
+        [
+            "eval",
+            WORDLE,
+            "-n",
+            "2",
+            "--backend",
+            "transformers",
+            "--model",
+            str(checkpoint),
+            "--max-tokens",
+            "8",
+            "--env-kwargs",
+            '{"max_turns": 2}',
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--json",
+        ]
+    )
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["episodes"] == 2 and summary["failed"] == 0
     assert summary["turns"] == 2.0 and summary["generated_tokens"] > 0
@@ -140,8 +173,22 @@ def scripted_server(start_scripted_serve):
 
 
 def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
-    code = main(["eval", WORDLE, "-n", "4", "--base-url", scripted_server, "--concurrency", "4",
-                 "--out", str(tmp_path / "run"), "--no-progress", "--json"])
+    code = main(
+        [
+            "eval",
+            WORDLE,
+            "-n",
+            "4",
+            "--base-url",
+            scripted_server,
+            "--concurrency",
+            "4",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--json",
+        ]
+    )
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["failed"] == 0 and summary["success_rate"] == 1.0
     assert summary["run"]["policy"] == "openai:scripted-wordle"  # the model name comes from /v1/models
@@ -153,8 +200,21 @@ def test_eval_against_a_real_llmgym_serve(tmp_path, capsys, scripted_server):
 
 def test_a_model_the_server_does_not_serve_is_refused_before_playing(tmp_path, capsys, scripted_server):
     # every request would be a 404; eval used to play every episode, then report that all had failed
-    code = main(["eval", WORDLE, "-n", "2", "--base-url", scripted_server, "--model", "gpt-4",
-                 "--out", str(tmp_path / "run"), "--no-progress"])
+    code = main(
+        [
+            "eval",
+            WORDLE,
+            "-n",
+            "2",
+            "--base-url",
+            scripted_server,
+            "--model",
+            "gpt-4",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "does not serve model 'gpt-4'; it serves: scripted-wordle" in capsys.readouterr().err
     assert not (tmp_path / "run" / "episodes.jsonl").exists()
 
@@ -163,20 +223,38 @@ def test_a_scripted_policy_module_in_the_current_folder_is_found(tmp_path, monke
     # the installed `llmgym` command does not put the current folder on sys.path (python -m does)
     import sys
 
-    (tmp_path / "my_scripted_actor.py").write_text("class Actor:\n    def act(self, observation):\n        return 'crane'\n")
+    (tmp_path / "my_scripted_actor.py").write_text(
+        "class Actor:\n    def act(self, observation):\n        return 'crane'\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.delitem(sys.modules, "my_scripted_actor", raising=False)
     from llmgym.cli import main
 
-    assert main(["eval", "llmgym/Wordle-v0", "-n", "1", "--policy", "scripted:my_scripted_actor:Actor",
-                 "--out", str(tmp_path / "run"), "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "llmgym/Wordle-v0",
+                "-n",
+                "1",
+                "--policy",
+                "scripted:my_scripted_actor:Actor",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert sys.path[-1] == str(tmp_path)  # appended: never in front of installed packages
 
 
 @pytest.mark.parametrize("url", ["notaurl", "", "ftp://host/v1", "http://[::1/v1"])
 def test_a_base_url_that_is_not_http_is_refused(tmp_path, capsys, url):
-    assert main(["eval", WORDLE, "-n", "1", "--base-url", url, "--out", str(tmp_path)]) == 2  # was a ValueError traceback
+    # was a ValueError traceback
+    assert main(["eval", WORDLE, "-n", "1", "--base-url", url, "--out", str(tmp_path)]) == 2
     assert "is not a server URL" in one_line_error(capsys)
 
 
@@ -211,11 +289,29 @@ def test_ctrl_c_stops_a_scripted_eval_at_once(tmp_path):
     """Regression: the scripted policy never gave the event loop a turn: SIGINT was noticed only after all 3000
     episodes."""
     out = tmp_path / "run"
-    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "  # even if SIGINT was ignored
-              "from llmgym.cli import main; sys.exit(main())")
+    script = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "  # even if SIGINT was ignored
+        "from llmgym.cli import main; sys.exit(main())"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-c", script, "eval", WORDLE, "-n", "3000", "--policy", "scripted:wordle",
-         "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            script,
+            "eval",
+            WORDLE,
+            "-n",
+            "3000",
+            "--policy",
+            "scripted:wordle",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         path = out / "episodes.jsonl"

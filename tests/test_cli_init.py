@@ -20,7 +20,11 @@ from llmgym.scaffold import names_for, scaffold
 
 def test_names_for_derives_package_class_and_id():
     names = names_for("word_ladder")
-    assert (names.package, names.class_name, names.env_id) == ("word_ladder", "WordLadderEnv", "word_ladder/WordLadderEnv-v0")
+    assert (names.package, names.class_name, names.env_id) == (
+        "word_ladder",
+        "WordLadderEnv",
+        "word_ladder/WordLadderEnv-v0",
+    )
 
 
 @pytest.mark.parametrize("bad", ["", "1env", "my env", "my--env", "json", "llmgym", "../evil", "class"])
@@ -34,7 +38,14 @@ def test_init_writes_the_package(tmp_path, capsys):
     assert "pip install -e" in capsys.readouterr().out
     root = tmp_path / "my-env"
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == [".gitignore", "README.md", "my_env/__init__.py", "my_env/env.py", "pyproject.toml", "tests/test_env.py"]
+    assert files == [
+        ".gitignore",
+        "README.md",
+        "my_env/__init__.py",
+        "my_env/env.py",
+        "pyproject.toml",
+        "tests/test_env.py",
+    ]
     pyproject = (root / "pyproject.toml").read_text()
     assert '[project.entry-points."llmgym.envs"]' in pyproject and 'my-env = "my_env:register_envs"' in pyproject
     assert "{{" not in "".join(p.read_text() for p in root.rglob("*") if p.is_file())
@@ -68,7 +79,9 @@ def test_scaffolded_env_runs_in_process(tmp_path, monkeypatch):
 def _llmgym(*args: str) -> subprocess.CompletedProcess:
     """The ``llmgym`` console script (the entry point pip installed), or its main() when not on PATH."""
     script = shutil.which("llmgym")
-    command = [script] if script else [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())"]
+    command = (
+        [script] if script else [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())"]
+    )
     return _run(*command, *args)
 
 
@@ -90,7 +103,8 @@ def test_pip_install_then_list_make_and_its_own_tests(tmp_path):
         assert listed.returncode == 0, listed.stderr
         assert names.env_id in [row["id"] for row in json.loads(listed.stdout)]
         made = _run(
-            sys.executable, "-c",
+            sys.executable,
+            "-c",
             f"import gymnasium as gym, llmgym; env = gym.make({names.env_id!r}); print(env.reset(seed=0)[0])",
         )
         assert made.returncode == 0, made.stderr
@@ -147,6 +161,7 @@ def test_init_reports_os_errors_in_one_line(tmp_path, capsys):
 
 def test_scaffold_description_with_backslashes_and_newlines_keeps_the_package_valid(tmp_path):
     import ast
+
     import tomllib
 
     from llmgym.scaffold import scaffold
@@ -159,8 +174,11 @@ def test_scaffold_description_with_backslashes_and_newlines_keeps_the_package_va
     package_init = ast.parse((root / "desc_env" / "__init__.py").read_text())
     assert ast.get_docstring(package_init).splitlines()[0] == expected
     env_module = ast.parse((root / "desc_env" / "env.py").read_text())
-    values = [node.value.value for node in ast.walk(env_module)
-              if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "description"]
+    values = [
+        node.value.value
+        for node in ast.walk(env_module)
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "description"
+    ]
     assert values == [expected]
     assert expected in (root / "README.md").read_text()
 

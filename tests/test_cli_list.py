@@ -6,10 +6,9 @@ import json
 import sys
 
 import pytest
+from cli_runs import WORDLE
 
 from llmgym.cli import main
-
-from cli_runs import WORDLE
 
 
 def test_list_shows_the_multiagent_games(capsys):
@@ -35,7 +34,9 @@ def test_list_names_the_extra_a_multiagent_game_needs(monkeypatch):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real_import(name, *args, **kwargs)
 
-    for module in [m for m in sys.modules if m.startswith(("pettingzoo", "llmgym.envs.multiagent.", "envs.multiagent."))]:
+    for module in [
+        m for m in sys.modules if m.startswith(("pettingzoo", "llmgym.envs.multiagent.", "envs.multiagent."))
+    ]:
         monkeypatch.delitem(sys.modules, module)
     monkeypatch.setattr(builtins, "__import__", no_pettingzoo)
     assert _describe_multiagent("llmgym/ma-TicTacToe-v0") == '(needs pettingzoo (pip install "llmgym[multiagent]"))'

@@ -6,10 +6,9 @@ import json
 import socket
 
 import pytest
+from cli_runs import one_line_error
 
 from llmgym.cli import main
-
-from cli_runs import one_line_error
 
 
 def test_serve_max_model_len_sets_the_llama_cpp_context(monkeypatch, capsys):
@@ -31,11 +30,14 @@ def test_serve_max_model_len_sets_the_llama_cpp_context(monkeypatch, capsys):
     assert seen == {"n_ctx": 1024}
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--max-model-len", "0"], "--max-model-len must be at least 1"),
-    (["--backend", "transformers", "--max-model-len", "512"], "the model's own context"),
-    (["--backend", "scripted", "--max-model-len", "512"], "no model"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-model-len", "0"], "--max-model-len must be at least 1"),
+        (["--backend", "transformers", "--max-model-len", "512"], "the model's own context"),
+        (["--backend", "scripted", "--max-model-len", "512"], "no model"),
+    ],
+)
 def test_serve_max_model_len_refusals(argv, message, capsys):
     assert main(["serve", *argv]) == 2
     assert message in capsys.readouterr().err

@@ -21,8 +21,11 @@ def _config(tmp_path, text: str) -> str:
 
 @pytest.mark.parametrize("source", ["positional", "config", "set"])
 def test_env_id_may_come_from_any_one_source(source, stub_trainer, tmp_path):
-    argv = {"positional": [ENV], "config": ["--config", _config(tmp_path, f'env_id = "{ENV}"\n')],
-            "set": ["--set", f"env_id={ENV}"]}[source]
+    argv = {
+        "positional": [ENV],
+        "config": ["--config", _config(tmp_path, f'env_id = "{ENV}"\n')],
+        "set": ["--set", f"env_id={ENV}"],
+    }[source]
     assert main(["train", "grpo", *argv, "--steps", "1"]) == 0
     assert stub_trainer.config.env_id == ENV and stub_trainer.config.steps == 1
 
@@ -33,11 +36,14 @@ def test_agreeing_env_ids_are_accepted(stub_trainer, tmp_path):
     assert stub_trainer.config.env_id == ENV
 
 
-@pytest.mark.parametrize("argv", [
-    ["llmgym/Wordle-v0", "--set", f"env_id={ENV}"],
-    ["llmgym/Wordle-v0", "--config", "CFG"],
-    ["--set", "env_id=llmgym/Wordle-v0", "--config", "CFG"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["llmgym/Wordle-v0", "--set", f"env_id={ENV}"],
+        ["llmgym/Wordle-v0", "--config", "CFG"],
+        ["--set", "env_id=llmgym/Wordle-v0", "--config", "CFG"],
+    ],
+)
 def test_disagreeing_env_ids_are_refused_naming_both(argv, stub_trainer, tmp_path, capsys):
     cfg = _config(tmp_path, f'env_id = "{ENV}"\n')
     assert main(["train", "grpo", *[cfg if a == "CFG" else a for a in argv]]) == 2
@@ -56,8 +62,24 @@ def test_a_flag_and_a_set_of_the_same_field_must_agree(stub_trainer, capsys):
     assert main(["train", "grpo", ENV, "--lora", "--set", "lora=false"]) == 2
     assert "--lora" in capsys.readouterr().err
     # the same value twice, after type conversion, is no conflict
-    assert main(["train", "grpo", ENV, "--steps", "5", "--set", 'steps="5"', "--lr", "1e-6",
-                 "--set", "learning_rate=0.000001"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "grpo",
+                ENV,
+                "--steps",
+                "5",
+                "--set",
+                'steps="5"',
+                "--lr",
+                "1e-6",
+                "--set",
+                "learning_rate=0.000001",
+            ]
+        )
+        == 0
+    )
     assert stub_trainer.config.steps == 5 and stub_trainer.config.learning_rate == 1e-6
 
 
@@ -82,8 +104,10 @@ def test_an_unknown_env_id_is_a_one_line_error(capsys):
     assert len(err.strip().splitlines()) == 1 and "llmgym/Wordl-v0" in err and "Wordle" in err
 
 
-@pytest.mark.parametrize("sets, field", [(["steps=five"], "steps"), (["micro_batch_size=2.5"], "micro_batch_size"),
-                                         (["is_cap=[1,"], "is_cap")])
+@pytest.mark.parametrize(
+    "sets, field",
+    [(["steps=five"], "steps"), (["micro_batch_size=2.5"], "micro_batch_size"), (["is_cap=[1,"], "is_cap")],
+)
 def test_set_values_are_type_checked_without_config(sets, field, stub_trainer, capsys):
     argv = ["train", "grpo", "llmgym/Wordle-v0"] + [x for s in sets for x in ("--set", s)]
     assert main(argv) == 2
@@ -92,8 +116,26 @@ def test_set_values_are_type_checked_without_config(sets, field, stub_trainer, c
 
 
 def test_set_none_and_conversions(stub_trainer, tmp_path):
-    assert main(["train", "grpo", "llmgym/Wordle-v0", "--set", "is_cap=none", "--set", "max_grad_norm=NULL",
-                 "--set", 'steps="3"', "--set", "scale_rewards=none", "--set", "curriculum_kwarg=null"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "grpo",
+                "llmgym/Wordle-v0",
+                "--set",
+                "is_cap=none",
+                "--set",
+                "max_grad_norm=NULL",
+                "--set",
+                'steps="3"',
+                "--set",
+                "scale_rewards=none",
+                "--set",
+                "curriculum_kwarg=null",
+            ]
+        )
+        == 0
+    )
     config = stub_trainer.config
     assert config.is_cap is None and config.max_grad_norm is None and config.steps == 3
     assert config.scale_rewards == "none" and config.curriculum_kwarg is None  # a str field keeps the word

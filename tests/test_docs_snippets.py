@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -28,13 +28,14 @@ def code_blocks(path: Path, lang: str | None = None) -> list[str]:
 def block_under(path: Path, heading: str, lang: str = "python") -> str:
     """The first ``lang`` code block after ``heading``."""
     text = path.read_text()
-    section = text[text.index(heading):]
+    section = text[text.index(heading) :]
     return code_blocks_from_text(section, lang)[0]
 
 
 def code_blocks_from_text(text: str, lang: str) -> list[str]:
-    return [code for block_lang, code in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S)
-            if block_lang == lang]
+    return [
+        code for block_lang, code in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.M | re.S) if block_lang == lang
+    ]
 
 
 def test_readme_python_example_runs(capsys):
@@ -58,7 +59,8 @@ def test_authoring_guide_env_passes_the_checker():
     env = env_class()
     env.reset(seed=0)
     observation, reward, terminated, _, _ = env.step(
-        f'<tool_call>{{"name": "guess", "arguments": {{"number": {env.target}}}}}</tool_call>')
+        f'<tool_call>{{"name": "guess", "arguments": {{"number": {env.target}}}}}</tool_call>'
+    )
     assert terminated and reward > 1.0, observation
 
 
@@ -89,9 +91,10 @@ def test_documented_commands_parse(doc, command):
 def test_readme_extras_exist():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     text = (ROOT / "README.md").read_text()
-    table = text[text.index("## Extras"):text.index("## Where things are")]
-    named = {name for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M)
-             for name in re.findall(r"`([\w-]+)`", cell)}
+    table = text[text.index("## Extras") : text.index("## Where things are")]
+    named = {
+        name for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M) for name in re.findall(r"`([\w-]+)`", cell)
+    }
     assert named, "no extras found in the README table"
     assert named <= set(extras), named - set(extras)
     assert set(extras) <= named, f"extras missing from the README: {set(extras) - named}"

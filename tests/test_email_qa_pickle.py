@@ -33,8 +33,8 @@ def test_a_copy_taken_mid_episode_plays_on_like_the_original(how):
     obs, _ = env.reset(seed=0)
     solver = EmailQASolver()
     first = solver.act(obs)
-    obs, *_ = env.step(first)                                 # a search
-    env.step(call("search_emails", keywords=["invoice"]))     # a second, unrelated search
+    obs, *_ = env.step(first)  # a search
+    env.step(call("search_emails", keywords=["invoice"]))  # a second, unrelated search
     clone = _clones(env)[how]
     assert clone.inbox.db is not env.inbox.db
 
@@ -85,8 +85,10 @@ def test_copies_of_a_fresh_and_of_a_closed_env_can_be_reset():
 def test_an_inbox_copy_has_its_own_database_with_the_same_rows():
     inbox = generate_inbox(np.random.default_rng(0))
     twin = pickle.loads(pickle.dumps(inbox))
-    query = ("SELECT emails.id, emails.subject FROM emails_fts JOIN emails ON emails.id = emails_fts.rowid "
-             "WHERE emails_fts MATCH 'invoice'")
+    query = (
+        "SELECT emails.id, emails.subject FROM emails_fts JOIN emails ON emails.id = emails_fts.rowid "
+        "WHERE emails_fts MATCH 'invoice'"
+    )
     assert twin.db is not inbox.db and twin.emails == inbox.emails and twin.facts == inbox.facts
     assert twin.db.execute(query).fetchall() == inbox.db.execute(query).fetchall()
     inbox.db.close()

@@ -39,13 +39,15 @@ class EchoEnv(LLMEnv):
         return self.finished
 
     def build_rubric(self):
-        return Rubric([
-            Reward(format_error, weight=-1.0),
-            Reward(length_penalty(4), weight=-0.5),
-            Reward(thinking_penalty(2), weight=-0.1),
-            Reward(turn_efficiency, weight=1.0, when="end"),
-            Reward(tool_error_rate, weight=0.0, when="end"),
-        ])
+        return Rubric(
+            [
+                Reward(format_error, weight=-1.0),
+                Reward(length_penalty(4), weight=-0.5),
+                Reward(thinking_penalty(2), weight=-0.1),
+                Reward(turn_efficiency, weight=1.0, when="end"),
+                Reward(tool_error_rate, weight=0.0, when="end"),
+            ]
+        )
 
 
 def call(name, **arguments):
@@ -214,8 +216,13 @@ def test_a_subclass_overriding_a_tool_method_replaces_the_tool():
 def native(name, **arguments):
     import json
 
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        ],
+    }
 
 
 def test_native_tool_calls_count_toward_the_action_budgets():
@@ -251,7 +258,10 @@ def test_a_recorded_episode_keeps_its_tools_when_tools_are_added_later():
 
     class Extra:
         name = "extra"
-        schema = {"type": "function", "function": {"name": "extra", "description": "x", "parameters": {"type": "object"}}}
+        schema = {
+            "type": "function",
+            "function": {"name": "extra", "description": "x", "parameters": {"type": "object"}},
+        }
 
         def call(self, arguments):
             raise AssertionError("not called")
@@ -297,8 +307,11 @@ def test_a_str_subclass_action_plays_as_the_plain_string():
 
 def native_search_call(content, arguments):
     """An assistant message with ``content`` and a native call of WikiSearch's ``search`` (``arguments``: JSON text)."""
-    return {"role": "assistant", "content": content,
-            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "search", "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "search", "arguments": arguments}}],
+    }
 
 
 @pytest.mark.parametrize("content", [None, "", "<tool_call>", "see <tool_call>{}</tool_call>"])
@@ -316,7 +329,9 @@ def test_a_small_native_call_beside_a_tag_in_the_text_is_counted_once_with_the_t
     env.reset(seed=0)
     env.step(native_search_call("<tool_call>", json.dumps({"query": "cats"})))
     counted = env.unwrapped.tokens_used
-    assert counted == env.unwrapped.count_tokens('<tool_call>\n<tool_call>{"name": "search", "arguments": {"query": "cats"}}</tool_call>')
+    assert counted == env.unwrapped.count_tokens(
+        '<tool_call>\n<tool_call>{"name": "search", "arguments": {"query": "cats"}}</tool_call>'
+    )
 
 
 @pytest.mark.parametrize("arguments", [{"word": b"crane"}, {"word": {1, 2}}, "cycle"])
@@ -328,14 +343,25 @@ def test_dict_arguments_that_are_not_json_are_an_observation_not_a_crash(argumen
     env = gym.make("llmgym/Wordle-v0")
     env.reset(seed=0)
     observation, reward, *_, info = env.step(
-        {"role": "assistant", "tool_calls": [{"function": {"name": "guess", "arguments": arguments}}]})
+        {"role": "assistant", "tool_calls": [{"function": {"name": "guess", "arguments": arguments}}]}
+    )
     assert "arguments must be JSON" in observation and reward < 0
     json.dumps(info["messages"])  # the transcript stays JSON
 
 
-@pytest.mark.parametrize("kwargs", [{"max_turns": 2.5}, {"max_turns": True}, {"max_turns": "three"}, {"max_turns": 0},
-                                    {"max_tokens": 0}, {"max_tokens": 1.5}, {"max_action_chars": -1},
-                                    {"max_tool_calls": 1.0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_turns": 2.5},
+        {"max_turns": True},
+        {"max_turns": "three"},
+        {"max_turns": 0},
+        {"max_tokens": 0},
+        {"max_tokens": 1.5},
+        {"max_action_chars": -1},
+        {"max_tool_calls": 1.0},
+    ],
+)
 def test_budget_arguments_must_be_whole_numbers_of_at_least_one(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         gym.make("llmgym/WikiSearch-v0", **kwargs)

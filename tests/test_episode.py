@@ -12,11 +12,20 @@ from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl
 
 def _episode(seed: int) -> Episode:
     return Episode(
-        env_id="llmgym/Wordle-v0", seed=seed,
+        env_id="llmgym/Wordle-v0",
+        seed=seed,
         messages=[{"role": "user", "content": "héllo 🙂"}, {"role": "assistant", "content": "crane"}],
-        turn_rewards=[0.25, 1.5], reward_components=[{"a": 1.0}, {"a": 0.5, "solved": 1.0}],
-        terminated=True, token_ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -0.5, -1.25],
-        turn_spans=[(1, 3)], group=seed // 2, policy="p", timing={"wall": 0.5}, metadata={"model": "m"},
+        turn_rewards=[0.25, 1.5],
+        reward_components=[{"a": 1.0}, {"a": 0.5, "solved": 1.0}],
+        terminated=True,
+        token_ids=[1, 2, 3],
+        mask=[0, 1, 1],
+        logprobs=[0.0, -0.5, -1.25],
+        turn_spans=[(1, 3)],
+        group=seed // 2,
+        policy="p",
+        timing={"wall": 0.5},
+        metadata={"model": "m"},
     )
 
 

@@ -20,8 +20,8 @@ def example(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "examples"))
     monkeypatch.syspath_prepend(str(REPO))  # for tests.trainers.toy_env
     sys.modules.pop("grpo_minimal", None)
-    import gymnasium as gym
     import grpo_minimal
+    import gymnasium as gym
 
     from tests.trainers.toy_env import VowelsEnv
 
@@ -33,10 +33,24 @@ def example(monkeypatch):
 def test_two_steps_on_a_tiny_random_model_log_finite_numbers_and_change_the_weights(example, capsys):
     from llmgym.wrappers.models import TINY_RANDOM_SEED, tiny_random_model
 
-    args = example.parse_args([
-        "--env-id", TWO_TURN_VOWELS, "--model", "tiny-random", "--steps", "2", "--prompts-per-step", "2",
-        "--group-size", "2", "--max-new-tokens", "6", "--learning-rate", "1e-2",
-    ])
+    args = example.parse_args(
+        [
+            "--env-id",
+            TWO_TURN_VOWELS,
+            "--model",
+            "tiny-random",
+            "--steps",
+            "2",
+            "--prompts-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--learning-rate",
+            "1e-2",
+        ]
+    )
     assert (args.steps, args.group_size, args.learning_rate, args.turn_lambda) == (2, 2, 1e-2, 1.0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two shared cores: one thread is several times faster for a tiny model

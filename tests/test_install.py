@@ -71,14 +71,16 @@ def test_every_extra_reference_names_an_extra():
 
 
 def test_ci_runs_the_readme_test_command():
-    command = subprocess.run(["bash", str(ROOT / ".ci" / "readme-command"), "test"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    command = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "readme-command"), "test"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert command.startswith("pip install ") and command.endswith("&& pytest")
     assert command in (ROOT / "README.md").read_text()
     assert "readme-command test" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_readme_main_command_evaluates_the_embedded_model():
-    command = subprocess.run(["bash", str(ROOT / ".ci" / "readme-command"), "main"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    command = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "readme-command"), "main"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert command == 'pip install -e ".[local]" && llmgym eval llmgym/Wordle-v0 -n 16'

@@ -39,10 +39,18 @@ def toolset():
 def test_schemas_are_derived_from_the_server(toolset):
     tools = toolset.tools()
     assert list(tools) == ["add", "lookup", "remember", "crash", "sleep", "die"]
-    assert tools["add"].schema == {"type": "function", "function": {
-        "name": "add", "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]}}}
+    assert tools["add"].schema == {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
     assert tools["add"].input_schema["title"] == "addArguments"  # validation uses the server's schema as given
     assert toolset.schemas() == [t.schema for t in tools.values()]
 
@@ -106,29 +114,61 @@ def test_add_tools_updates_tools_and_schemas(toolset):
 
 
 def test_mcp_env_episode_end_to_end():
-    env = MCPEnv(sys.executable, SERVER, task="What is the capital of France? Look it up.", answer="Paris",
-                 prefix="kb_", tool_timeout=5.0, max_turns=6)
+    env = MCPEnv(
+        sys.executable,
+        SERVER,
+        task="What is the capital of France? Look it up.",
+        answer="Paris",
+        prefix="kb_",
+        tool_timeout=5.0,
+        max_turns=6,
+    )
     try:
         check_env(env)
         obs, info = env.reset(seed=0)
         assert obs.startswith("What is the capital")
         assert {t["function"]["name"] for t in info["tools"]} == {
-            "submit", "kb_add", "kb_lookup", "kb_remember", "kb_crash", "kb_sleep", "kb_die"}
-        obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "kb_lookup", "arguments": {"key": 7}}</tool_call>')
-        assert obs.startswith("Error: invalid arguments for kb_lookup") and info["reward_components"]["format_error"] == 1.0
+            "submit",
+            "kb_add",
+            "kb_lookup",
+            "kb_remember",
+            "kb_crash",
+            "kb_sleep",
+            "kb_die",
+        }
+        obs, reward, terminated, truncated, info = env.step(
+            '<tool_call>{"name": "kb_lookup", "arguments": {"key": 7}}</tool_call>'
+        )
+        assert (
+            obs.startswith("Error: invalid arguments for kb_lookup")
+            and info["reward_components"]["format_error"] == 1.0
+        )
         assert reward == pytest.approx(-0.1) and not terminated
-        action = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-            "name": "kb_lookup", "arguments": '{"key": "capital_of_france"}'}}]}
+        action = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "kb_lookup", "arguments": '{"key": "capital_of_france"}'},
+                }
+            ],
+        }
         obs, reward, terminated, _, _ = env.step(action)
         assert obs == "Paris" and reward == 0.0 and not terminated
-        obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "submit", "arguments": {"answer": "paris"}}</tool_call>')
+        obs, reward, terminated, truncated, info = env.step(
+            '<tool_call>{"name": "submit", "arguments": {"answer": "paris"}}</tool_call>'
+        )
         assert terminated and not truncated and reward == 1.0 and info["reward_components"]["correct"] == 1.0
         assert env.episode().turn_rewards == pytest.approx([-0.1, 0.0, 1.0])
 
         env.reset(seed=1)
         obs, *_ = env.step('<tool_call>{"name": "kb_die", "arguments": {}}</tool_call>')
         assert obs.startswith("Error: kb_die failed")
-        obs, reward, terminated, truncated, _ = env.step('<tool_call>{"name": "kb_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+        obs, reward, terminated, truncated, _ = env.step(
+            '<tool_call>{"name": "kb_add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+        )
         assert obs.startswith("Error: kb_add") and not terminated and not truncated  # a dead server is an observation
     finally:
         env.close()
@@ -141,7 +181,8 @@ def test_mcp_env_needs_a_task():
 
 
 def _refused_at_startup(env: dict[str, str], match: str) -> None:
-    """MCPToolset refuses what the test server lists under ``env`` with ``match``, leaving no loop thread nor server process."""
+    """MCPToolset refuses what the test server lists under ``env`` with ``match``, leaving no loop thread nor server
+    process."""
     import os
     import subprocess
     import threading
@@ -150,7 +191,9 @@ def _refused_at_startup(env: dict[str, str], match: str) -> None:
         return {t for t in threading.enumerate() if t.name.startswith("llmgym-mcp-")}
 
     def servers() -> set[str]:  # pids of this process's test servers (another test's toolset may be running)
-        ps = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True).stdout
+        ps = subprocess.run(
+            ["ps", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True
+        ).stdout
         return {line.split()[0] for line in ps.splitlines() if "mcp_server_for_tests.py" in line}
 
     before_loops, before_servers = loops(), servers()
@@ -189,7 +232,9 @@ if __name__ == "__main__":
 
 def _servers(marker: str) -> set[str]:
     """Pids of this process's children whose command line contains ``marker``."""
-    ps = subprocess.run(["ps", "-ww", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True).stdout
+    ps = subprocess.run(
+        ["ps", "-ww", "--ppid", str(os.getpid()), "-o", "pid=,args="], capture_output=True, text=True
+    ).stdout
     return {line.split()[0] for line in ps.splitlines() if marker in line}
 
 
@@ -256,14 +301,22 @@ def test_a_dangling_or_remote_ref_is_refused_naming_the_tool(toolset):
 def test_local_refs_still_validate(toolset):
     from llmgym.mcp import MCPTool
 
-    schema = {"type": "object", "properties": {"p": {"$ref": "#/$defs/point"}}, "required": ["p"],
-              "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
-              "enum_like": {"enum": [{"$ref": "#/not/a/schema"}]}}
+    schema = {
+        "type": "object",
+        "properties": {"p": {"$ref": "#/$defs/point"}},
+        "required": ["p"],
+        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+        "enum_like": {"enum": [{"$ref": "#/not/a/schema"}]},
+    }
     tool_ = MCPTool(toolset, "pointy", "", schema)
     assert tool_.validate({"p": {"x": 1}}) is None
     assert "'x' is a required property" in tool_.validate({"p": {}})
-    nested_id = {"$id": "https://x.test/root", "type": "object", "properties": {"a": {"$ref": "sub/other"}},
-                 "$defs": {"other": {"$id": "https://x.test/sub/other", "type": "string"}}}
+    nested_id = {
+        "$id": "https://x.test/root",
+        "type": "object",
+        "properties": {"a": {"$ref": "sub/other"}},
+        "$defs": {"other": {"$id": "https://x.test/sub/other", "type": "string"}},
+    }
     assert MCPTool(toolset, "nested", "", nested_id).validate({"a": 1}) == "a: 1 is not of type 'string'"
 
 

@@ -23,13 +23,16 @@ def test_encoding_refuses_what_json_dumps_refuses():
         ToolCall("t", {"x": object()}).to_openai()
 
 
-@pytest.mark.parametrize("entry, fragment", [
-    ({"function": {"name": "t", "arguments": "{oops"}}, "arguments are not valid JSON"),
-    ({"function": {"name": "t", "arguments": "[1]"}}, "arguments must be a JSON object"),
-    ({"function": {"name": "t", "arguments": {"x": object()}}}, "arguments must be JSON"),
-    ({"function": {"arguments": "{}"}}, "function.name"),
-    ("t", "must be an object"),
-])
+@pytest.mark.parametrize(
+    "entry, fragment",
+    [
+        ({"function": {"name": "t", "arguments": "{oops"}}, "arguments are not valid JSON"),
+        ({"function": {"name": "t", "arguments": "[1]"}}, "arguments must be a JSON object"),
+        ({"function": {"name": "t", "arguments": {"x": object()}}}, "arguments must be JSON"),
+        ({"function": {"arguments": "{}"}}, "function.name"),
+        ("t", "must be an object"),
+    ],
+)
 def test_bad_entries_are_value_errors_that_say_what_is_wrong(entry, fragment):
     with pytest.raises(ValueError, match=fragment):
         ToolCall.from_openai(entry)
@@ -43,8 +46,13 @@ def test_an_integer_too_long_for_python_is_a_json_error_and_an_error_observation
     env = gym.make("llmgym/Wordle-v0")
     for action in (
         f'<tool_call>{{"name": "guess", "arguments": {{"word": {huge}}}}}</tool_call>',
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "guess", "arguments": f'{{"word": {huge}}}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "guess", "arguments": f'{{"word": {huge}}}'}}
+            ],
+        },
     ):
         env.reset(seed=0)
         observation, _, _, _, info = env.step(action)

@@ -130,7 +130,9 @@ def test_a_factory_that_raises_fails_that_game_only():
     _assert_sound(games[2])
     _assert_env_failure(games[1], "OSError: image not found")
     assert [(a, e.messages, e.env_id, e.seed) for a, e in games[1].items()] == [
-        ("player_0", [], "ttt", 1), ("player_1", [], "ttt", 1)]
+        ("player_0", [], "ttt", 1),
+        ("player_1", [], "ttt", 1),
+    ]
 
 
 def test_a_factory_that_always_raises_records_every_game():
@@ -172,8 +174,13 @@ def test_win_matrix_leaves_games_the_env_failed_out_of_counts_and_means():
     # the failed games' -0.1 (the illegal move came before the env failed) is not in the mean either
     assert matrix.mean_reward["illegal"]["minimax"] == pytest.approx(-0.1)
     failed = [g["player_0"] for g in games if "error" in g["player_0"].metadata]
-    assert [e.total_reward for g in games if "error" in g["player_0"].metadata
-            for e in g.values() if e.policy == "illegal-first"] == [-0.1, -0.1]
+    assert [
+        e.total_reward
+        for g in games
+        if "error" in g["player_0"].metadata
+        for e in g.values()
+        if e.policy == "illegal-first"
+    ] == [-0.1, -0.1]
     assert all(e.metadata["error_source"] == "env" for e in failed)
 
 
@@ -196,10 +203,13 @@ class Crashing:
         raise KeyError("board")
 
 
-@pytest.mark.parametrize("player, error", [
-    (Broken(), "player_1: ConnectionError: server went away"),
-    (Crashing(), "player_1: KeyError: 'board'"),
-])
+@pytest.mark.parametrize(
+    "player, error",
+    [
+        (Broken(), "player_1: ConnectionError: server went away"),
+        (Crashing(), "player_1: KeyError: 'board'"),
+    ],
+)
 def test_a_failing_player_is_marked_as_the_policys(player, error):
     game = play_match(tictactoe.env, {"player_0": tictactoe.MinimaxPlayer(0), "player_1": player}, seeds=[0])[0]
     for episode in game.values():
@@ -228,8 +238,22 @@ def test_llmgym_eval_counts_a_failed_game_and_keeps_the_others(tmp_path, capsys,
         return StepFailsOnSeed(bad_seed=1)
 
     monkeypatch.setattr(multiagent, "make_multiagent", make_multiagent)
-    status = main(["eval", "llmgym/ma-TicTacToe-v0", "--out", str(tmp_path / "run"), "--no-progress", "--json",
-                   "--policy", "scripted:minimax", "--opponent", "scripted:random", "-n", "3"])
+    status = main(
+        [
+            "eval",
+            "llmgym/ma-TicTacToe-v0",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--json",
+            "--policy",
+            "scripted:minimax",
+            "--opponent",
+            "scripted:random",
+            "-n",
+            "3",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 1 and "2 of 6 games failed (first error: SandboxDied: sandbox died)" in out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -16,8 +16,8 @@ from llmgym.parsing import parse_action, parse_text_tool_calls, without_thinking
 
 def test_several_calls_with_whitespace_and_fences():
     text = (
-        "Let me check.\n<tool_call>\n  {\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
-        "<tool_call>```json\n{\"name\": \"b\", \"arguments\": \"{\\\"y\\\": 2}\"}\n```</tool_call> done"
+        'Let me check.\n<tool_call>\n  {"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
+        '<tool_call>```json\n{"name": "b", "arguments": "{\\"y\\": 2}"}\n```</tool_call> done'
     )
     prose, calls, errors = parse_text_tool_calls(text)
     assert errors == []
@@ -45,7 +45,9 @@ def test_strict_about_what_it_accepts(text, fragment):
 
 
 def test_a_bad_block_does_not_hide_a_good_one():
-    _, calls, errors = parse_text_tool_calls('<tool_call>{x}</tool_call><tool_call>{"name": "ok", "arguments": {}}</tool_call>')
+    _, calls, errors = parse_text_tool_calls(
+        '<tool_call>{x}</tool_call><tool_call>{"name": "ok", "arguments": {}}</tool_call>'
+    )
     assert [c.name for c in calls] == ["ok"] and len(errors) == 1
 
 
@@ -55,16 +57,21 @@ def test_json_outside_tags_is_prose_not_a_call():
 
 
 def test_native_tool_calls():
-    parsed = parse_action({
-        "role": "assistant",
-        "content": "thinking",
-        "tool_calls": [
-            {"id": "x1", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}},
-            {"type": "function", "function": {"name": "bad", "arguments": "{oops"}},
-            {"type": "function", "function": {"name": "empty", "arguments": ""}},
-        ],
-    })
-    assert [(c.id, c.name, c.arguments) for c in parsed.tool_calls] == [("x1", "guess", {"word": "crane"}), ("call_2", "empty", {})]
+    parsed = parse_action(
+        {
+            "role": "assistant",
+            "content": "thinking",
+            "tool_calls": [
+                {"id": "x1", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}},
+                {"type": "function", "function": {"name": "bad", "arguments": "{oops"}},
+                {"type": "function", "function": {"name": "empty", "arguments": ""}},
+            ],
+        }
+    )
+    assert [(c.id, c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("x1", "guess", {"word": "crane"}),
+        ("call_2", "empty", {}),
+    ]
     assert len(parsed.errors) == 1 and "not valid JSON" in parsed.errors[0]
     assert parsed.message["tool_calls"][0]["function"]["name"] == "guess"
 
@@ -83,8 +90,14 @@ _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", '{"name": "t", "arguments": {}}', "x", "\n", "<tool_", "call>"]),
-                max_size=8))
+@given(
+    st.lists(
+        st.sampled_from(
+            ["<tool_call>", "</tool_call>", '{"name": "t", "arguments": {}}', "x", "\n", "<tool_", "call>"]
+        ),
+        max_size=8,
+    )
+)
 def test_blocks_are_found_as_the_non_greedy_pattern_finds_them(pieces):
     text = "".join(pieces)
     calls = parse_text_tool_calls(text, "c")[1]

@@ -33,11 +33,16 @@ def _write_plugin(root, name, module_source, target):
 
 
 def test_plugins_register_and_broken_ones_only_warn(tmp_path):
-    _write_plugin(tmp_path, "good_plugin", """
+    _write_plugin(
+        tmp_path,
+        "good_plugin",
+        """
         import llmgym
         def register():
             llmgym.register("goodplugin/Echo-v0", "llmgym.envs.wordle.env:WordleEnv", description="a plugin env")
-    """, "good_plugin:register")
+    """,
+        "good_plugin:register",
+    )
     _write_plugin(tmp_path, "broken_plugin", "raise ImportError('missing dependency xyz')\n", "broken_plugin:register")
     script = textwrap.dedent(f"""
         import sys, warnings
@@ -84,22 +89,34 @@ def _install(root, name, entry_points, modules):
 def _python(root, script):
     """Run ``script`` with ``root`` on the path and every warning shown; its stdout and stderr together."""
     prelude = f"import sys, warnings\nsys.path.insert(0, {str(root)!r})\nwarnings.simplefilter('always')\n"
-    done = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
 
 
 def test_a_package_that_imports_llmgym_at_its_top_is_registered_when_imported_first(tmp_path):
-    _install(tmp_path, "toppkg", {"toppkg": "toppkg:register_envs"}, {"toppkg/__init__.py": """
+    _install(
+        tmp_path,
+        "toppkg",
+        {"toppkg": "toppkg:register_envs"},
+        {
+            "toppkg/__init__.py": """
         from llmgym import register
         def register_envs():
             register("toppkg/Echo-v0", "llmgym.envs.wordle.env:WordleEnv")
-    """})
-    out = _python(tmp_path, """
+    """
+        },
+    )
+    out = _python(
+        tmp_path,
+        """
         import toppkg, llmgym, gymnasium as gym
         print("listed", "toppkg/Echo-v0" in llmgym.list_envs())
         print("made", gym.make("toppkg/Echo-v0").spec.id)
-    """)
+    """,
+    )
     assert "partially initialized" not in out and "failed to load" not in out
     assert "listed True" in out and "made toppkg/Echo-v0" in out
 
@@ -107,18 +124,26 @@ def test_a_package_that_imports_llmgym_at_its_top_is_registered_when_imported_fi
 def test_scaffolded_package_imported_before_llmgym_registers_once(tmp_path):
     root = scaffold("early-env", tmp_path)
     _install(root, "early_env", {"early-env": "early_env:register_envs"}, {})
-    out = _python(root, """
+    out = _python(
+        root,
+        """
         import early_env, gymnasium as gym
         print("made", gym.make("early_env:early-env/EarlyEnv-v0").spec.id)
         import llmgym
         print("listed", "early-env/EarlyEnv-v0" in llmgym.list_envs())
-    """)
+    """,
+    )
     assert "made early-env/EarlyEnv-v0" in out and "listed True" in out
     assert "Warn" not in out and "Overriding" not in out and "failed" not in out, out
 
 
 def test_a_failed_plugin_is_retried_and_warned_about_once(tmp_path):
-    _install(tmp_path, "flaky", {"flaky": "flaky:register_envs"}, {"flaky.py": """
+    _install(
+        tmp_path,
+        "flaky",
+        {"flaky": "flaky:register_envs"},
+        {
+            "flaky.py": """
         import builtins, llmgym
         builtins.flaky_runs = getattr(builtins, "flaky_runs", 0)
         if not getattr(builtins, "flaky_ready", False):
@@ -126,42 +151,67 @@ def test_a_failed_plugin_is_retried_and_warned_about_once(tmp_path):
         def register_envs():
             builtins.flaky_runs += 1
             llmgym.register("flaky/Echo-v0", "llmgym.envs.wordle.env:WordleEnv")
-    """})
-    out = _python(tmp_path, """
+    """
+        },
+    )
+    out = _python(
+        tmp_path,
+        """
         import builtins, llmgym
         print("first", llmgym.load_plugins())
         builtins.flaky_ready = True
         print("listed", "flaky/Echo-v0" in llmgym.list_envs(), llmgym.load_plugins(force=True), builtins.flaky_runs)
-    """)
+    """,
+    )
     assert out.count("dependency not ready") == 1
     assert "first ['flaky']" in out and "listed True [] 1" in out
 
 
 def test_a_module_plugin_runs_once(tmp_path):
-    _install(tmp_path, "modplug", {"modplug": "modplug_envs"}, {"modplug_envs.py": """
+    _install(
+        tmp_path,
+        "modplug",
+        {"modplug": "modplug_envs"},
+        {
+            "modplug_envs.py": """
         import gymnasium as gym
         print("module ran")
         gym.register("modplug/Echo-v0", entry_point="llmgym.envs.wordle.env:WordleEnv")
-    """})
-    out = _python(tmp_path, """
+    """
+        },
+    )
+    out = _python(
+        tmp_path,
+        """
         import llmgym
         print("listed", "modplug/Echo-v0" in llmgym.list_envs())
-    """)
+    """,
+    )
     assert out.count("module ran") == 1 and "Overriding" not in out and "listed True" in out
 
 
 def test_a_plugin_never_takes_over_a_builtin_id(tmp_path):
-    _install(tmp_path, "grabber", {"grabber": "grabber:register_envs"}, {"grabber.py": """
+    _install(
+        tmp_path,
+        "grabber",
+        {"grabber": "grabber:register_envs"},
+        {
+            "grabber.py": """
         import gymnasium as gym, llmgym
         def register_envs():
             llmgym.register("llmgym/Wordle-v0", "grabber:Fake", description="not wordle")
             gym.register("llmgym/MathTools-v0", entry_point="grabber:Fake")
-    """})
-    out = _python(tmp_path, """
+    """
+        },
+    )
+    out = _python(
+        tmp_path,
+        """
         import llmgym, gymnasium as gym
         print("kept", gym.spec("llmgym/Wordle-v0").entry_point, gym.spec("llmgym/MathTools-v0").entry_point)
         print("described", llmgym.registry.describe("llmgym/Wordle-v0"))
-    """)
+    """,
+    )
     assert "kept llmgym.envs.wordle.env:WordleEnv llmgym.envs.math_tools.env:MathToolsEnv" in out
     assert "not wordle" not in out
     for env_id in ("llmgym/Wordle-v0", "llmgym/MathTools-v0"):

@@ -76,17 +76,28 @@ class ByteChatPolicy(Policy):
             prompt = list(self.render(shown if self.retokenize else request.messages).encode())
         else:
             last = max(i for i, m in enumerate(request.messages) if m["role"] == "assistant")
-            prompt = request.prefix_token_ids + list(("\n" + self.render(request.messages[last + 1:])).encode())
+            prompt = request.prefix_token_ids + list(("\n" + self.render(request.messages[last + 1 :])).encode())
         text = self.solver.act(request.messages)
         ids = list(text.encode())
-        return Generation({"role": "assistant", "content": text}, prompt_token_ids=prompt, token_ids=ids,
-                          logprobs=[-0.25] * len(ids), thinking_tokens=1)
+        return Generation(
+            {"role": "assistant", "content": text},
+            prompt_token_ids=prompt,
+            token_ids=ids,
+            logprobs=[-0.25] * len(ids),
+            thinking_tokens=1,
+        )
 
 
 def test_groups_share_seeds_and_every_episode_is_recorded():
     episodes = rollout(WORDLE, load_scripted("wordle"), seeds=[5, 2, 9], group_size=2, max_concurrency=4)
     assert [(e.seed, e.group, e.metadata["group_index"]) for e in episodes] == [
-        (5, 0, 0), (5, 0, 1), (2, 1, 0), (2, 1, 1), (9, 2, 0), (9, 2, 1)]
+        (5, 0, 0),
+        (5, 0, 1),
+        (2, 1, 0),
+        (2, 1, 1),
+        (9, 2, 0),
+        (9, 2, 1),
+    ]
     for episode in episodes:
         assert episode.env_id == WORDLE and episode.policy == "scripted:wordle"
         assert episode.terminated and episode.component_totals()["solved"] == 1.0
@@ -126,12 +137,21 @@ def test_a_crash_keeps_finished_episodes_and_resume_completes_identically(tmp_pa
     def progress(done, total, episode):
         calls.append(done)
 
-    resumed = rollout(WORDLE, load_scripted("wordle"), seeds=8, group_size=2, max_concurrency=4,
-                      jsonl_path=path, resume=True, progress=progress)
+    resumed = rollout(
+        WORDLE,
+        load_scripted("wordle"),
+        seeds=8,
+        group_size=2,
+        max_concurrency=4,
+        jsonl_path=path,
+        resume=True,
+        progress=progress,
+    )
     assert len(calls) == 16 - len(finished) and calls[0] == len(finished) + 1
     assert [_comparable(e) for e in resumed] == [_comparable(e) for e in full]
     assert sorted(json.dumps(_comparable(e), sort_keys=True) for e in load_jsonl(path)) == sorted(
-        json.dumps(_comparable(e), sort_keys=True) for e in full)
+        json.dumps(_comparable(e), sort_keys=True) for e in full
+    )
 
 
 class FailsOnSeed(ScriptedPolicy):
@@ -363,7 +383,11 @@ def test_llamacpp_policy_is_token_exact():
     policy.close()
     assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) > 0
     assert len(episode.turn_spans) == episode.num_turns == 3
-    assert sum(episode.mask) == sum(end - start for start, end in episode.turn_spans) == episode.metadata["generated_tokens"]
+    assert (
+        sum(episode.mask)
+        == sum(end - start for start, end in episode.turn_spans)
+        == episode.metadata["generated_tokens"]
+    )
     assert all(lp <= 0.0 for lp in episode.logprobs)
 
 
@@ -459,19 +483,25 @@ def test_a_time_limit_from_a_factory_is_recorded_as_truncation():
 
 def test_a_reward_wrapper_gives_the_turn_rewards_and_the_base_env_the_rest():
     raw = rollout(WORDLE, load_scripted("wordle"), seeds=[4])[0]
-    shaped = rollout(lambda: gym.wrappers.TransformReward(gym.make(WORDLE), lambda r: 100 * r - 1),
-                     load_scripted("wordle"), seeds=[4])[0]
+    shaped = rollout(
+        lambda: gym.wrappers.TransformReward(gym.make(WORDLE), lambda r: 100 * r - 1),
+        load_scripted("wordle"),
+        seeds=[4],
+    )[0]
     assert shaped.turn_rewards == pytest.approx([100 * r - 1 for r in raw.turn_rewards])
     assert shaped.reward_components == raw.reward_components  # the base env's, unweighted and unshaped
     assert shaped.messages == raw.messages and shaped.tools == raw.tools
     assert (shaped.terminated, shaped.truncated) == (raw.terminated, raw.truncated) == (True, False)
 
 
-@pytest.mark.parametrize("env, env_kwargs, error", [
-    ("CartPole-v1", None, TypeError),  # actions are not text
-    (WORDLE, {"nonsense_kw": 1}, TypeError),  # the env refuses its kwargs
-    (lambda: (_ for _ in ()).throw(RuntimeError("no sandbox")), None, RuntimeError),  # a factory that never builds
-])
+@pytest.mark.parametrize(
+    "env, env_kwargs, error",
+    [
+        ("CartPole-v1", None, TypeError),  # actions are not text
+        (WORDLE, {"nonsense_kw": 1}, TypeError),  # the env refuses its kwargs
+        (lambda: (_ for _ in ()).throw(RuntimeError("no sandbox")), None, RuntimeError),  # a factory that never builds
+    ],
+)
 def test_a_run_that_cannot_start_keeps_the_earlier_file(tmp_path, env, env_kwargs, error):
     path = tmp_path / "run.jsonl"
     rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path)
@@ -537,11 +567,14 @@ def test_numpy_reward_components_are_recorded_as_floats(tmp_path, value):
     assert load_jsonl(path) == episodes
 
 
-@pytest.mark.parametrize("value, error", [
-    ("yes", "ValueError: the env's reward component 'solved' on turn 1 is 'yes', not a number"),
-    (None, "ValueError: the env's reward component 'solved' on turn 1 is None, not a number"),
-    (math.nan, "ValueError: the env returned a non-finite reward component 'solved'=nan on turn 1"),
-])
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        ("yes", "ValueError: the env's reward component 'solved' on turn 1 is 'yes', not a number"),
+        (None, "ValueError: the env's reward component 'solved' on turn 1 is None, not a number"),
+        (math.nan, "ValueError: the env returned a non-finite reward component 'solved'=nan on turn 1"),
+    ],
+)
 def test_a_reward_component_that_is_no_number_fails_the_episode_not_the_run(tmp_path, value, error):
     path = tmp_path / "run.jsonl"
     episodes = rollout(lambda: PlainEnv({"solved": value}), Guess(), seeds=[0, 1], jsonl_path=path)
@@ -549,16 +582,19 @@ def test_a_reward_component_that_is_no_number_fails_the_episode_not_the_run(tmp_
     assert load_jsonl(path) == episodes and summarize(episodes)["failed"] == 2
 
 
-@pytest.mark.parametrize("seeds, error, match", [
-    ([1.5], TypeError, r"seeds must be ints, got 1\.5 \(float\)"),
-    ([0, 2.0], TypeError, r"seeds must be ints, got 2\.0"),
-    (True, TypeError, "seeds must be a count"),
-    ([True], TypeError, "seeds must be ints, got True"),
-    ("012", TypeError, "seeds must be a count"),
-    (1.5, TypeError, "seeds must be a count"),
-    ([-1], ValueError, "seeds must be >= 0"),
-    (-1, ValueError, "seeds as a count must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "seeds, error, match",
+    [
+        ([1.5], TypeError, r"seeds must be ints, got 1\.5 \(float\)"),
+        ([0, 2.0], TypeError, r"seeds must be ints, got 2\.0"),
+        (True, TypeError, "seeds must be a count"),
+        ([True], TypeError, "seeds must be ints, got True"),
+        ("012", TypeError, "seeds must be a count"),
+        (1.5, TypeError, "seeds must be a count"),
+        ([-1], ValueError, "seeds must be >= 0"),
+        (-1, ValueError, "seeds as a count must be >= 0"),
+    ],
+)
 def test_bad_seeds_are_refused_up_front(tmp_path, seeds, error, match):
     path = tmp_path / "run.jsonl"
     with pytest.raises(error, match=match):

@@ -52,15 +52,22 @@ class ResetFailsOnSeed(WordleEnv):
 
 def _strict_loads(line: str):
     """``json.loads`` that refuses NaN and Infinity, as strict JSON readers (JavaScript, jq, Go) do."""
+
     def refuse(constant):
         raise ValueError(f"not strict JSON: {constant}")
+
     return json.loads(line, parse_constant=refuse)
 
 
 def test_an_env_step_error_fails_one_episode_and_the_run_goes_on(tmp_path):
     path = tmp_path / "run.jsonl"
-    episodes = rollout(lambda: StepFailsOnSeed(bad_seed=2), load_scripted("wordle"), seeds=[0, 1, 2, 3],
-                       max_concurrency=2, jsonl_path=path)
+    episodes = rollout(
+        lambda: StepFailsOnSeed(bad_seed=2),
+        load_scripted("wordle"),
+        seeds=[0, 1, 2, 3],
+        max_concurrency=2,
+        jsonl_path=path,
+    )
     assert [e.seed for e in episodes] == [0, 1, 2, 3]
     failed = episodes[2]
     assert failed.metadata["error"] == "SandboxDied: sandbox died"
@@ -80,8 +87,13 @@ def test_an_env_step_error_fails_one_episode_and_the_run_goes_on(tmp_path):
 def test_a_failed_env_reset_is_recorded_without_the_previous_episode(tmp_path):
     path = tmp_path / "run.jsonl"
     # one env instance: seed 5 fails right after seed 4 played on it, so the env still holds seed 4's chat
-    episodes = rollout(lambda: ResetFailsOnSeed(bad_seed=5), load_scripted("wordle"), seeds=[4, 5, 6],
-                       max_concurrency=1, jsonl_path=path)
+    episodes = rollout(
+        lambda: ResetFailsOnSeed(bad_seed=5),
+        load_scripted("wordle"),
+        seeds=[4, 5, 6],
+        max_concurrency=1,
+        jsonl_path=path,
+    )
     assert [e.seed for e in episodes] == [4, 5, 6]
     failed = episodes[1]
     assert failed.metadata["error"] == "SandboxDied: no sandbox for this seed"
@@ -105,7 +117,9 @@ def test_a_failed_first_reset_needs_nothing_from_the_env():
 
     episodes = rollout(Broken, load_scripted("wordle"), seeds=[7, 8])
     assert [(e.seed, e.env_id, e.metadata["error"]) for e in episodes] == [
-        (7, "Broken", "OSError: image not found"), (8, "Broken", "OSError: image not found")]
+        (7, "Broken", "OSError: image not found"),
+        (8, "Broken", "OSError: image not found"),
+    ]
 
 
 def test_an_llmenv_whose_episode_record_is_broken_after_a_failed_reset():
@@ -152,11 +166,14 @@ class PlainEnv(gym.Env):
         return action, (1.0 if self.turn == 1 else self.second_reward), False, self.turn >= 3, {}
 
 
-@pytest.mark.parametrize("second_reward, error", [
-    (KeyError("board"), "KeyError: 'board'"),
-    (math.nan, "ValueError: the env returned a non-finite reward nan on turn 2"),
-    ("high", "ValueError: could not convert string to float: 'high'"),
-])
+@pytest.mark.parametrize(
+    "second_reward, error",
+    [
+        (KeyError("board"), "KeyError: 'board'"),
+        (math.nan, "ValueError: the env returned a non-finite reward nan on turn 2"),
+        ("high", "ValueError: could not convert string to float: 'high'"),
+    ],
+)
 def test_a_plain_env_that_raises_or_returns_a_bad_reward(tmp_path, second_reward, error):
     path = tmp_path / "run.jsonl"
     episodes = rollout(lambda: PlainEnv(second_reward), ScriptedPolicy(Echo), seeds=[1, 2], jsonl_path=path)
@@ -201,8 +218,14 @@ def test_an_interrupt_or_token_mismatch_in_the_env_still_stops_the_run():
 
 
 def test_an_episode_with_minus_infinity_logprobs_is_written_as_strict_json(tmp_path):
-    episode = Episode("x", token_ids=[1, 2, 3], mask=[0, 1, 1], logprobs=[0.0, -math.inf, -0.5],
-                      timing={"wall_s": math.inf}, metadata={"score": math.nan, "nested": [{"v": -math.inf}]})
+    episode = Episode(
+        "x",
+        token_ids=[1, 2, 3],
+        mask=[0, 1, 1],
+        logprobs=[0.0, -math.inf, -0.5],
+        timing={"wall_s": math.inf},
+        metadata={"score": math.nan, "nested": [{"v": -math.inf}]},
+    )
     line = episode.to_json()
     data = _strict_loads(line)
     assert data["logprobs"] == [0.0, LOGPROB_FLOOR, -0.5]
@@ -229,8 +252,12 @@ class MinusInfinity(Policy):
 
     async def agenerate(self, request):
         prompt = (request.prefix_token_ids or [1, 2]) + [3]
-        return Generation({"role": "assistant", "content": "crane"}, prompt_token_ids=prompt,
-                          token_ids=[4, 5], logprobs=[-0.5, -math.inf])
+        return Generation(
+            {"role": "assistant", "content": "crane"},
+            prompt_token_ids=prompt,
+            token_ids=[4, 5],
+            logprobs=[-0.5, -math.inf],
+        )
 
 
 def test_a_rollout_with_minus_infinity_logprobs_loses_no_episode(tmp_path):

@@ -18,8 +18,14 @@ def test_resume_keeps_a_complete_last_line_that_lost_its_newline(tmp_path):
     rollout(WORDLE, load_scripted("wordle"), seeds=2, jsonl_path=path)
     path.write_text(path.read_text().rstrip("\n"))
     calls = []
-    rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True,
-            progress=lambda done, total, episode: calls.append(episode.seed))
+    rollout(
+        WORDLE,
+        load_scripted("wordle"),
+        seeds=3,
+        jsonl_path=path,
+        resume=True,
+        progress=lambda done, total, episode: calls.append(episode.seed),
+    )
     assert calls == [2]
     assert [e.seed for e in load_jsonl(path)] == [0, 1, 2]
 
@@ -37,8 +43,13 @@ def test_resuming_with_a_factory_of_another_env_is_refused(tmp_path):
     rollout(WORDLE, load_scripted("wordle"), seeds=[0, 1], jsonl_path=path)
     before = path.read_bytes()
     with pytest.raises(ValueError, match="holds episodes of 'llmgym/Wordle-v0', not 'llmgym/MathTools-v0'"):
-        rollout(lambda: gym.make("llmgym/MathTools-v0"), load_scripted("wordle"), seeds=[0, 1, 5], jsonl_path=path,
-                resume=True)
+        rollout(
+            lambda: gym.make("llmgym/MathTools-v0"),
+            load_scripted("wordle"),
+            seeds=[0, 1, 5],
+            jsonl_path=path,
+            resume=True,
+        )
     assert path.read_bytes() == before
 
 
@@ -61,6 +72,7 @@ def test_rollout_resume_refuses_other_env_kwargs(tmp_path):
         rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True, env_kwargs={"max_turns": 5})
     with pytest.raises(ValueError, match=r"env_kwargs \{'max_turns': 6\}, not \{\}"):
         rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True)  # no kwargs: the defaults
-    resumed = rollout(WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True,
-                      env_kwargs={"max_turns": 6})
+    resumed = rollout(
+        WORDLE, load_scripted("wordle"), seeds=3, jsonl_path=path, resume=True, env_kwargs={"max_turns": 6}
+    )
     assert [e.seed for e in resumed] == [0, 1, 2]

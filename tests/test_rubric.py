@@ -14,16 +14,29 @@ from llmgym.rubric import Reward, Rubric, format_error
 
 
 def test_turn_rewards_every_turn_end_rewards_on_the_last_and_weights_multiply():
-    rubric = Rubric([Reward(lambda ctx: 1.0, weight=0.5, name="turn"), Reward(lambda ctx: 2.0, weight=-1.0, when="end", name="end"),
-                     Reward(lambda ctx: 3.0, weight=0.0, name="metric")])
+    rubric = Rubric(
+        [
+            Reward(lambda ctx: 1.0, weight=0.5, name="turn"),
+            Reward(lambda ctx: 2.0, weight=-1.0, when="end", name="end"),
+            Reward(lambda ctx: 3.0, weight=0.0, name="metric"),
+        ]
+    )
     assert rubric.score(SimpleNamespace(done=False)) == (0.5, {"turn": 1.0, "metric": 3.0})
     assert rubric.score(SimpleNamespace(done=True)) == (-1.5, {"turn": 1.0, "end": 2.0, "metric": 3.0})
     assert rubric.weights() == {"turn": 0.5, "end": -1.0, "metric": 0.0}
 
 
-@pytest.mark.parametrize("value, expected", [
-    (True, 1.0), (3, 3.0), (np.float64(0.25), 0.25), (np.int64(2), 2.0), (np.float32(0.5), 0.5), (fractions.Fraction(1, 4), 0.25),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, 1.0),
+        (3, 3.0),
+        (np.float64(0.25), 0.25),
+        (np.int64(2), 2.0),
+        (np.float32(0.5), 0.5),
+        (fractions.Fraction(1, 4), 0.25),
+    ],
+)
 def test_components_are_plain_floats_whatever_number_a_reward_returns(value, expected):
     total, components = Rubric([Reward(lambda ctx: value, weight=2.0, name="r")]).score(SimpleNamespace(done=False))
     assert components == {"r": expected} and type(components["r"]) is float
@@ -45,10 +58,17 @@ def test_rewards_are_called_in_order_and_a_failure_stops_the_rest():
             if isinstance(value, Exception):
                 raise value
             return value
+
         return fn
 
-    rubric = Rubric([Reward(record("a", 1.0), name="a"), Reward(record("b", 2.0), when="end", name="b"),
-                     Reward(record("c", RuntimeError("judge down")), name="c"), Reward(record("d", 4.0), name="d")])
+    rubric = Rubric(
+        [
+            Reward(record("a", 1.0), name="a"),
+            Reward(record("b", 2.0), when="end", name="b"),
+            Reward(record("c", RuntimeError("judge down")), name="c"),
+            Reward(record("d", 4.0), name="d"),
+        ]
+    )
     with pytest.raises(RuntimeError, match="judge down"):
         rubric.score(SimpleNamespace(done=True))
     assert calls == ["a", "b", "c"]
@@ -91,7 +111,9 @@ class _Counter:
         return float(self.count)
 
 
-@pytest.mark.parametrize("duplicate", [lambda r: pickle.loads(pickle.dumps(r)), copy.deepcopy], ids=["pickle", "deepcopy"])
+@pytest.mark.parametrize(
+    "duplicate", [lambda r: pickle.loads(pickle.dumps(r)), copy.deepcopy], ids=["pickle", "deepcopy"]
+)
 def test_a_copied_rubric_scores_with_its_own_reward_functions(duplicate):
     counter = _Counter()
     rubric = Rubric([Reward(counter.reward, name="count")])
@@ -105,7 +127,12 @@ def test_a_reward_changed_after_the_rubric_is_built_is_not_seen_by_the_rubric_or
     rubric = Rubric([Reward(_half, weight=2.0)])
     rubric.rewards[0].weight = 10.0
     ctx = SimpleNamespace(done=False)
-    assert rubric.score(ctx) == copy.deepcopy(rubric).score(ctx) == pickle.loads(pickle.dumps(rubric)).score(ctx) == (1.0, {"_half": 0.5})
+    assert (
+        rubric.score(ctx)
+        == copy.deepcopy(rubric).score(ctx)
+        == pickle.loads(pickle.dumps(rubric)).score(ctx)
+        == (1.0, {"_half": 0.5})
+    )
 
 
 def test_a_subclass_that_scores_its_own_way_still_copies():

@@ -43,7 +43,9 @@ def test_runs_code_and_returns_output(sandbox):
 
 
 def test_files_land_in_a_fresh_private_work_dir(sandbox):
-    result = sandbox.run("import os; print(open('data/x.txt').read(), sorted(os.listdir('.')))", files={"data/x.txt": "hi"})
+    result = sandbox.run(
+        "import os; print(open('data/x.txt').read(), sorted(os.listdir('.')))", files={"data/x.txt": "hi"}
+    )
     assert result.stdout.strip() == "hi ['data']"
     leftover = sandbox.run("import os; print(sorted(os.listdir('.')))")
     assert leftover.stdout.strip() == "[]"  # nothing survives from the previous run
@@ -76,7 +78,8 @@ def test_sleeping_program_hits_the_wall_clock(sandbox):
     start = time.monotonic()
     result = sandbox.run("import time; time.sleep(3600)", limits=LIMITS.replace(wall_time_s=1))
     assert result.timed_out and "time limit exceeded" in result.error
-    assert time.monotonic() - start < 60  # stopped at the wall clock, not at the program's end (room for a busy machine)
+    # stopped at the wall clock, not at the program's end (room for a busy machine)
+    assert time.monotonic() - start < 60
 
 
 def test_memory_bomb_is_contained(sandbox):
@@ -133,7 +136,8 @@ def _processes_of(uid: int) -> list[Path]:
 
 def _uid_of(proc: Path) -> int | None:
     try:
-        return int(next(l for l in (proc / "status").read_text().splitlines() if l.startswith("Uid:")).split()[1])
+        lines = (proc / "status").read_text().splitlines()
+        return int(next(line for line in lines if line.startswith("Uid:")).split()[1])
     except (OSError, StopIteration):
         return None
 
@@ -251,7 +255,9 @@ def test_unprivileged_user_gets_user_and_pid_namespaces():
 
     command = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", _UNPRIVILEGED_PROBE]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1]
+        )
     except FileNotFoundError:
         pytest.skip("no unshare command")
     if done.returncode != 0 and "unshare" in done.stderr and "llmgym" not in done.stderr:
@@ -340,8 +346,14 @@ def test_infinite_limits_are_refused(name):
 
 
 def test_huge_finite_limits_run(sandbox):
-    huge = SandboxLimits(wall_time_s=1e300, cpu_time_s=1e300, memory_mb=10**15, file_size_mb=10**15,
-                         max_processes=10**20, max_open_files=10**9)
+    huge = SandboxLimits(
+        wall_time_s=1e300,
+        cpu_time_s=1e300,
+        memory_mb=10**15,
+        file_size_mb=10**15,
+        max_processes=10**20,
+        max_open_files=10**9,
+    )
     result = sandbox.run("print('ok')", limits=huge)
     assert result.ok and result.stdout == "ok\n", result.error
 

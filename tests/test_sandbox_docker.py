@@ -14,10 +14,9 @@ import time
 import types
 
 import pytest
+from forking import in_forked_child
 
 from llmgym.sandbox import DockerSandbox, SandboxLimits, docker_available, docker_backend
-
-from forking import in_forked_child
 
 ROOT = os.geteuid() == 0
 LIMITS = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=512, max_output_bytes=10_000)
@@ -55,8 +54,9 @@ class _FakeEngine:
         self._execs: dict[str, dict] = {}
         self.images = types.SimpleNamespace(get=lambda image: None)
         self.containers = types.SimpleNamespace(run=self._run_container)
-        self.api = types.SimpleNamespace(exec_create=self._exec_create, exec_start=self._exec_start,
-                                         exec_inspect=self._exec_inspect)
+        self.api = types.SimpleNamespace(
+            exec_create=self._exec_create, exec_start=self._exec_start, exec_inspect=self._exec_inspect
+        )
 
     def _run_container(self, image, command, **kwargs):
         time.sleep(self.start_delay)
@@ -115,8 +115,9 @@ def _socketpair():
 @pytest.fixture
 def fake_docker(monkeypatch):
     """A stand-in ``docker`` module: the backend only needs its error classes when a client is given."""
-    errors = types.SimpleNamespace(ImageNotFound=type("ImageNotFound", (Exception,), {}),
-                                   DockerException=type("DockerException", (Exception,), {}))
+    errors = types.SimpleNamespace(
+        ImageNotFound=type("ImageNotFound", (Exception,), {}), DockerException=type("DockerException", (Exception,), {})
+    )
     monkeypatch.setitem(sys.modules, "docker", types.SimpleNamespace(errors=errors))
 
 
@@ -181,7 +182,9 @@ def test_docker_output_is_read_up_to_the_cap_only(fake_docker):
 def test_docker_exit_status_and_stderr(fake_docker):
     engine = _FakeEngine(lambda job, send: send(2, b"Traceback...\nZeroDivisionError: division by zero\n") or 1)
     result = DockerSandbox(LIMITS, client=engine).run("1 / 0")
-    assert result.exit_code == 1 and result.stderr.endswith("division by zero\n") and "ZeroDivisionError" in result.error
+    assert (
+        result.exit_code == 1 and result.stderr.endswith("division by zero\n") and "ZeroDivisionError" in result.error
+    )
 
 
 def test_docker_engine_that_never_answers_is_a_timeout(fake_docker, monkeypatch):
@@ -221,14 +224,19 @@ def test_docker_sandbox_in_a_forked_child_starts_its_own_container(fake_docker):
 @pytest.mark.skipif(not ROOT or not os.path.exists("/usr/bin/unshare"), reason="needs root to mount a private /work")
 def test_docker_bootstrap_runs_the_program_as_main(tmp_path):
     """The bootstrap that runs in the container, run here in a private mount namespace with its own /work and /tmp."""
-    job = json.dumps({"code": "import sys\nprint(__name__, __file__, sys.argv, open('d/x.txt').read())",
-                      "files": {"d/x.txt": "hi"}}).encode()
+    job = json.dumps(
+        {"code": "import sys\nprint(__name__, __file__, sys.argv, open('d/x.txt').read())", "files": {"d/x.txt": "hi"}}
+    ).encode()
     python = os.path.realpath(sys.executable)  # a virtualenv's link may sit in the /tmp this covers; -I needs no venv
     if python.startswith(("/tmp/", "/work/")):
         pytest.skip(f"the interpreter ({python}) lies in a folder this test covers with a tmpfs")
     script = f'mount -t tmpfs none /work && mount -t tmpfs none /tmp && cd /work && exec {python} -I -c "$0"'
-    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                           docker_backend._BOOTSTRAP], input=b"%d\n" % len(job) + job, capture_output=True, timeout=60)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, docker_backend._BOOTSTRAP],
+        input=b"%d\n" % len(job) + job,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == "__main__ /tmp/main.py ['/tmp/main.py'] hi\n"
 
@@ -239,8 +247,9 @@ def test_docker_without_an_engine_says_so(monkeypatch):
     with DockerSandbox(LIMITS) as sandbox:
         result = sandbox.run("print(1)")
     assert not result.ok and result.exit_code is None
-    assert result.error.startswith("sandbox unavailable: no Docker engine answers at "
-                                   "unix:///nonexistent/llmgym-test/docker.sock (")
+    assert result.error.startswith(
+        "sandbox unavailable: no Docker engine answers at unix:///nonexistent/llmgym-test/docker.sock ("
+    )
     assert "make_sandbox('subprocess')" in result.error
 
 
@@ -262,8 +271,10 @@ def test_docker_never_pulls_a_missing_image():
     with DockerSandbox(LIMITS, image="python:3.11-slim", client=Client()) as sandbox:
         result = sandbox.run("print(1)")
     assert started == []
-    assert result.error == ("sandbox unavailable: the image 'python:3.11-slim' is not present locally and is never "
-                            "pulled at run time: run `docker pull python:3.11-slim` first")
+    assert result.error == (
+        "sandbox unavailable: the image 'python:3.11-slim' is not present locally and is never "
+        "pulled at run time: run `docker pull python:3.11-slim` first"
+    )
 
 
 @pytest.mark.skipif(not docker_available(), reason="no Docker engine answers")

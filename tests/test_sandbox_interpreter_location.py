@@ -49,14 +49,14 @@ VENV = _unused("/tmp/venv")
 
 ORDINARY = {
     "stdlib": "import doctest, inspect, socket, statistics, threading, unittest\n"
-              "print(statistics.mean([1, 2, 3]), 'def mean' in inspect.getsource(statistics.mean))",
+    "print(statistics.mean([1, 2, 3]), 'def mean' in inspect.getsource(statistics.mean))",
     "unittest": "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(1, 1)\n"
-                "unittest.main()",
+    "unittest.main()",
     "thread": "import threading\nthread = threading.Thread(target=print, args=('from a thread',))\n"
-              "thread.start()\nthread.join()",
+    "thread.start()\nthread.join()",
     "child_interpreter": "import subprocess, sys\n"
-                         "child = [sys.executable, '-c', 'import statistics; print(statistics.median([3, 1, 2]))']\n"
-                         "print(subprocess.run(child, capture_output=True, text=True).stdout.strip())",
+    "child = [sys.executable, '-c', 'import statistics; print(statistics.median([3, 1, 2]))']\n"
+    "print(subprocess.run(child, capture_output=True, text=True).stdout.strip())",
 }
 HOSTILE = {
     "read_key": f"print(open({KEY!r}).read())",
@@ -140,8 +140,10 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def runs() -> dict:
     if os.geteuid() != 0:
-        pytest.skip("needs root: the helper mounts the interpreter into a mode-700 home (in a mount namespace "
-                    "of its own), and only the uid drop makes that home unreadable to the program")
+        pytest.skip(
+            "needs root: the helper mounts the interpreter into a mode-700 home (in a mount namespace "
+            "of its own), and only the uid drop makes that home unreadable to the program"
+        )
     if not os.path.isdir(os.path.dirname(HOME)):
         pytest.skip(f"no {os.path.dirname(HOME)} to mount the private home on")
     argument = json.dumps([asdict(LIMITS), HOME, KEY, VENV, {**ORDINARY, **HOSTILE}])

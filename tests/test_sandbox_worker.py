@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from forking import in_forked_child
 
 from llmgym.sandbox import SandboxLimits, SubprocessSandbox, shared_sandbox, subprocess_backend
-
-from forking import in_forked_child
 
 ROOT = os.geteuid() == 0
 LIMITS = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=512, max_output_bytes=10_000)
@@ -31,7 +30,10 @@ def sandbox():
 
 
 def test_a_failing_unittest_fails(sandbox):
-    code = "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(1, 2)\nunittest.main()"
+    code = (
+        "import unittest\nclass T(unittest.TestCase):\n"
+        "    def test_a(self):\n        self.assertEqual(1, 2)\nunittest.main()"
+    )
     result = sandbox.run(code)
     assert result.exit_code == 1 and "Ran 1 test" in result.stderr and "FAILED (failures=1)" in result.stderr
 
@@ -136,10 +138,15 @@ _SCAN_PROC = (
 
 @pytest.mark.skipif(not ROOT, reason="the private /proc needs root or a user namespace; see the unprivileged probe")
 def test_other_processes_command_lines_are_hidden(sandbox):
-    secret = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--api-key", "sk-HIDDEN-CALLER-KEY"])
+    secret = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--api-key", "sk-HIDDEN-CALLER-KEY"]
+    )
     try:
         deadline = time.monotonic() + 30  # the new command line is in place a moment after Popen returns
-        while b"sk-HIDDEN-CALLER-KEY" not in Path(f"/proc/{secret.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        while (
+            b"sk-HIDDEN-CALLER-KEY" not in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         assert b"sk-HIDDEN-CALLER-KEY" in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
         result = sandbox.run(_SCAN_PROC)
@@ -168,10 +175,20 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not ROOT, reason="simulating an unprivileged user needs root to create the user namespace")
 def test_unprivileged_runs_see_only_their_own_pid_namespace():
-    command = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", _UNPRIVILEGED_PROBE,
-               _SCAN_PROC]
+    command = [
+        "unshare",
+        "--user",
+        "--map-user=1000",
+        "--map-group=1000",
+        sys.executable,
+        "-c",
+        _UNPRIVILEGED_PROBE,
+        _SCAN_PROC,
+    ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1]
+        )
     except FileNotFoundError:
         pytest.skip("no unshare command")
     if done.returncode != 0 and "unshare" in done.stderr and "llmgym" not in done.stderr:
@@ -187,7 +204,10 @@ def test_unprivileged_runs_see_only_their_own_pid_namespace():
 def test_a_run_that_leaves_many_files_is_a_timeout_not_a_crash(monkeypatch):
     # the cleanup of ~100k files takes longer than this grace; it must not be mistaken for a hung worker
     monkeypatch.setattr(subprocess_backend, "_GRACE_S", 0.5)
-    code = "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n    if i % 10000 == 0:\n        print(i, flush=True)"
+    code = (
+        "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n"
+        "    if i % 10000 == 0:\n        print(i, flush=True)"
+    )
     with SubprocessSandbox(LIMITS.replace(wall_time_s=2)) as box:
         box.start()
         result = box.run(code)

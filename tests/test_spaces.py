@@ -19,8 +19,11 @@ def test_text_refuses_flatdim_and_flatten_space_also_inside_a_dict():
     assert not space.is_np_flattenable
     with pytest.raises(ValueError, match="cannot be flattened"):
         gym.spaces.flatdim(space)  # Gymnasium's own message for a space that is not np-flattenable
-    for call in (lambda: gym.spaces.flatdim(Text(20)), lambda: gym.spaces.flatten_space(space),
-                 lambda: gym.spaces.flatten(space, {"text": "🙂"})):
+    for call in (
+        lambda: gym.spaces.flatdim(Text(20)),
+        lambda: gym.spaces.flatten_space(space),
+        lambda: gym.spaces.flatten(space, {"text": "🙂"}),
+    ):
         with pytest.raises(ValueError, match="docs/interop.md"):
             call()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal
 
 import jsonschema
 import pydantic
@@ -13,7 +13,9 @@ from llmgym.tools import ToolError, tool
 
 
 @tool
-def search(query: str, limit: int = 5, mode: Literal["bm25", "exact"] = "bm25", tags: list[str] | None = None) -> list[str]:
+def search(
+    query: str, limit: int = 5, mode: Literal["bm25", "exact"] = "bm25", tags: list[str] | None = None
+) -> list[str]:
     """Search the corpus.
 
     Longer explanation of the search.
@@ -183,7 +185,8 @@ def test_titles_are_stripped_from_schemas_only_never_from_data():
     from llmgym.tools import _strip_titles
 
     schema = {
-        "title": "args", "type": "object",
+        "title": "args",
+        "type": "object",
         "properties": {
             "title": {"title": "Title", "type": "string"},
             "doc": {"title": "Doc", "type": "object", "default": {"title": "Untitled"}},
@@ -196,14 +199,22 @@ def test_titles_are_stripped_from_schemas_only_never_from_data():
     assert "title" not in schema and set(schema["properties"]) == {"title", "doc", "tags", "pick"}
     assert schema["properties"]["doc"] == {"type": "object", "default": {"title": "Untitled"}}
     assert schema["properties"]["tags"]["items"] == {"$ref": "#/$defs/title"}
-    assert schema["properties"]["pick"]["anyOf"][0] == {"type": "integer"} and schema["properties"]["pick"]["enum"][0] == {"title": 1}
+    pick = schema["properties"]["pick"]
+    assert pick["anyOf"][0] == {"type": "integer"} and pick["enum"][0] == {"title": 1}
     assert schema["$defs"] == {"title": {"type": "string"}}
 
 
 @tool
-def _typed(count: int, ratio: float, flag: bool, maybe: int | None = None, counts: list[int] = [],  # noqa: B006
-           at_least_one: Annotated[int, pydantic.Field(ge=1)] = 1, level: Literal[1, 2] = 1,
-           flags: dict[str, bool] = {}) -> str:  # noqa: B006
+def _typed(
+    count: int,
+    ratio: float,
+    flag: bool,
+    maybe: int | None = None,
+    counts: list[int] = [],  # noqa: B006  the schema's "default": [] is under test
+    at_least_one: Annotated[int, pydantic.Field(ge=1)] = 1,
+    level: Literal[1, 2] = 1,
+    flags: dict[str, bool] = {},  # noqa: B006  the schema's "default": {} is under test
+) -> str:
     """Echo typed arguments.
 
     Args:
@@ -222,10 +233,20 @@ def _typed(count: int, ratio: float, flag: bool, maybe: int | None = None, count
 BASE = {"count": 1, "ratio": 0.5, "flag": True}
 
 
-@pytest.mark.parametrize("override", [
-    {"count": True}, {"ratio": False}, {"flag": 1}, {"flag": "yes"}, {"maybe": True}, {"counts": [1, True]},
-    {"at_least_one": True}, {"level": True}, {"flags": {"a": 0}},
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"count": True},
+        {"ratio": False},
+        {"flag": 1},
+        {"flag": "yes"},
+        {"maybe": True},
+        {"counts": [1, True]},
+        {"at_least_one": True},
+        {"level": True},
+        {"flags": {"a": 0}},
+    ],
+)
 def test_json_booleans_and_numbers_are_not_interchangeable(override):
     # the schema says integer/number/boolean: pydantic's lax mode alone would take true as 1 and 1 as true
     result = _typed.call({**BASE, **override})
@@ -233,17 +254,23 @@ def test_json_booleans_and_numbers_are_not_interchangeable(override):
 
 
 def test_numbers_and_numeric_strings_are_still_accepted_and_schema_unchanged():
-    assert _typed.call({"count": "3", "ratio": 2, "flag": False, "maybe": None, "counts": [1, "2"], "level": 2}).content == (
-        "(3, 2.0, False, None, [1, 2], 1, 2, {})"
-    )
+    assert _typed.call(
+        {"count": "3", "ratio": 2, "flag": False, "maybe": None, "counts": [1, "2"], "level": 2}
+    ).content == ("(3, 2.0, False, None, [1, 2], 1, 2, {})")
     properties = _typed.parameters["properties"]
-    assert properties["at_least_one"] == {"default": 1, "minimum": 1, "type": "integer", "description": "an integer >= 1."}
+    assert properties["at_least_one"] == {
+        "default": 1,
+        "minimum": 1,
+        "type": "integer",
+        "description": "an integer >= 1.",
+    }
     assert properties["counts"]["items"] == {"type": "integer"} and properties["flag"]["type"] == "boolean"
     assert _typed.call({**BASE, "at_least_one": 0}).ok is False
 
 
 def test_async_tools_are_refused_at_decoration():
     with pytest.raises(TypeError, match="async functions are not supported.*MCP"):
+
         @tool
         async def fetch(x: int) -> int:
             """Fetch."""
@@ -252,6 +279,7 @@ def test_async_tools_are_refused_at_decoration():
 
 def test_positional_only_tool_arguments_are_refused_at_decoration():
     with pytest.raises(TypeError, match="positional-only argument 'a'"):
+
         @tool
         def po(a: int, /) -> int:
             """Echo."""
@@ -259,7 +287,7 @@ def test_positional_only_tool_arguments_are_refused_at_decoration():
 
 
 @tool
-def _union(pick: Union[int, str], level: Optional[Literal[1, 2]] = None) -> str:
+def _union(pick: int | str, level: Literal[1, 2] | None = None) -> str:
     """Echo a union.
 
     Args:
@@ -294,7 +322,9 @@ class _Color(enum.Enum):
 
 
 @tool
-def _enums(level: _Level, count: _Count = _Count.ONE, counts: Optional[list[_Count]] = None, color: _Color = _Color.RED) -> str:
+def _enums(
+    level: _Level, count: _Count = _Count.ONE, counts: list[_Count] | None = None, color: _Color = _Color.RED
+) -> str:
     """Echo enums.
 
     Args:

@@ -5,7 +5,8 @@ Not a test module: the env test files import :func:`play_scripted` from here.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -9,12 +9,11 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
+from scripted_play import play_scripted
 
 import llmgym  # noqa: F401
 from llmgym.envs.code_tests import CodeTestsSolver, grade, handwritten, make_problem, write_solution
 from llmgym.sandbox import SubprocessSandbox
-
-from scripted_play import play_scripted
 
 
 def submit(code):
@@ -38,8 +37,11 @@ def test_visible_examples_tell_the_spec_apart_from_its_rivals():
     for seed in range(150):
         problem = make_problem(np.random.default_rng(seed), "generated")
         family = FAMILIES[problem.name]
-        param = next(p for p in _params(family) if all(_out(family.reference, args, p) == want
-                                                        for args, want in problem.visible + problem.hidden))
+        param = next(
+            p
+            for p in _params(family)
+            if all(_out(family.reference, args, p) == want for args, want in problem.visible + problem.hidden)
+        )
         rivals = [(family.reference, p) for p in family.rivals(param)] + [(m, param) for m in family.misreadings]
         for function, value in rivals:
             told_apart_by_hidden = any(_out(function, args, value) != want for args, want in problem.hidden)
@@ -94,8 +96,9 @@ def test_huge_integers_from_the_solution_are_graded_not_a_crash():
 def play(policy, seeds, source="generated"):
     """Mean return and mean hidden pass rate of ``policy(obs, state) -> action``."""
     env = gym.make("llmgym/CodeTests-v0", source=source)
-    return play_scripted(env, policy, seeds, outcome=lambda env: env.final_report.pass_rate if env.final_report else 0.0,
-                         first="spec")
+    return play_scripted(
+        env, policy, seeds, outcome=lambda env: env.final_report.pass_rate if env.final_report else 0.0, first="spec"
+    )
 
 
 def honest(obs, state):
@@ -112,7 +115,7 @@ def hardcode_examples(obs, state):
     table = {}
     for line in state["spec"].split("Examples:")[1].strip().splitlines():
         call, expected = line.strip().rsplit(" == ", 1)
-        table[call[len(name) + 1:-1]] = expected
+        table[call[len(name) + 1 : -1]] = expected
     body = "".join(f"    if key == {k!r}:\n        return {v}\n" for k, v in table.items())
     return submit(f"def {name}(*args):\n    key = ', '.join(repr(a) for a in args)\n{body}    return None\n")
 
@@ -214,7 +217,7 @@ def test_a_table_of_past_examples_scores_far_below_an_honest_solution(source):
     for seed in range(1000, 1060):
         problem = make_problem(np.random.default_rng(seed), "handwritten")
         known = table.get(problem.function, {})
-        memorised.append(_score(lambda *args: known.get(repr(list(args))), problem))
+        memorised.append(_score(lambda *args, known=known: known.get(repr(list(args))), problem))
         namespace: dict[str, object] = {}
         exec(write_solution(problem.spec), namespace)
         honest.append(_score(namespace[problem.function], problem))
@@ -223,7 +226,11 @@ def test_a_table_of_past_examples_scores_far_below_an_honest_solution(source):
 
 
 def test_handwritten_hidden_tests_are_drawn_fresh_per_episode():
-    inputs = {json.dumps(args) for seed in range(200) for args, _ in make_problem(np.random.default_rng(seed), "handwritten").hidden}
+    inputs = {
+        json.dumps(args)
+        for seed in range(200)
+        for args, _ in make_problem(np.random.default_rng(seed), "handwritten").hidden
+    }
     assert len(inputs) > 1500  # 200 episodes x 12 tests, nearly all distinct, not a fixed pool of ~60
 
 
@@ -265,7 +272,8 @@ def test_code_tests_a_value_nested_too_deep_to_read_fails_that_test_only():
 
     code = (
         "import sys\nsys.setrecursionlimit(100000)\n"
-        "def f(x):\n    if x == 0:\n        return 7\n    v = []\n    for _ in range(5000):\n        v = [v]\n    return v\n"
+        "def f(x):\n    if x == 0:\n        return 7\n"
+        "    v = []\n    for _ in range(5000):\n        v = [v]\n    return v\n"
     )
     with SubprocessSandbox() as box:
         report = grade(box, code, "f", [([1], [1]), ([0], 7)], per_test_s=5)
@@ -279,7 +287,9 @@ def test_code_tests_feedback_writes_values_in_python_as_the_prompt_does():
     assert "== False" in obs
     # seed 3's examples: '(([])[]) b[]' (True), 'b}{}][]' (False), '[[]}' (False)
     code = "def is_balanced(text):\n    return None if text.startswith('b') else not text.startswith('(')\n"
-    obs = env.step("<tool_call>" + json.dumps({"name": "run_examples", "arguments": {"code": code}}) + "</tool_call>")[0]
+    obs = env.step("<tool_call>" + json.dumps({"name": "run_examples", "arguments": {"code": code}}) + "</tool_call>")[
+        0
+    ]
     env.close()
     assert "expected False, got None" in obs and "expected False, got True" in obs
     assert "false" not in obs and "null" not in obs

@@ -92,8 +92,10 @@ def test_a_test_is_timed_with_loading_the_solution_included(box):
 
 def test_a_solution_that_ignores_the_alarm_still_times_out():
     """Regression: a solution that ignored the per-test alarm ran past the per-test time limit."""
-    code = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-            "def f(x):\n    time.sleep(0.8)\n    return x\n")
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "def f(x):\n    time.sleep(0.8)\n    return x\n"
+    )
     with SubprocessSandbox() as box:
         report = grade(box, code, "f", [([i], i) for i in range(4)], per_test_s=0.3)
     assert report.passed == 0
@@ -101,8 +103,10 @@ def test_a_solution_that_ignores_the_alarm_still_times_out():
 
 
 def test_a_solution_that_ignores_the_alarm_inside_the_call_still_times_out():
-    code = ("import signal, time\n"
-            "def f(x):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(0.8)\n    return x\n")
+    code = (
+        "import signal, time\n"
+        "def f(x):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(0.8)\n    return x\n"
+    )
     with SubprocessSandbox() as box:
         report = grade(box, code, "f", [([1], 1), ([2], 2)], per_test_s=0.3)
     assert report.passed == 0

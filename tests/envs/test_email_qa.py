@@ -9,11 +9,10 @@ from decimal import Decimal
 import gymnasium as gym
 import numpy as np
 import pytest
+from scripted_play import play_scripted
 
 import llmgym  # noqa: F401
 from llmgym.envs.email_qa import EmailQASolver, answer_is_right, generate_inbox, is_abstention, make_question
-
-from scripted_play import play_scripted
 
 
 def call(name, **arguments):
@@ -108,7 +107,9 @@ def test_search_filters_and_errors():
     obs, *_ = env.step(call("search_emails", keywords=["flight"], after="someday"))
     assert "YYYY-MM-DD" in obs
     obs, *_ = env.step(call("search_emails", keywords=['"); DROP TABLE emails; --']))
-    assert obs == "No emails match." and inbox.db.execute("SELECT count(*) FROM emails").fetchone()[0] == len(inbox.emails)
+    assert obs == "No emails match." and inbox.db.execute("SELECT count(*) FROM emails").fetchone()[0] == len(
+        inbox.emails
+    )
     obs, *_ = env.step(call("search_emails", keywords=[]))
     assert "at least one keyword" in obs
     obs, *_ = env.step(call("read_email", email_id=10_000))
@@ -133,34 +134,40 @@ def test_email_qa_short_hedge_listing_every_candidate_is_not_paid():
         if len(candidates) < 2:
             continue
         hedged += 1
-        env.step('<tool_call>{"name": "answer", "arguments": {"text": "%s", "sources": []}}</tool_call>' % " ".join(candidates))
+        env.step(call("answer", text=" ".join(candidates), sources=[]))
         assert env.outcome() == -1.0
         env.reset(seed=seed)  # the honest answer still pays
-        env.step('<tool_call>{"name": "answer", "arguments": {"text": "It is %s.", "sources": []}}</tool_call>' % question.answer)
+        env.step(call("answer", text=f"It is {question.answer}.", sources=[]))
         assert env.outcome() == 1.0
     assert hedged >= 5
     env.close()
 
 
-@pytest.mark.parametrize(("text", "gold"), [
-    ("$300", "$300.00"),
-    ("$1204.5", "$1204.50"),
-    ("The amount is $1,204.50.", "$1204.50"),
-    ("1204.50", "$1204.50"),
-    ("$ 300.0 due 2024-05-01", "$300.00"),
-])
+@pytest.mark.parametrize(
+    ("text", "gold"),
+    [
+        ("$300", "$300.00"),
+        ("$1204.5", "$1204.50"),
+        ("The amount is $1,204.50.", "$1204.50"),
+        ("1204.50", "$1204.50"),
+        ("$ 300.0 due 2024-05-01", "$300.00"),
+    ],
+)
 def test_email_qa_equal_amounts_are_right(text, gold):
     assert answer_is_right(text, gold)
 
 
-@pytest.mark.parametrize(("text", "gold"), [
-    ("$1204.05", "$1204.50"),
-    ("$1204", "$1204.50"),
-    ("$3000", "$300.00"),
-    ("$30.00", "$300.00"),
-    ("$300 or $400", "$300.00"),
-    ("QWE123", "$300.00"),
-])
+@pytest.mark.parametrize(
+    ("text", "gold"),
+    [
+        ("$1204.05", "$1204.50"),
+        ("$1204", "$1204.50"),
+        ("$3000", "$300.00"),
+        ("$30.00", "$300.00"),
+        ("$300 or $400", "$300.00"),
+        ("QWE123", "$300.00"),
+    ],
+)
 def test_email_qa_other_amounts_are_wrong(text, gold):
     assert not answer_is_right(text, gold)
 

@@ -1,4 +1,5 @@
-"""MathTools-v0: the calculator, answer checking, step credit, the python tool, and cheating policies that must not pay."""
+"""MathTools-v0: the calculator, answer checking, step credit, the python tool, and cheating policies that must not
+pay."""
 
 from __future__ import annotations
 
@@ -11,31 +12,53 @@ import numpy as np
 import pytest
 import sympy
 from gymnasium.utils.env_checker import check_env
+from scripted_play import play_scripted
 
 import llmgym  # noqa: F401
 from llmgym.envs.math_tools import CalculatorError, MathToolsSolver, evaluate, generate_problem, parse_answer
 from llmgym.envs.math_tools.calculator import format_number, numbers_in
 from llmgym.envs.math_tools.solver import plan
 
-from scripted_play import play_scripted
-
 
 def call(name, **arguments):
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
-@pytest.mark.parametrize("expression, expected", [
-    ("1 + 2 * 3", 7), ("0.1 + 0.2", sympy.Rational(3, 10)), ("2^10", 1024), ("7 // 2", 3), ("7 % 4", 3),
-    ("sqrt(16) + abs(-2)", 6), ("(120 - 18) / 4", sympy.Rational(51, 2)), ("factorial(5)", 120),
-])
+@pytest.mark.parametrize(
+    "expression, expected",
+    [
+        ("1 + 2 * 3", 7),
+        ("0.1 + 0.2", sympy.Rational(3, 10)),
+        ("2^10", 1024),
+        ("7 // 2", 3),
+        ("7 % 4", 3),
+        ("sqrt(16) + abs(-2)", 6),
+        ("(120 - 18) / 4", sympy.Rational(51, 2)),
+        ("factorial(5)", 120),
+    ],
+)
 def test_calculator_is_exact(expression, expected):
     assert evaluate(expression) == expected
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os').system('echo hi')", "open('/etc/passwd')", "x + 1", "9**9**9", "factorial(100000)",
-    "1/0", "[1, 2]", "lambda: 1", "(1).__class__", "", "1 +", "a" * 600, "10**5000 * 10**5000",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('echo hi')",
+        "open('/etc/passwd')",
+        "x + 1",
+        "9**9**9",
+        "factorial(100000)",
+        "1/0",
+        "[1, 2]",
+        "lambda: 1",
+        "(1).__class__",
+        "",
+        "1 +",
+        "a" * 600,
+        "10**5000 * 10**5000",
+    ],
+)
 def test_calculator_refuses_unsafe_or_huge(expression):
     with pytest.raises(CalculatorError):
         evaluate(expression)
@@ -75,7 +98,8 @@ def guess_from_question(obs, state):
 
 
 def farm_step_credit(obs, state):
-    """Reward hack: calculator on every pair of the question's numbers (8 calls a turn) to fish for step credit, then answer."""
+    """Reward hack: calculator on every pair of the question's numbers (8 calls a turn) to fish for step credit, then
+    answer."""
     if "queue" not in state:
         numbers = [str(n) for n in numbers_in(state["question"])]
         state["queue"] = [f"{a} {op} {b}" for a, b in itertools.permutations(numbers, 2) for op in "+-*/"]
@@ -122,7 +146,9 @@ def test_step_credit_is_paid_once_and_only_for_solution_quantities():
 def test_malformed_calls_are_penalised_and_answered():
     env = gym.make("llmgym/MathTools-v0")
     env.reset(seed=0)
-    obs, reward, terminated, _, info = env.step('<tool_call>{"name": "calculator", "arguments": {"expr": 1}}</tool_call>')
+    obs, reward, terminated, _, info = env.step(
+        '<tool_call>{"name": "calculator", "arguments": {"expr": 1}}</tool_call>'
+    )
     assert "invalid arguments" in obs and info["reward_components"]["format_error"] == 1.0 and reward < 0
     obs, reward, terminated, _, _ = env.step(call("calculator", expression="import os"))
     assert obs.startswith("Error:") and not terminated
@@ -174,16 +200,19 @@ def test_calculator_errors_always_say_why():
         evaluate("ceil(pi**1000)")
 
 
-@pytest.mark.parametrize("expression", [
-    "exp(exp(exp(10)))",  # the decimal of the result never finished
-    "sin(exp(9**99))",  # needs 10**94 digits of precision: hung
-    "floor(exp(9**99))",  # hung
-    "round(1.5, 10**8)",  # built 10**100000000 before rounding
-    "1/exp(-9**99)",
-    "exp(exp(1000))//3",  # OverflowError, not CalculatorError
-    "ceil(pi**1000)",  # PrecisionExhausted, not CalculatorError
-    "0**sqrt(-1)",  # TypeError: comparing a complex exponent with 0
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "exp(exp(exp(10)))",  # the decimal of the result never finished
+        "sin(exp(9**99))",  # needs 10**94 digits of precision: hung
+        "floor(exp(9**99))",  # hung
+        "round(1.5, 10**8)",  # built 10**100000000 before rounding
+        "1/exp(-9**99)",
+        "exp(exp(1000))//3",  # OverflowError, not CalculatorError
+        "ceil(pi**1000)",  # PrecisionExhausted, not CalculatorError
+        "0**sqrt(-1)",  # TypeError: comparing a complex exponent with 0
+    ],
+)
 def test_calculator_refuses_huge_symbolic_values_quickly(expression):
     with pytest.raises(CalculatorError):
         format_number(evaluate(expression))
@@ -241,12 +270,15 @@ def test_step_credit_for_a_quantity_written_another_way():
     assert info["reward_components"]["step_credit"] == 1.0
 
 
-@pytest.mark.parametrize("text", [
-    "<think>Maybe the final answer: 574? no</think>\nFinal answer: 573",
-    "<think>Is it \\boxed{574}?</think> First guess \\boxed{572}, checked again: \\boxed{573}",
-    "Final answer: 572. <think>wait</think> Sorry, recomputed. Final answer: 573",
-    "<THINK>\\boxed{1}</THINK>\\boxed{574} no, final answer: 573",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<think>Maybe the final answer: 574? no</think>\nFinal answer: 573",
+        "<think>Is it \\boxed{574}?</think> First guess \\boxed{572}, checked again: \\boxed{573}",
+        "Final answer: 572. <think>wait</think> Sorry, recomputed. Final answer: 573",
+        "<THINK>\\boxed{1}</THINK>\\boxed{574} no, final answer: 573",
+    ],
+)
 def test_the_last_final_answer_outside_thinking_counts(text):
     env = gym.make("llmgym/MathTools-v0")
     env.reset(seed=0)

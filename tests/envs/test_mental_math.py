@@ -29,15 +29,23 @@ def test_seed_fixes_the_question_and_operands_stay_in_range():
     assert len(set(questions)) > 100 and {q.split()[3] for q in questions} == {"+", "-", "*"}
 
 
-@pytest.mark.parametrize("text, expected", [("12", 12), ("7 + 5 = 12.", 12), ("It is -3", -3), ("no digits", None), ("", None)])
+@pytest.mark.parametrize(
+    "text, expected", [("12", 12), ("7 + 5 = 12.", 12), ("It is -3", -3), ("no digits", None), ("", None)]
+)
 def test_last_integer(text, expected):
     assert last_integer(text) == expected
 
 
 @pytest.mark.parametrize(
     "reply, reward, correct, concise",
-    [("12", 1.2, 1.0, 1.0), (" 12. ", 1.2, 1.0, 1.0), ("7 + 5 = 12", 1.0, 1.0, 0.0), ("13", 0.2, 0.0, 1.0),
-     ("12 is 7 + 5", 0.0, 0.0, 0.0), ("twelve", 0.0, 0.0, 0.0)],
+    [
+        ("12", 1.2, 1.0, 1.0),
+        (" 12. ", 1.2, 1.0, 1.0),
+        ("7 + 5 = 12", 1.0, 1.0, 0.0),
+        ("13", 0.2, 0.0, 1.0),
+        ("12 is 7 + 5", 0.0, 0.0, 0.0),
+        ("twelve", 0.0, 0.0, 0.0),
+    ],
 )
 def test_rewards(reply, reward, correct, concise):
     env = MentalMathEnv()
@@ -55,8 +63,17 @@ def test_other_operations():
     assert env.step("3 * 8 = 24")[1] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("kwargs", [{"max_operand": 0}, {"max_operand": "9"}, {"max_operand": True}, {"operations": ""},
-                                    {"operations": "+/"}, {"operations": 3}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_operand": 0},
+        {"max_operand": "9"},
+        {"max_operand": True},
+        {"operations": ""},
+        {"operations": "+/"},
+        {"operations": 3},
+    ],
+)
 def test_bad_config_is_a_clear_error(kwargs):
     with pytest.raises(ValueError, match="max_operand|operations"):
         MentalMathEnv(**kwargs)
@@ -70,8 +87,13 @@ def test_bad_options_are_a_clear_error(options):
 
 def test_garbage_and_tool_calls_end_the_episode_without_reward():
     env = MentalMathEnv()
-    for action in ["", "🙂" * 100, "x" * 100_000, '<tool_call>{"name": "answer", "arguments": {"value": "12"}}</tool_call>',
-                   {"role": "assistant", "content": None, "tool_calls": [{"bad": 1}]}]:
+    for action in [
+        "",
+        "🙂" * 100,
+        "x" * 100_000,
+        '<tool_call>{"name": "answer", "arguments": {"value": "12"}}</tool_call>',
+        {"role": "assistant", "content": None, "tool_calls": [{"bad": 1}]},
+    ]:
         env.reset(options={"a": 7, "b": 5, "op": "+"})
         obs, reward, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str) and reward == 0.0 and (terminated or truncated)

@@ -13,9 +13,19 @@ from pettingzoo.test import api_test, parallel_api_test
 from pettingzoo.test.seed_test import parallel_seed_test, seed_test
 
 import llmgym  # noqa: F401  registers the envs
-from llmgym.envs.multiagent import MULTIAGENT_ENVS, MULTIAGENT_KINDS, make_multiagent
-from llmgym.envs.multiagent import connect_four, negotiation, prisoners_dilemma, tictactoe
-from llmgym.envs.multiagent import connect_four_v0, negotiation_v0, prisoners_dilemma_v0, tictactoe_v0
+from llmgym.envs.multiagent import (
+    MULTIAGENT_ENVS,
+    MULTIAGENT_KINDS,
+    connect_four,
+    connect_four_v0,
+    make_multiagent,
+    negotiation,
+    negotiation_v0,
+    prisoners_dilemma,
+    prisoners_dilemma_v0,
+    tictactoe,
+    tictactoe_v0,
+)
 from llmgym.envs.multiagent.base import play_human
 from llmgym.envs.multiagent.rollout import play_match, win_matrix
 from llmgym.policy import Generation, Policy, PolicyRequest
@@ -23,13 +33,27 @@ from llmgym.policy import Generation, Policy, PolicyRequest
 AEC_FACTORIES = [tictactoe_v0.env, connect_four_v0.env, negotiation_v0.env]
 SINGLE_IDS = ["llmgym/TicTacToe-v0", "llmgym/ConnectFour-v0", "llmgym/Negotiation-v0", "llmgym/PrisonersDilemma-v0"]
 GARBAGE = [
-    "", " ", "\n\n", "🙂" * 50, "x" * 20_000, "<tool_call>", "</tool_call>", "<tool_call>{not json}</tool_call>",
-    '<tool_call>{"name": "move"}</tool_call>', '<tool_call>{"name": "move", "arguments": []}</tool_call>',
-    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', '<tool_call>["a", 1]</tool_call>',
+    "",
+    " ",
+    "\n\n",
+    "🙂" * 50,
+    "x" * 20_000,
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_call>{not json}</tool_call>",
+    '<tool_call>{"name": "move"}</tool_call>',
+    '<tool_call>{"name": "move", "arguments": []}</tool_call>',
+    '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+    '<tool_call>["a", 1]</tool_call>',
     '<tool_call>{"name": "move", "arguments": {"cell": 7, "column": "x"}}</tool_call>',
-    '<tool_call>{"name": "propose", "arguments": {"books": -1, "hats": 99999999999999999999, "balls": "a"}}</tool_call>',
-    '<tool_call>{"name": "play", "arguments": {"move": "X"}}</tool_call>', "column 99999999999999999999999",
-    "I win! Game over, player_0 is the winner.", "\x00\x01\x02", "a1 b2 c3", "1 2 3 4 5 6 7",
+    '<tool_call>{"name": "propose", "arguments": '
+    '{"books": -1, "hats": 99999999999999999999, "balls": "a"}}</tool_call>',
+    '<tool_call>{"name": "play", "arguments": {"move": "X"}}</tool_call>',
+    "column 99999999999999999999999",
+    "I win! Game over, player_0 is the winner.",
+    "\x00\x01\x02",
+    "a1 b2 c3",
+    "1 2 3 4 5 6 7",
     {"role": "assistant", "content": None, "tool_calls": "nope"},
     {"role": "assistant", "content": 5},
     {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "move", "arguments": "{bad"}}]},
@@ -120,18 +144,34 @@ def test_multiagent_registry_builds_every_id():
 
 def test_tictactoe_minimax_never_loses():
     for seed in range(6):
-        assert _play(tictactoe.env(), {"player_0": tictactoe.MinimaxPlayer(seed), "player_1": tictactoe.MinimaxPlayer(seed + 1)}, seed) == {
-            "player_0": 0.0, "player_1": 0.0}
-        vs_random = _play(tictactoe.env(), {"player_0": RandomCell(seed), "player_1": tictactoe.MinimaxPlayer(seed)}, seed)
+        assert _play(
+            tictactoe.env(),
+            {"player_0": tictactoe.MinimaxPlayer(seed), "player_1": tictactoe.MinimaxPlayer(seed + 1)},
+            seed,
+        ) == {"player_0": 0.0, "player_1": 0.0}
+        vs_random = _play(
+            tictactoe.env(), {"player_0": RandomCell(seed), "player_1": tictactoe.MinimaxPlayer(seed)}, seed
+        )
         assert vs_random["player_1"] >= 0.0
 
 
-@pytest.mark.parametrize("action", [
-    "b2", "B2", "I take the centre.\nB2.", "move: b2",
-    '<tool_call>{"name": "move", "arguments": {"cell": "b2"}}</tool_call>',
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "move", "arguments": '{"cell": "b2"}'}}]},
-])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "b2",
+        "B2",
+        "I take the centre.\nB2.",
+        "move: b2",
+        '<tool_call>{"name": "move", "arguments": {"cell": "b2"}}</tool_call>',
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "move", "arguments": '{"cell": "b2"}'}}
+            ],
+        },
+    ],
+)
 def test_tictactoe_reads_plain_text_and_tool_calls(action):
     game = tictactoe.env()
     game.reset(seed=0)
@@ -171,7 +211,9 @@ def test_connect_four_rules_and_negamax():
     assert game.columns[3] == "X" and game.agent_selection == "player_1"
     assert connect_four.best_column(["XXX", "OO", "", "", "", "", ""], "O", depth=3) == 0  # blocks
     for seed in range(3):
-        result = _play(connect_four.env(), {"player_0": RandomColumn(seed), "player_1": connect_four.NegamaxPlayer(4)}, seed)
+        result = _play(
+            connect_four.env(), {"player_0": RandomColumn(seed), "player_1": connect_four.NegamaxPlayer(4)}, seed
+        )
         assert result["player_1"] == 1.0
 
 
@@ -190,14 +232,22 @@ def test_negotiation_deals_values_and_accept_rules():
     rest = tuple(c - t for c, t in zip(game.counts, (1, 0, 0)))
     assert game.deal == {"player_0": (1, 0, 0), "player_1": rest}
     assert game.rewards["player_1"] == pytest.approx(game.value("player_1", rest) / 10)
-    deals = [_play(negotiation.env(), {"player_0": negotiation.HagglerPlayer(), "player_1": negotiation.HagglerPlayer()}, s) for s in range(5)]
+    deals = [
+        _play(negotiation.env(), {"player_0": negotiation.HagglerPlayer(), "player_1": negotiation.HagglerPlayer()}, s)
+        for s in range(5)
+    ]
     assert all(r["player_0"] > 0 and r["player_1"] > 0 for r in deals)
 
 
 def test_prisoners_dilemma_payoffs_messages_and_hold():
     game = prisoners_dilemma.parallel_env(num_rounds=3)
     game.reset(seed=0)
-    obs, rewards, *_ = game.step({"player_0": "Let's both cooperate.\nC", "player_1": '<tool_call>{"name": "play", "arguments": {"move": "D", "message": "sorry"}}</tool_call>'})
+    obs, rewards, *_ = game.step(
+        {
+            "player_0": "Let's both cooperate.\nC",
+            "player_1": '<tool_call>{"name": "play", "arguments": {"move": "D", "message": "sorry"}}</tool_call>',
+        }
+    )
     assert rewards == {"player_0": 0.0, "player_1": 5.0}
     assert "player_1 says: sorry" in obs["player_0"]["text"] and "Let's both cooperate." in obs["player_1"]["text"]
     obs, rewards, _, _, infos = game.step({"player_0": "C", "player_1": "maybe"})  # player_1 illegal: player_0 waits
@@ -269,28 +319,44 @@ def _single_agent_return(env_id, actor, seed=0):
 
 
 def test_cheating_scores_below_honest_play_tictactoe():
-    honest = [_single_agent_return("llmgym/TicTacToe-v0", lambda g: tictactoe.MinimaxPlayer(1).act(g, "player_0"), s) for s in range(3)]
+    honest = [
+        _single_agent_return("llmgym/TicTacToe-v0", lambda g: tictactoe.MinimaxPlayer(1).act(g, "player_0"), s)
+        for s in range(3)
+    ]
     assert honest == [0.0, 0.0, 0.0]  # perfect play against perfect play: a draw
     cheats = {
         "claims a win": lambda g: "I win! Three in a row, the game is over.",
         "illegal spam": lambda g: "b2",
         "two moves at once": lambda g: "a1 b1 c1",
-        "plays for the opponent": lambda g: '<tool_call>{"name": "move", "arguments": {"cell": "a1", "player": "player_1"}}</tool_call>',
-        "out-of-turn double call": lambda g: '<tool_call>{"name": "move", "arguments": {"cell": "a1"}}</tool_call><tool_call>{"name": "move", "arguments": {"cell": "b1"}}</tool_call>',
+        "plays for the opponent": lambda g: (
+            '<tool_call>{"name": "move", "arguments": {"cell": "a1", "player": "player_1"}}</tool_call>'
+        ),
+        "out-of-turn double call": lambda g: (
+            '<tool_call>{"name": "move", "arguments": {"cell": "a1"}}</tool_call>'
+            '<tool_call>{"name": "move", "arguments": {"cell": "b1"}}</tool_call>'
+        ),
     }
     for name, cheat in cheats.items():
         assert _single_agent_return("llmgym/TicTacToe-v0", cheat) <= -1.0, name
 
 
 def test_cheating_scores_below_honest_play_in_aec_games():
-    honest = _play(connect_four.env(), {"player_0": connect_four.NegamaxPlayer(2), "player_1": connect_four.NegamaxPlayer(2)})
+    honest = _play(
+        connect_four.env(), {"player_0": connect_four.NegamaxPlayer(2), "player_1": connect_four.NegamaxPlayer(2)}
+    )
     spam = _play(connect_four.env(), {"player_0": Say("column 9"), "player_1": connect_four.NegamaxPlayer(2)})
     assert spam["player_0"] < min(honest.values()) - 0.2
     haggler = negotiation.HagglerPlayer()
     for seed in range(3):
         fair = _play(negotiation.env(), {"player_0": haggler, "player_1": haggler}, seed)["player_0"]
-        claim = _play(negotiation.env(), {"player_0": Say("Deal! We agreed I get all 4 books, 9 hats and 9 balls."), "player_1": haggler}, seed)["player_0"]
-        greedy = _play(negotiation.env(), {"player_0": Say("I propose: 9 books, 9 hats, 9 balls"), "player_1": haggler}, seed)["player_0"]
+        claim = _play(
+            negotiation.env(),
+            {"player_0": Say("Deal! We agreed I get all 4 books, 9 hats and 9 balls."), "player_1": haggler},
+            seed,
+        )["player_0"]
+        greedy = _play(
+            negotiation.env(), {"player_0": Say("I propose: 9 books, 9 hats, 9 balls"), "player_1": haggler}, seed
+        )["player_0"]
         assert claim < 0 < fair and greedy < fair
 
 
@@ -330,11 +396,15 @@ class ByteBoardPolicy(Policy):
         board = "".join(row[3:].replace(" ", "") for row in rows)
         cell = tictactoe.cell_name(board.index("."))
         prefix = request.prefix_token_ids or []
-        new = [m for m in request.messages[_after_last_assistant(request.messages):]]
+        new = [m for m in request.messages[_after_last_assistant(request.messages) :]]
         prompt = prefix + list(json.dumps(new).encode())
         generated = list(cell.encode())
-        return Generation({"role": "assistant", "content": cell}, prompt_token_ids=prompt, token_ids=generated,
-                          logprobs=[-0.5] * len(generated))
+        return Generation(
+            {"role": "assistant", "content": cell},
+            prompt_token_ids=prompt,
+            token_ids=generated,
+            logprobs=[-0.5] * len(generated),
+        )
 
 
 def _after_last_assistant(messages):
@@ -344,14 +414,21 @@ def _after_last_assistant(messages):
 
 def test_play_match_policy_vs_scripted_records_per_agent_episodes():
     policy = ByteBoardPolicy()
-    games = play_match(tictactoe.env, {"player_0": policy, "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0, 1, 2],
-                       env_id="llmgym/ma-TicTacToe-v0")
+    games = play_match(
+        tictactoe.env,
+        {"player_0": policy, "player_1": tictactoe.MinimaxPlayer(0)},
+        seeds=[0, 1, 2],
+        env_id="llmgym/ma-TicTacToe-v0",
+    )
     assert len(games) == 3
     for game in games:
         mine, theirs = game["player_0"], game["player_1"]
         assert mine.metadata["outcome"] == "loss" and theirs.metadata["outcome"] == "win"
         assert mine.total_reward == -1.0 and theirs.total_reward == 1.0
-        assert mine.policy == "first-empty" and mine.metadata["players"] == {"player_0": "first-empty", "player_1": "minimax"}
+        assert mine.policy == "first-empty" and mine.metadata["players"] == {
+            "player_0": "first-empty",
+            "player_1": "minimax",
+        }
         actions = [m["content"] for m in mine.messages if m["role"] == "assistant"]
         assert len(actions) == mine.num_turns == len(mine.turn_spans)
         generated = [bytes(mine.token_ids[a:b]).decode() for a, b in mine.turn_spans]
@@ -364,12 +441,18 @@ def test_self_play_and_win_matrix():
     policy = ByteBoardPolicy()
     games = play_match(tictactoe.env, {"player_0": policy, "player_1": policy}, seeds=[0])
     assert games[0]["player_0"].metadata["outcome"] == "win"  # first-empty as X completes the top row first
-    matrix, all_games = win_matrix(tictactoe.env, {"minimax": tictactoe.MinimaxPlayer(0), "first-empty": policy}, seeds=[0, 1])
+    matrix, all_games = win_matrix(
+        tictactoe.env, {"minimax": tictactoe.MinimaxPlayer(0), "first-empty": policy}, seeds=[0, 1]
+    )
     assert matrix.counts["minimax"]["first-empty"] == {"win": 4, "draw": 0, "loss": 0}
     assert matrix.counts["first-empty"]["minimax"] == {"win": 0, "draw": 0, "loss": 4}
     assert matrix.score("minimax", "first-empty") == 1.0 and len(all_games) == 4
     assert "4/0/0" in matrix.format() and matrix.mean_reward["minimax"]["first-empty"] == 1.0
-    ipd, _ = win_matrix(prisoners_dilemma.parallel_env, {"tft": prisoners_dilemma.TitForTat(), "defect": prisoners_dilemma.AlwaysDefect()}, seeds=[0])
+    ipd, _ = win_matrix(
+        prisoners_dilemma.parallel_env,
+        {"tft": prisoners_dilemma.TitForTat(), "defect": prisoners_dilemma.AlwaysDefect()},
+        seeds=[0],
+    )
     assert ipd.counts["defect"]["tft"]["win"] == 2  # defecting wins the head-to-head...
     with pytest.raises(ValueError, match="missing"):
         play_match(tictactoe.env, {"player_0": policy}, seeds=[0])
@@ -406,9 +489,16 @@ class BrokenPolicy(Policy):
 
 
 def test_play_match_groups_and_policy_failures():
-    games = play_match(tictactoe.env, {"player_0": ByteBoardPolicy(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[5, 6], group_size=2)
+    games = play_match(
+        tictactoe.env,
+        {"player_0": ByteBoardPolicy(), "player_1": tictactoe.MinimaxPlayer(0)},
+        seeds=[5, 6],
+        group_size=2,
+    )
     assert [g["player_0"].group for g in games] == [0, 0, 1, 1] and [g["player_1"].seed for g in games] == [5, 5, 6, 6]
-    failed = play_match(tictactoe.env, {"player_0": BrokenPolicy(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0])[0]
+    failed = play_match(tictactoe.env, {"player_0": BrokenPolicy(), "player_1": tictactoe.MinimaxPlayer(0)}, seeds=[0])[
+        0
+    ]
     assert failed["player_0"].truncated and "server went away" in failed["player_0"].metadata["error"]
     assert failed["player_1"].metadata["outcome"] == "unfinished"
     with pytest.raises(TypeError, match="Policy or have act"):
@@ -426,7 +516,8 @@ def test_prisoners_dilemma_both_forfeit_at_once():
 
 @pytest.mark.slow  # loading the SmolLM2 tokenizer takes ~25 s on the shared CPU
 def test_llm_self_play_episodes_feed_the_grpo_trainer():
-    """A real transformers policy (tiny random Llama) in both seats; its episodes go through GRPO's advantages and collate."""
+    """A real transformers policy (tiny random Llama) in both seats; its episodes go through GRPO's advantages and
+    collate."""
     pytest.importorskip("transformers")
     from llmgym.policy import SamplingParams
     from llmgym.trainers.advantages import compute_advantages
@@ -436,11 +527,21 @@ def test_llm_self_play_episodes_feed_the_grpo_trainer():
 
     policy = TransformersPolicy(*tiny_random_model(seed=0), batch_size=8)
     sampling = SamplingParams(max_tokens=6, temperature=1.0, seed=0)
-    games = play_match(tictactoe.env, {"player_0": policy, "player_1": policy}, seeds=[0, 1], group_size=2, sampling=sampling)
-    games += play_match(prisoners_dilemma.parallel_env, {"player_0": policy, "player_1": prisoners_dilemma.TitForTat()},
-                        seeds=[0], sampling=sampling)
-    episodes = [game[agent] for game in games for agent in game if game[agent].policy == policy.name and game[agent].num_turns]
-    assert episodes and all(len(e.token_ids) == len(e.mask) == len(e.logprobs) and len(e.turn_spans) == e.num_turns for e in episodes)
+    games = play_match(
+        tictactoe.env, {"player_0": policy, "player_1": policy}, seeds=[0, 1], group_size=2, sampling=sampling
+    )
+    games += play_match(
+        prisoners_dilemma.parallel_env,
+        {"player_0": policy, "player_1": prisoners_dilemma.TitForTat()},
+        seeds=[0],
+        sampling=sampling,
+    )
+    episodes = [
+        game[agent] for game in games for agent in game if game[agent].policy == policy.name and game[agent].num_turns
+    ]
+    assert episodes and all(
+        len(e.token_ids) == len(e.mask) == len(e.logprobs) and len(e.turn_spans) == e.num_turns for e in episodes
+    )
     assert all(e.metadata["outcome"] in ("win", "draw", "loss") for e in episodes)
     advantages = compute_advantages(episodes)
     batch = collate(episodes, advantages.token_advantages)
@@ -451,15 +552,23 @@ def test_text_players_work_as_scripted_policies_on_the_single_agent_envs():
     from llmgym.rollout import rollout
     from llmgym.wrappers.scripted import load_scripted
 
-    ttt = rollout("llmgym/TicTacToe-v0", load_scripted("llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer"), seeds=[0, 1, 2])
+    ttt = rollout(
+        "llmgym/TicTacToe-v0", load_scripted("llmgym.envs.multiagent.tictactoe:TextMinimaxPlayer"), seeds=[0, 1, 2]
+    )
     assert [e.total_reward for e in ttt] == [0.0, 0.0, 0.0] and all(e.terminated for e in ttt)
-    c4 = rollout("llmgym/ConnectFour-v0", load_scripted("llmgym.envs.multiagent.connect_four:TextNegamaxPlayer"),
-                 seeds=[0], env_kwargs={"depth": 2})
+    c4 = rollout(
+        "llmgym/ConnectFour-v0",
+        load_scripted("llmgym.envs.multiagent.connect_four:TextNegamaxPlayer"),
+        seeds=[0],
+        env_kwargs={"depth": 2},
+    )
     assert c4[0].terminated and c4[0].component_totals()["game"] == 1.0  # depth-6 search beats a depth-2 opponent
 
 
 def test_rollout_chat_states_the_rules_once():
-    game = play_match(negotiation.env, {"player_0": negotiation.HagglerPlayer(), "player_1": negotiation.HagglerPlayer()}, seeds=[0])[0]
+    game = play_match(
+        negotiation.env, {"player_0": negotiation.HagglerPlayer(), "player_1": negotiation.HagglerPlayer()}, seeds=[0]
+    )[0]
     for episode in game.values():
         system, first = episode.messages[0]["content"], episode.messages[1]["content"]
         assert system == negotiation.NegotiationEnv.system_prompt and system not in first and "private values" in first

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
+from multiagent_actions import FLOOD  # noqa: E402
 from pettingzoo.test import api_test, parallel_api_test  # noqa: E402
 
 from llmgym.envs.multiagent import (  # noqa: E402
@@ -28,8 +29,6 @@ from llmgym.envs.multiagent import (  # noqa: E402
     tictactoe_v0,
 )
 from llmgym.envs.multiagent.base import TextGameEnv  # noqa: E402
-
-from multiagent_actions import FLOOD  # noqa: E402
 
 RULES = ("new_game", "rules", "state_text", "read_call", "read_text", "apply", "next_agent")
 
@@ -93,7 +92,7 @@ def test_aec_step_without_a_running_game_says_to_reset(factory):
     with pytest.raises(RuntimeError, match="reset"):  # was AttributeError: no agent_selection
         game.step("a1")
     game.reset(seed=0)
-    for move in (["a1", "a2", "b1", "b2", "c1"] if factory is tictactoe.env else ["1", "2", "1", "2", "1", "2", "1"]):
+    for move in ["a1", "a2", "b1", "b2", "c1"] if factory is tictactoe.env else ["1", "2", "1", "2", "1", "2", "1"]:
         game.step(move)
     while game.agents:
         game.step(None)

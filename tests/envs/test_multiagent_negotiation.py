@@ -41,16 +41,19 @@ def assert_illegal(game, agent, words):
     assert "Illegal move:" in text and words in text, text
 
 
-@pytest.mark.parametrize("text", [
-    "I accept your offer of 1 book",
-    "Deal! I'll take 2 hats as you proposed",
-    "Deal, I'll take the 2 hats you offered.",
-    "Accepted: you get 3 books, 1 hat and 2 balls, I get the rest.",
-    "I agree to your proposal: 1 book, 2 hats, 1 ball for me.",
-    "Deal.\nLooking forward to working with you.",
-    "Thank you, I accept.",
-    "It's a deal",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I accept your offer of 1 book",
+        "Deal! I'll take 2 hats as you proposed",
+        "Deal, I'll take the 2 hats you offered.",
+        "Accepted: you get 3 books, 1 hat and 2 balls, I get the rest.",
+        "I agree to your proposal: 1 book, 2 hats, 1 ball for me.",
+        "Deal.\nLooking forward to working with you.",
+        "Thank you, I accept.",
+        "It's a deal",
+    ],
+)
 def test_an_acceptance_that_names_the_split_on_the_table_accepts(text):
     game = table()
     game.step(text)
@@ -58,19 +61,22 @@ def test_an_acceptance_that_names_the_split_on_the_table_accepts(text):
     assert game.rewards["player_1"] == pytest.approx(game.value("player_1", REST) / 10)
 
 
-@pytest.mark.parametrize("text, takes", [
-    ("I propose: 1 book, 2 hats, 0 balls", (1, 2, 0)),
-    ("You offered me 1 book. I propose: 2 books, 2 hats, 1 ball", (2, 2, 1)),
-    ("I can't accept that. I propose: 2 books, 2 hats, 1 ball.", (2, 2, 1)),
-    ("No deal. I want 2 books, 2 hats and 1 ball.", (2, 2, 1)),
-    ("I won't accept that, I propose 2 books", (2, 0, 0)),
-    ("How about I take 2 books, 2 hats and 1 ball? Deal?", (2, 2, 1)),
-    ("Would you accept this: 2 books, 3 hats, 0 balls for me", (2, 3, 0)),
-    ("2 books, 2 hats, 1 ball", (2, 2, 1)),
-    ("You offered 1 book.\nProposal: 2 books, 2 hats, 1 ball", (2, 2, 1)),
-    ("No deal.\nI propose\n2 books\n2 hats", (2, 2, 0)),
-    ("books: 2, hats: 1", (2, 1, 0)),
-])
+@pytest.mark.parametrize(
+    "text, takes",
+    [
+        ("I propose: 1 book, 2 hats, 0 balls", (1, 2, 0)),
+        ("You offered me 1 book. I propose: 2 books, 2 hats, 1 ball", (2, 2, 1)),
+        ("I can't accept that. I propose: 2 books, 2 hats, 1 ball.", (2, 2, 1)),
+        ("No deal. I want 2 books, 2 hats and 1 ball.", (2, 2, 1)),
+        ("I won't accept that, I propose 2 books", (2, 0, 0)),
+        ("How about I take 2 books, 2 hats and 1 ball? Deal?", (2, 2, 1)),
+        ("Would you accept this: 2 books, 3 hats, 0 balls for me", (2, 3, 0)),
+        ("2 books, 2 hats, 1 ball", (2, 2, 1)),
+        ("You offered 1 book.\nProposal: 2 books, 2 hats, 1 ball", (2, 2, 1)),
+        ("No deal.\nI propose\n2 books\n2 hats", (2, 2, 0)),
+        ("books: 2, hats: 1", (2, 1, 0)),
+    ],
+)
 def test_a_proposal_without_an_acceptance_proposes(text, takes):
     game = table()
     game.step(text)
@@ -78,11 +84,14 @@ def test_a_proposal_without_an_acceptance_proposes(text, takes):
     assert game.agent_selection == "player_0" and game.rewards["player_1"] == 0.0
 
 
-@pytest.mark.parametrize("text", [
-    "I accept. How about 2 books, 2 hats, 1 ball?",
-    "Deal! I'll take 3 hats.",
-    "I accept, but I propose: 4 books, 0 hats, 0 balls",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I accept. How about 2 books, 2 hats, 1 ball?",
+        "Deal! I'll take 3 hats.",
+        "I accept, but I propose: 4 books, 0 hats, 0 balls",
+    ],
+)
 def test_an_acceptance_with_a_different_split_asks_for_one_move(text):
     game = table()
     game.step(text)
@@ -119,14 +128,18 @@ def test_tool_calls_are_read_as_before_whatever_the_prose_says():
     assert "player_1 says: I accept!" in game.observe("player_0")["text"]
 
 
-@pytest.mark.parametrize("text", ["Fine by me, deal.", "No worries, deal!", "Sounds good - deal", "That works, it's a deal."])
+@pytest.mark.parametrize(
+    "text", ["Fine by me, deal.", "No worries, deal!", "Sounds good - deal", "That works, it's a deal."]
+)
 def test_negotiation_a_closing_deal_after_a_comma_accepts(text):
     game = table()
     game.step(text)
     assert game.deal == {"player_0": (3, 1, 2), "player_1": (1, 2, 1)}, text
 
 
-@pytest.mark.parametrize("text, takes", [("2 books for me, deal.", (2, 0, 0)), ("If you give me 3 books, deal.", (3, 0, 0))])
+@pytest.mark.parametrize(
+    "text, takes", [("2 books for me, deal.", (2, 0, 0)), ("If you give me 3 books, deal.", (3, 0, 0))]
+)
 def test_negotiation_a_closing_deal_after_counts_or_a_condition_is_an_offer(text, takes):
     game = table()
     game.step(text)
@@ -136,14 +149,23 @@ def test_negotiation_a_closing_deal_after_counts_or_a_condition_is_an_offer(text
 def test_negotiation_relays_no_reasoning_and_reads_no_move_from_it():
     game = make_multiagent("llmgym/ma-Negotiation-v0")
     game.reset(seed=0)
-    game.step("<think>My values: book=2. I propose: 0 books, 0 hats, 0 balls? No.</think>\nI propose: 2 books, 1 hat, 0 balls")
+    game.step(
+        "<think>My values: book=2. I propose: 0 books, 0 hats, 0 balls? No.</think>\nI propose: 2 books, 1 hat, 0 balls"
+    )
     assert game.proposal == ("player_0", (2, 1, 0))
     seen = game.observe("player_1")["text"]
     assert "player_0 says: I propose: 2 books, 1 hat, 0 balls" in seen
     assert "<think>" not in seen and "My values" not in seen
     # a tool call inside the reasoning is not a move either; reasoning_content is never relayed
-    game.step({"role": "assistant", "reasoning_content": "they value balls at 9",
-               "content": '<think><tool_call>{"name": "accept", "arguments": {}}</tool_call></think>Fair?\nI propose: 1 book'})
+    game.step(
+        {
+            "role": "assistant",
+            "reasoning_content": "they value balls at 9",
+            "content": (
+                '<think><tool_call>{"name": "accept", "arguments": {}}</tool_call></think>Fair?\nI propose: 1 book'
+            ),
+        }
+    )
     assert game.deal is None and game.proposal == ("player_1", (1, 0, 0))
     seen = game.observe("player_0")["text"]
     assert "player_1 says: Fair?" in seen and "balls at 9" not in seen and "think" not in seen

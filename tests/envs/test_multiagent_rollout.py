@@ -26,7 +26,9 @@ class _SlowCooperator(Policy):
 
 def test_parallel_policy_failure_leaves_no_move_running_into_the_finished_episodes():
     async def match():
-        games = await aplay_match(prisoners_dilemma.parallel_env, {"player_0": _Broken(), "player_1": _SlowCooperator()}, seeds=[0])
+        games = await aplay_match(
+            prisoners_dilemma.parallel_env, {"player_0": _Broken(), "player_1": _SlowCooperator()}, seeds=[0]
+        )
         episode = games[0]["player_1"]
         before = (list(episode.messages), list(episode.turn_rewards))
         await asyncio.sleep(0.3)  # the slow seat's move used to land in the returned episode now
@@ -53,8 +55,12 @@ class _IllegalThenBroken(Policy):
 
 
 def test_win_matrix_mean_reward_counts_only_finished_games():
-    matrix, games = win_matrix(tictactoe.env, {"minimax": tictactoe.MinimaxPlayer(0), "flaky": _IllegalThenBroken()},
-                               seeds=[0], max_concurrency=1)
+    matrix, games = win_matrix(
+        tictactoe.env,
+        {"minimax": tictactoe.MinimaxPlayer(0), "flaky": _IllegalThenBroken()},
+        seeds=[0],
+        max_concurrency=1,
+    )
     assert all(e.metadata["outcome"] == "unfinished" for g in games for e in g.values())
     assert sum(matrix.counts["flaky"]["minimax"].values()) == 0
     assert matrix.mean_reward["flaky"]["minimax"] == 0.0  # was -0.1: a partial reward over zero finished games

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from multiagent_actions import FLOOD, native_call
 
 import llmgym  # noqa: F401  registers the envs
 
-from multiagent_actions import FLOOD, native_call
 
-
-@pytest.mark.parametrize(("env_id", "least"), [
-    ("llmgym/TicTacToe-v0", 5), ("llmgym/ConnectFour-v0", 21), ("llmgym/Negotiation-v0", 4),
-    ("llmgym/PrisonersDilemma-v0", 10),
-])
+@pytest.mark.parametrize(
+    ("env_id", "least"),
+    [
+        ("llmgym/TicTacToe-v0", 5),
+        ("llmgym/ConnectFour-v0", 21),
+        ("llmgym/Negotiation-v0", 4),
+        ("llmgym/PrisonersDilemma-v0", 10),
+    ],
+)
 def test_games_against_a_bot_refuse_a_turn_budget_that_cannot_finish_a_game(env_id, least):
     """Regression: Negotiation with max_turns=2 told the agent "the game lasts 8 turns" and ended every game unfinished
     (-1)."""
@@ -46,7 +50,9 @@ def test_single_agent_prisoners_dilemma_delivers_a_message_that_mentions_tool_ca
     _, reward, *_ = env.step(native_call("play", move="C", message="I use </tool_call> tags"))
     assert reward == 3.0  # both cooperate
     assert env.unwrapped.game.messages[-1]["player_0"] == "I use </tool_call> tags"
-    _, reward, *_ = env.step('<tool_call>{"name": "play", "arguments": {"move": "D", "message": "<tool_call>{}"}}</tool_call>')
+    _, reward, *_ = env.step(
+        '<tool_call>{"name": "play", "arguments": {"move": "D", "message": "<tool_call>{}"}}</tool_call>'
+    )
     assert reward == 5.0 and env.unwrapped.game.messages[-1]["player_0"] == "<tool_call>{}"
 
 

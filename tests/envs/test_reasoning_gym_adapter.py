@@ -34,7 +34,9 @@ def test_default_ids_registered_and_known_to_reasoning_gym():
 
 
 def test_import_llmgym_does_not_import_reasoning_gym():
-    code = "import sys, llmgym; print('reasoning_gym' in sys.modules, 'llmgym.envs.adapters.reasoning_gym' in sys.modules)"
+    code = (
+        "import sys, llmgym; print('reasoning_gym' in sys.modules, 'llmgym.envs.adapters.reasoning_gym' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 
@@ -77,8 +79,12 @@ def test_answer_extraction_order_and_format_reward():
     truth = env.unwrapped.entry["answer"]
     # a plain last line is read as the answer, without format credit
     _, reward, terminated, _, info = env.step(f"The sum is:\n{truth}")
-    assert terminated and info["reward_components"] == {"correct": 1.0, "verifier_score": 1.0, "format": 0.0,
-                                                         "tool_cost": 0.0}
+    assert terminated and info["reward_components"] == {
+        "correct": 1.0,
+        "verifier_score": 1.0,
+        "format": 0.0,
+        "tool_cost": 0.0,
+    }
     # the last <answer> tag wins over earlier ones and over the last line
     env.reset(seed=0)
     _, reward, _, _, info = env.step(f"<answer>0</answer> no, <answer>{truth}</answer>\nbye")
@@ -100,7 +106,9 @@ def test_single_turn_without_python_tool_refuses_python():
     env = gym.make("llmgym/rg-chain_sum-v0")
     env.reset(seed=0)
     assert [t["function"]["name"] for t in env.unwrapped.tool_schemas] == ["answer"]
-    obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>')
+    obs, reward, terminated, truncated, info = env.step(
+        '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+    )
     assert "unknown tool" in obs and truncated and not terminated
     assert info["reward_components"]["correct"] == 0.0 and reward == 0.0
 

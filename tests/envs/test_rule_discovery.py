@@ -102,9 +102,17 @@ def test_determinism_same_seed_same_episode():
 def test_fuzz_never_raises():
     env = gym.make("llmgym/RuleDiscovery-v0")
     env.reset(seed=2)
-    garbage = ["", "🙂" * 100, "x" * 100_000, "<tool_call>{", '<tool_call>{"name": "move", "arguments": {"direction": "north"}}</tool_call>',
-               '<tool_call>{"name": "move", "arguments": {"direction": 5}}</tool_call>', '<tool_call>{"name": "teleport", "arguments": {}}</tool_call>',
-               '<tool_call>{"name": "look", "arguments": {"x": 1}}</tool_call>', {"role": "assistant", "content": None, "tool_calls": [{"bad": 1}]}]
+    garbage = [
+        "",
+        "🙂" * 100,
+        "x" * 100_000,
+        "<tool_call>{",
+        '<tool_call>{"name": "move", "arguments": {"direction": "north"}}</tool_call>',
+        '<tool_call>{"name": "move", "arguments": {"direction": 5}}</tool_call>',
+        '<tool_call>{"name": "teleport", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "look", "arguments": {"x": 1}}</tool_call>',
+        {"role": "assistant", "content": None, "tool_calls": [{"bad": 1}]},
+    ]
     for action in garbage * 3:
         obs, reward, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str) and reward < 0 and info["reward_components"]["invalid"] == 1.0
@@ -132,7 +140,9 @@ def test_exploration_reward_is_capped():
     env.reset(seed=1)
     rng = np.random.default_rng(1)
     for _ in range(400):
-        _, _, terminated, truncated, _ = env.step(_call("move", direction=str(rng.choice(["up", "down", "left", "right"]))))
+        _, _, terminated, truncated, _ = env.step(
+            _call("move", direction=str(rng.choice(["up", "down", "left", "right"])))
+        )
         if terminated or truncated:
             break
     totals = env.episode().component_totals()
@@ -161,8 +171,12 @@ def test_plain_text_commands_act_like_tool_calls():
     by_text, by_tool = RuleDiscoveryEnv(difficulty="hard"), RuleDiscoveryEnv(difficulty="hard")
     by_text.reset(seed=9)
     by_tool.reset(seed=9)
-    for text, call in [("Let me try.\nup", _call("move", direction="up")), ("move left", _call("move", direction="left")),
-                       ("interact", _call("interact")), ("LOOK.", _call("look"))]:
+    for text, call in [
+        ("Let me try.\nup", _call("move", direction="up")),
+        ("move left", _call("move", direction="left")),
+        ("interact", _call("interact")),
+        ("LOOK.", _call("look")),
+    ]:
         a, b = by_text.step(text), by_tool.step(call)
         assert a[0] == b[0] and a[1] == b[1] and a[4]["reward_components"]["invalid"] == 0.0
     _, reward, *_ = by_text.step("I think the goal is up there")

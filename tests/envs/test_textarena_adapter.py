@@ -213,17 +213,63 @@ def test_aec_bad_player_count():
 
 
 #: Games that need neither NLTK data nor an API key and load on Python 3.11 (see docs/adapters.md).
-SINGLE = ["2048-v0", "Bandit-v0", "Blackjack-v0", "Countdown-v0", "Crosswords-v0", "Cryptarithm-v0", "FifteenPuzzle-v0",
-          "FrozenLake-v0", "GuessTheNumber-v0", "LightsOut-v0", "LogicPuzzle-v0", "Mastermind-v0", "Minesweeper-v0",
-          "PegJump-v0", "Secretary-v0", "Set-v0", "Slitherlink-v0", "Sokoban-v0", "Sudoku-v0", "ThreeCardMonte-v0",
-          "TowerOfHanoi-v0"]
-MULTI = ["Alquerque-v0", "Battleship-v0", "Breakthrough-v0", "Chopsticks-v0", "ColonelBlotto-v0", "ConnectFour-v0",
-         "Crusade-v0", "GameOfPureStrategy-v0", "GermanWhist-v0", "HighSociety-v0", "IndianPoker-v0",
-         "IteratedMatchingPennies-v0", "IteratedPrisonersDilemma-v0", "IteratedRockPaperScissors-v0",
-         "IteratedTwoThirdsAverage-v0", "IteratedUltimatumGame-v0", "KuhnPoker-v0", "LinesOfAction-v0",
-         "MemoryGame-v0", "NewRecruit-v0", "Nim-v0", "Othello-v0", "PigDice-v0", "SimpleBlindAuction-v0",
-         "SimpleNegotiation-v0", "SimpleTak-v0", "Tak-v0", "TicTacToe-v0", "TruthAndDeception-v0", "TwoDollar-v0",
-         "UltimateTicTacToe-v0", "WildTicTacToe-v0"]
+SINGLE = [
+    "2048-v0",
+    "Bandit-v0",
+    "Blackjack-v0",
+    "Countdown-v0",
+    "Crosswords-v0",
+    "Cryptarithm-v0",
+    "FifteenPuzzle-v0",
+    "FrozenLake-v0",
+    "GuessTheNumber-v0",
+    "LightsOut-v0",
+    "LogicPuzzle-v0",
+    "Mastermind-v0",
+    "Minesweeper-v0",
+    "PegJump-v0",
+    "Secretary-v0",
+    "Set-v0",
+    "Slitherlink-v0",
+    "Sokoban-v0",
+    "Sudoku-v0",
+    "ThreeCardMonte-v0",
+    "TowerOfHanoi-v0",
+]
+MULTI = [
+    "Alquerque-v0",
+    "Battleship-v0",
+    "Breakthrough-v0",
+    "Chopsticks-v0",
+    "ColonelBlotto-v0",
+    "ConnectFour-v0",
+    "Crusade-v0",
+    "GameOfPureStrategy-v0",
+    "GermanWhist-v0",
+    "HighSociety-v0",
+    "IndianPoker-v0",
+    "IteratedMatchingPennies-v0",
+    "IteratedPrisonersDilemma-v0",
+    "IteratedRockPaperScissors-v0",
+    "IteratedTwoThirdsAverage-v0",
+    "IteratedUltimatumGame-v0",
+    "KuhnPoker-v0",
+    "LinesOfAction-v0",
+    "MemoryGame-v0",
+    "NewRecruit-v0",
+    "Nim-v0",
+    "Othello-v0",
+    "PigDice-v0",
+    "SimpleBlindAuction-v0",
+    "SimpleNegotiation-v0",
+    "SimpleTak-v0",
+    "Tak-v0",
+    "TicTacToe-v0",
+    "TruthAndDeception-v0",
+    "TwoDollar-v0",
+    "UltimateTicTacToe-v0",
+    "WildTicTacToe-v0",
+]
 
 
 @pytest.mark.parametrize("game", SINGLE)
@@ -287,7 +333,9 @@ def test_textarena_game_needing_a_newer_python_fails_with_one_clear_error():
     pytest.importorskip("textarena")
     from llmgym.envs.adapters.textarena_aec import aec_env
 
-    with pytest.raises(RuntimeError, match=r"'Chess-v0' cannot be imported on Python 3\.\d+: its code has a SyntaxError"):
+    with pytest.raises(
+        RuntimeError, match=r"'Chess-v0' cannot be imported on Python 3\.\d+: its code has a SyntaxError"
+    ):
         aec_env("Chess-v0")
     with pytest.raises(RuntimeError, match="'Klondike-v0' cannot be imported"):
         gym.make("llmgym/ta-GuessTheNumber-v0", game="Klondike-v0")

@@ -8,12 +8,11 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
+from scripted_play import play_scripted
 
 import llmgym  # noqa: F401
 from llmgym.envs.wiki_search import WikiSearchEnv, WikiSearchSolver, answer_matches, generate_world, make_question
 from llmgym.envs.wiki_search.world import QUESTION_KINDS
-
-from scripted_play import play_scripted
 
 
 def call(name, **arguments):
@@ -64,7 +63,9 @@ def read_everything(obs, state):
             queue.append(doc)
     state["turn"] = state.get("turn", 0) + 1
     if state["turn"] <= 3:
-        return call("search", query=["born city", "founded river", "works mentor headquarters"][state["turn"] - 1], k=10)
+        return call(
+            "search", query=["born city", "founded river", "works mentor headquarters"][state["turn"] - 1], k=10
+        )
     if state["turn"] >= 11 or not queue:
         return call("answer", text="I don't know")
     batch, state["queue"] = queue[:8], queue[8:]
@@ -158,8 +159,11 @@ def test_wiki_search_hedged_years_and_rivers_are_wrong_but_gold_with_filler_is_r
     for seed in range(6):
         env.reset(seed=seed)
         gold = env.question.answer
-        other = next(str(c["founded"]) for c in env.world.cities.values() if str(c["founded"]) != gold) \
-            if gold.isdigit() else next(f"{c['river']} River" for c in env.world.cities.values() if f"{c['river']} River" != gold)
+        other = (
+            next(str(c["founded"]) for c in env.world.cities.values() if str(c["founded"]) != gold)
+            if gold.isdigit()
+            else next(f"{c['river']} River" for c in env.world.cities.values() if f"{c['river']} River" != gold)
+        )
         *_, info = env.step(call("answer", text=f"{gold}, {other}"))
         assert info["reward_components"]["correct"] == 0.0
         env.reset(seed=seed)

@@ -17,7 +17,13 @@ from llmgym.envs.wordle.env import WordleEnv
 
 @pytest.mark.parametrize(
     "guess, answer, expected",
-    [("crane", "crane", "GGGGG"), ("crane", "react", "YYGxY"), ("speed", "abide", "xxYxY"), ("llama", "hello", "YYxxx"), ("eerie", "there", "YxYxG")],
+    [
+        ("crane", "crane", "GGGGG"),
+        ("crane", "react", "YYGxY"),
+        ("speed", "abide", "xxYxY"),
+        ("llama", "hello", "YYxxx"),
+        ("eerie", "there", "YxYxG"),
+    ],
 )
 def test_feedback_handles_repeated_letters(guess, answer, expected):
     assert score_guess(guess, answer) == expected
@@ -62,7 +68,7 @@ def info_fisher(obs, state):
     """Reward hack: valid words chosen for new letters, never trying to solve."""
     state["i"] = state.get("i", -1) + 1
     word = ["crane", "pilot", "dumpy", "fight", "swept", "vouch"][state["i"] % 6]
-    return '<tool_call>{"name": "guess", "arguments": {"word": "%s"}}</tool_call>' % word
+    return f'<tool_call>{{"name": "guess", "arguments": {{"word": "{word}"}}}}</tool_call>'
 
 
 def claims_victory(obs, state):
@@ -92,7 +98,7 @@ def test_cheating_scores_clearly_below_honest(cheat):
 
 def test_nonwords_earn_nothing_and_cost_the_format_penalty(wordle):
     wordle.reset(seed=0)
-    obs, reward, *_ , info = wordle.step("eeaar")
+    obs, reward, *_, info = wordle.step("eeaar")
     assert "not in the word list" in obs
     assert info["reward_components"]["information"] == 0.0
     assert info["reward_components"]["invalid_guess"] == 1.0 and reward == pytest.approx(-0.1)
@@ -107,8 +113,13 @@ def test_plain_text_and_tool_guesses_are_equivalent():
 
     tool_call = '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'
     assert trace("crane") == trace("Guess: CRANE") == trace(tool_call)
-    native = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "guess", "arguments": json.dumps({"word": "crane"})}}]}
+    native = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "guess", "arguments": json.dumps({"word": "crane"})}}
+        ],
+    }
     assert trace(native) == trace(tool_call)
 
 
@@ -187,7 +198,9 @@ def test_feedback_shown_and_information_match_a_replay_from_scratch(answer, gues
     for word in guesses:
         if env._over:
             break
-        observation, _, _, _, info = env.step(f'<tool_call>{{"name": "guess", "arguments": {{"word": "{word}"}}}}</tool_call>')
+        observation, _, _, _, info = env.step(
+            f'<tool_call>{{"name": "guess", "arguments": {{"word": "{word}"}}}}</tool_call>'
+        )
         marks = score_guess(word, answer)
         assert observation.splitlines()[0] == f"{word.upper()} {' '.join(marks)}"
         known = len(placed) + len(found)

@@ -17,10 +17,24 @@ EPS = 1e-4
 def two_turn(group: int, r1: float, r2: float | None, truncated: bool = False) -> Episode:
     """prompt(2) gen(2) env(1) gen(1): turn spans (2,4) and (5,6); one turn when r2 is None."""
     if r2 is None:
-        return Episode("x", group=group, turn_rewards=[r1], token_ids=[1, 2, 3, 4], mask=[0, 0, 1, 1],
-                       turn_spans=[(2, 4)], truncated=truncated)
-    return Episode("x", group=group, turn_rewards=[r1, r2], token_ids=[1, 2, 3, 4, 5, 6],
-                   mask=[0, 0, 1, 1, 0, 1], turn_spans=[(2, 4), (5, 6)], truncated=truncated)
+        return Episode(
+            "x",
+            group=group,
+            turn_rewards=[r1],
+            token_ids=[1, 2, 3, 4],
+            mask=[0, 0, 1, 1],
+            turn_spans=[(2, 4)],
+            truncated=truncated,
+        )
+    return Episode(
+        "x",
+        group=group,
+        turn_rewards=[r1, r2],
+        token_ids=[1, 2, 3, 4, 5, 6],
+        mask=[0, 0, 1, 1, 0, 1],
+        turn_spans=[(2, 4), (5, 6)],
+        truncated=truncated,
+    )
 
 
 def test_outcome_plus_turn_credit_hand_computed():
@@ -83,10 +97,16 @@ def test_truncated_masked_but_counted_in_group():
     np.testing.assert_allclose(masked.outcome, unmasked.outcome)  # still in the group's statistics
 
 
-
 def reply(group: int, reward: float, finish: str = "stop", seed: int | None = None) -> Episode:
-    return Episode("x", seed=group if seed is None else seed, group=group, turn_rewards=[reward], token_ids=[1, 2, 3],
-                   mask=[0, 1, 1], metadata={"finish_reasons": [finish]})
+    return Episode(
+        "x",
+        seed=group if seed is None else seed,
+        group=group,
+        turn_rewards=[reward],
+        token_ids=[1, 2, 3],
+        mask=[0, 1, 1],
+        metadata={"finish_reasons": [finish]},
+    )
 
 
 def test_mask_truncated_leaves_out_replies_cut_at_max_new_tokens():
@@ -106,6 +126,7 @@ def test_only_the_last_reply_decides_and_env_truncation_still_counts():
     assert not adv.cut_short(earlier_cut)  # the episode went on after the cut reply
     assert adv.cut_short(Episode("x", truncated=True))
     assert not adv.cut_short(Episode("x"))
+
 
 def test_groups_default_to_env_and_seed():
     a = Episode("x", seed=1, turn_rewards=[1.0], token_ids=[1, 2], mask=[0, 1])
@@ -136,15 +157,24 @@ def test_turn_spans_from_mask_runs():
 
 def test_stats_merged_across_ranks_equal_the_whole_batch():
     # data parallel: each rank holds whole groups; merging the ranks' sums must describe the global batch
-    episodes = [two_turn(0, 1.0, 2.0), two_turn(0, 0.0, 0.0), two_turn(1, 0.3, None), two_turn(1, 0.3, None),
-                two_turn(2, 5.0, None), two_turn(2, -1.0, None), two_turn(2, 0.0, None)]
+    episodes = [
+        two_turn(0, 1.0, 2.0),
+        two_turn(0, 0.0, 0.0),
+        two_turn(1, 0.3, None),
+        two_turn(1, 0.3, None),
+        two_turn(2, 5.0, None),
+        two_turn(2, -1.0, None),
+        two_turn(2, 0.0, None),
+    ]
     whole = compute_advantages(episodes, turn_lambda=0.5)
     ranks = [compute_advantages(episodes[:4], turn_lambda=0.5), compute_advantages(episodes[4:], turn_lambda=0.5)]
     merged = merge_advantage_stats([r.stat_sums for r in ranks])
     assert merged.keys() == whole.stats.keys()
     for key, value in whole.stats.items():
         assert merged[key] == pytest.approx(value, abs=1e-9), key
-    kept = np.concatenate([a[np.asarray(e.mask, bool)] for a, e, k in zip(whole.token_advantages, episodes, whole.keep) if k])
+    kept = np.concatenate(
+        [a[np.asarray(e.mask, bool)] for a, e, k in zip(whole.token_advantages, episodes, whole.keep) if k]
+    )
     assert whole.stats["advantage/std"] == pytest.approx(kept.std()) and whole.stats["episodes/kept"] == 5
     assert whole.stats["groups/zero_signal_fraction"] == pytest.approx(1 / 3)
     assert ranks[0].stats["episodes/kept"] == 2  # one rank alone sees only its share

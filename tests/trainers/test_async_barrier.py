@@ -43,7 +43,6 @@ from llmgym.trainers.batch import collate  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.generation import ServerGenerator  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
-
 from tests.trainers.test_grpo import REPO  # noqa: E402
 from tests.trainers.test_grpo_server import server  # noqa: E402,F401  the llmgym serve fixture
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
@@ -57,9 +56,24 @@ LOGP_TOLERANCE = 1e-3
 
 def barrier_config(out: Path, base_url: str, model: str) -> GRPOConfig:
     return GRPOConfig(
-        env_id=ENV_REF, env_kwargs={"turns": 2}, model=model, out=str(out), steps=STEPS, prompts_per_step=2,
-        group_size=4, max_new_tokens=6, learning_rate=5e-2, lora=True, lora_r=4, base_url=base_url,
-        lora_name="grpo-barrier", async_generation=True, progress=False, plot=False, save_every=100, torch_threads=1,
+        env_id=ENV_REF,
+        env_kwargs={"turns": 2},
+        model=model,
+        out=str(out),
+        steps=STEPS,
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=6,
+        learning_rate=5e-2,
+        lora=True,
+        lora_r=4,
+        base_url=base_url,
+        lora_name="grpo-barrier",
+        async_generation=True,
+        progress=False,
+        plot=False,
+        save_every=100,
+        torch_threads=1,
     )
 
 
@@ -88,7 +102,8 @@ def lora_state(model: Any) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def logp_distances(trainer: GRPOTrainer, episodes: list, adapters: list[dict[str, torch.Tensor]]) -> list[list[float]]:
-    """Per episode, per adapter version: the largest |generator log-prob - log-prob under that adapter| of its policy tokens."""
+    """Per episode, per adapter version: the largest |generator log-prob - log-prob under that adapter| of its policy
+    tokens."""
     from peft import set_peft_model_state_dict
 
     batch = collate(episodes)
@@ -134,12 +149,20 @@ def worker(out: Path, base_url: str, model: str) -> None:
     history = trainer.train()
     recording_rollout([1000 + rank], STEPS)  # after the run: the server must hold the final adapter
     trainer.close()
-    report = {"rank": rank, "pushes": pushes, "history": history, "rollouts": [
-        {**{k: v for k, v in r.items() if k != "episodes"}, "requests": sum(e.num_turns for e in r["episodes"]),
-         "errors": sum("error" in e.metadata for e in r["episodes"]),
-         "distances": logp_distances(trainer, r["episodes"], adapters)}
-        for r in sorted(rollouts, key=lambda r: (r["step"], r["attempt"]))
-    ]}
+    report = {
+        "rank": rank,
+        "pushes": pushes,
+        "history": history,
+        "rollouts": [
+            {
+                **{k: v for k, v in r.items() if k != "episodes"},
+                "requests": sum(e.num_turns for e in r["episodes"]),
+                "errors": sum("error" in e.metadata for e in r["episodes"]),
+                "distances": logp_distances(trainer, r["episodes"], adapters),
+            }
+            for r in sorted(rollouts, key=lambda r: (r["step"], r["attempt"]))
+        ],
+    }
     (out / f"report_rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()
 
@@ -158,8 +181,19 @@ def generating_version(step: int) -> int:
 def test_two_ranks_generate_each_step_with_the_adapter_of_the_step_before(server, tmp_path):  # noqa: F811
     base_url, checkpoint, log = server
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "tests.trainers.test_async_barrier", str(tmp_path), base_url, str(checkpoint)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "tests.trainers.test_async_barrier",
+        str(tmp_path),
+        base_url,
+        str(checkpoint),
+    ]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [json.loads((tmp_path / f"report_rank{rank}.json").read_text()) for rank in (0, 1)]
@@ -187,7 +221,8 @@ def test_two_ranks_generate_each_step_with_the_adapter_of_the_step_before(server
             if version + 1 < len(pushes):
                 assert rollout["end"] < pushes[version + 1]["start"], (
                     f"rank {report['rank']}'s rollout of step {step + 1} was still running when adapter "
-                    f"{version + 1} was pushed")
+                    f"{version + 1} was pushed"
+                )
             # ... and by the tokens: every episode's generator log-probs are those of that adapter, and of no other
             for distances in rollout["distances"]:
                 assert distances[version] < LOGP_TOLERANCE, (report["rank"], step, distances)
@@ -195,7 +230,11 @@ def test_two_ranks_generate_each_step_with_the_adapter_of_the_step_before(server
                 assert min(others) > 10 * LOGP_TOLERANCE, (report["rank"], step, distances)
 
     # the server's view: pushes in order, and each version's requests (both ranks) all between its push and the next
-    lines = [line for line in log.read_text().splitlines() if re.search(r'"POST /v1/(chat/)?completions|load_lora_adapter', line)]
+    lines = [
+        line
+        for line in log.read_text().splitlines()
+        if re.search(r'"POST /v1/(chat/)?completions|load_lora_adapter', line)
+    ]
     between: list[int] = []
     for line in lines:
         if "load_lora_adapter" in line:

@@ -17,7 +17,7 @@ def _episode():
 
 @pytest.mark.parametrize("length", [2, 4])
 def test_collate_rejects_advantages_of_the_wrong_length(length):
-    with pytest.raises(ValueError, match="3 tokens but %d advantages" % length):
+    with pytest.raises(ValueError, match=f"3 tokens but {length} advantages"):
         collate([_episode()], [np.ones(length)])
 
 
@@ -27,5 +27,7 @@ def test_collate_rejects_a_wrong_number_of_advantage_arrays():
 
 
 def test_collate_places_advantages_on_their_tokens():
-    batch = collate([_episode(), Episode("x", token_ids=[1, 2], mask=[0, 1])], [np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0])])
+    batch = collate(
+        [_episode(), Episode("x", token_ids=[1, 2], mask=[0, 1])], [np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0])]
+    )
     assert batch.advantages.tolist() == [[0.0, 1.0, 2.0], [0.0, 3.0, 0.0]]

@@ -12,15 +12,14 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import torch
 
 from llmgym.trainers import checkpoint
 from llmgym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, tidy_checkpoints
-
 from tests.trainers.toy_env import ENV_REF
 
 
@@ -94,7 +93,7 @@ def test_a_kill_at_any_moment_of_a_save_leaves_at_most_keep_and_one_to_resume(tm
     for kill in range(1, len(made) + 1):
         root = tmp_path / f"kill_{kill}"
         save_before(root, before, keep)
-        with killed_at(monkeypatch, lambda number, name, args: number == kill), pytest.raises(Killed):
+        with killed_at(monkeypatch, lambda number, name, args, kill=kill: number == kill), pytest.raises(Killed):
             save_checkpoint(root, new, *tiny(), {"episodes_seen": new}, keep=keep)
         assert len(in_view(root)) <= keep, (kill, in_view(root))
 
@@ -120,6 +119,7 @@ def test_a_save_killed_before_its_rename_leaves_nothing_but_the_previous_checkpo
 
 def test_a_kill_while_writing_leaves_a_temporary_folder_that_the_next_start_removes(tmp_path, monkeypatch):
     save_before(tmp_path, [1], keep=2)
+
     def killed_writing(*args, **kwargs):
         raise Killed
 
@@ -154,7 +154,6 @@ def test_a_renamed_away_checkpoint_is_put_back_only_when_newer_than_every_one_in
 def test_a_tidy_of_a_missing_folder_does_nothing(tmp_path):
     tidy_checkpoints(tmp_path / "none")
     assert not (tmp_path / "none").exists()
-
 
 
 # -- numbering, pruning, overwriting -------------------------------------------------------------------
@@ -250,15 +249,30 @@ def test_saving_weights_shows_no_transformers_progress_bar(tmp_path, capfd):
     assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored
     assert (tmp_path / "final" / "model.safetensors").is_file()
 
+
 # -- GRPO end to end: a trainer tidies its folder when it opens it, and resumes with no step lost or repeated --
+
 
 def grpo_config(out: Path, **overrides):
     pytest.importorskip("transformers")
     from llmgym.trainers.config import GRPOConfig
 
-    settings = dict(env_id=ENV_REF, env_kwargs={"turns": 1}, model="tiny-random", out=str(out), steps=2,
-                    prompts_per_step=2, group_size=2, max_new_tokens=3, learning_rate=1e-2, save_every=1,
-                    keep_checkpoints=1, progress=False, plot=False, torch_threads=1)
+    settings = dict(
+        env_id=ENV_REF,
+        env_kwargs={"turns": 1},
+        model="tiny-random",
+        out=str(out),
+        steps=2,
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=3,
+        learning_rate=1e-2,
+        save_every=1,
+        keep_checkpoints=1,
+        progress=False,
+        plot=False,
+        torch_threads=1,
+    )
     settings.update(overrides)
     return GRPOConfig(**settings)
 

@@ -45,7 +45,9 @@ def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch)
     monkeypatch.setattr(collect, "gather_episodes", gather)
     monkeypatch.setattr(collect, "sum_ranks", lambda value, world: float(value))
     whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
-    rank1 = compute_advantages(other_rank, scale_rewards="batch", turn_lambda=0.0, batch_rewards=[[1.0], [0.0], [10.0], [0.0]])
+    rank1 = compute_advantages(
+        other_rank, scale_rewards="batch", turn_lambda=0.0, batch_rewards=[[1.0], [0.0], [10.0], [0.0]]
+    )
     monkeypatch.setattr(collect, "gather_objects", lambda value, world: [value, rank1.stat_sums])
     rollouts = collector.collect(0)
     advantages = rollouts.advantages(config)
@@ -72,8 +74,15 @@ def test_episode_errors_of_resampled_groups_are_counted(monkeypatch):
 
 
 def reply(group: int, reward: float, finish: str = "stop", seed: int | None = None) -> Episode:
-    return Episode("x", seed=group if seed is None else seed, group=group, turn_rewards=[reward], token_ids=[1, 2, 3],
-                   mask=[0, 1, 1], metadata={"finish_reasons": [finish]})
+    return Episode(
+        "x",
+        seed=group if seed is None else seed,
+        group=group,
+        turn_rewards=[reward],
+        token_ids=[1, 2, 3],
+        mask=[0, 1, 1],
+        metadata={"finish_reasons": [finish]},
+    )
 
 
 class ResampleGenerator(Generator):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from llmgym.trainers.config import GRPOConfig, SFTConfig, load_config
-
 from tests.trainers.toy_env import ENV_REF
 
 NAN, INF = math.nan, math.inf
@@ -27,19 +26,40 @@ def refused(cls: type, field: str, value: object) -> str:
 # -- non-finite numbers ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value", [
-    ("learning_rate", INF), ("learning_rate", NAN), ("max_grad_norm", NAN), ("is_cap", NAN), ("epsilon_low", NAN),
-    ("epsilon_high", INF), ("beta", NAN), ("temperature", NAN), ("temperature", INF), ("top_p", NAN),
-    ("turn_lambda", NAN), ("weight_decay", INF), ("lora_dropout", NAN), ("solve_threshold", NAN),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("learning_rate", INF),
+        ("learning_rate", NAN),
+        ("max_grad_norm", NAN),
+        ("is_cap", NAN),
+        ("epsilon_low", NAN),
+        ("epsilon_high", INF),
+        ("beta", NAN),
+        ("temperature", NAN),
+        ("temperature", INF),
+        ("top_p", NAN),
+        ("turn_lambda", NAN),
+        ("weight_decay", INF),
+        ("lora_dropout", NAN),
+        ("solve_threshold", NAN),
+    ],
+)
 def test_grpo_config_refuses_non_finite_numbers(field, value):
     """Regression: inf and nan used to pass validation and silently turn the weights into NaN."""
     assert "finite" in refused(GRPOConfig, field, value)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("learning_rate", INF), ("max_grad_norm", NAN), ("weight_decay", NAN), ("min_reward", NAN), ("lora_dropout", INF),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("learning_rate", INF),
+        ("max_grad_norm", NAN),
+        ("weight_decay", NAN),
+        ("min_reward", NAN),
+        ("lora_dropout", INF),
+    ],
+)
 def test_sft_config_refuses_non_finite_numbers(field, value):
     assert "finite" in refused(SFTConfig, field, value)
 
@@ -55,28 +75,67 @@ def test_toml_inf_and_nan_are_refused(tmp_path):
 # -- out of range ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value", [
-    ("learning_rate", -1.0), ("weight_decay", -0.1), ("lora_r", 0), ("lora_alpha", 0), ("lora_dropout", 1.0),
-    ("lora_dropout", -0.1), ("seed", -1), ("seed", 2**64), ("torch_threads", -1), ("torch_threads", 0),
-    ("resample_zero_signal", -1), ("turn_lambda", -0.5), ("seed_pool", 2**63), ("out", ""), ("lora_target_modules", []),
-    ("max_loss_tokens", -5), ("max_grad_norm", 0.0), ("is_cap", 0.0), ("epsilon_low", -0.1), ("beta", -1.0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("learning_rate", -1.0),
+        ("weight_decay", -0.1),
+        ("lora_r", 0),
+        ("lora_alpha", 0),
+        ("lora_dropout", 1.0),
+        ("lora_dropout", -0.1),
+        ("seed", -1),
+        ("seed", 2**64),
+        ("torch_threads", -1),
+        ("torch_threads", 0),
+        ("resample_zero_signal", -1),
+        ("turn_lambda", -0.5),
+        ("seed_pool", 2**63),
+        ("out", ""),
+        ("lora_target_modules", []),
+        ("max_loss_tokens", -5),
+        ("max_grad_norm", 0.0),
+        ("is_cap", 0.0),
+        ("epsilon_low", -0.1),
+        ("beta", -1.0),
+    ],
+)
 def test_grpo_config_refuses_values_out_of_range(field, value):
     refused(GRPOConfig, field, value)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("learning_rate", -1.0), ("weight_decay", -1.0), ("lora_r", 0), ("lora_dropout", 1.5), ("seed", -1), ("out", ""),
-    ("epochs", 0), ("max_length", 0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("learning_rate", -1.0),
+        ("weight_decay", -1.0),
+        ("lora_r", 0),
+        ("lora_dropout", 1.5),
+        ("seed", -1),
+        ("out", ""),
+        ("epochs", 0),
+        ("max_length", 0),
+    ],
+)
 def test_sft_config_refuses_values_out_of_range(field, value):
     refused(SFTConfig, field, value)
 
 
 def test_the_limits_themselves_and_none_are_accepted():
-    GRPOConfig(learning_rate=0, weight_decay=0.0, lora_dropout=0.0, seed=2**64 - 1, torch_threads=1,
-               resample_zero_signal=0, turn_lambda=0.0, seed_pool=2**63 - 1, is_cap=None, max_grad_norm=None,
-               max_loss_tokens=None, lora_target_modules=["q_proj"])
+    GRPOConfig(
+        learning_rate=0,
+        weight_decay=0.0,
+        lora_dropout=0.0,
+        seed=2**64 - 1,
+        torch_threads=1,
+        resample_zero_signal=0,
+        turn_lambda=0.0,
+        seed_pool=2**63 - 1,
+        is_cap=None,
+        max_grad_norm=None,
+        max_loss_tokens=None,
+        lora_target_modules=["q_proj"],
+    )
     SFTConfig(learning_rate=0, min_reward=None, max_grad_norm=None, seed=0)
 
 
@@ -110,22 +169,34 @@ def test_config_rejects_checkpoint_count_and_top_p_out_of_range(field, value):
 # -- booleans and kinds ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls, field, value", [
-    (GRPOConfig, "steps", True), (GRPOConfig, "learning_rate", True), (GRPOConfig, "torch_threads", False),
-    (GRPOConfig, "seed", 1.5), (GRPOConfig, "lora", "false"), (SFTConfig, "epochs", True), (SFTConfig, "progress", 0),
-])
+@pytest.mark.parametrize(
+    "cls, field, value",
+    [
+        (GRPOConfig, "steps", True),
+        (GRPOConfig, "learning_rate", True),
+        (GRPOConfig, "torch_threads", False),
+        (GRPOConfig, "seed", 1.5),
+        (GRPOConfig, "lora", "false"),
+        (SFTConfig, "epochs", True),
+        (SFTConfig, "progress", 0),
+    ],
+)
 def test_a_value_of_the_wrong_kind_is_refused(cls, field, value):
     refused(cls, field, value)
 
 
 def test_toml_booleans_do_not_become_numbers(tmp_path):
     path = tmp_path / "cfg.toml"
-    for line, field in (("steps = true", "steps"), ("learning_rate = true", "learning_rate"),
-                        ("max_loss_tokens = false", "max_loss_tokens")):
+    for line, field in (
+        ("steps = true", "steps"),
+        ("learning_rate = true", "learning_rate"),
+        ("max_loss_tokens = false", "max_loss_tokens"),
+    ):
         path.write_text(f'env_id = "{ENV_REF}"\n{line}\n')
         with pytest.raises(ValueError, match=f"{field}: .*valid .*got (True|False)"):
             load_config(path)
-    path.write_text(f'env_id = "{ENV_REF}"\nlora = true\nsteps = "3"\n')  # a bool field and a lossless string still pass
+    # a bool field and a lossless string still pass
+    path.write_text(f'env_id = "{ENV_REF}"\nlora = true\nsteps = "3"\n')
     config = load_config(path)
     assert config.lora is True and config.steps == 3
 

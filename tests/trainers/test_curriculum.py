@@ -12,12 +12,13 @@ from llmgym.episode import Episode
 from llmgym.trainers import grpo
 from llmgym.trainers.config import GRPOConfig
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
-
 from tests.trainers.toy_env import ENV_REF
 
 
 def test_group_solve_rates_count_solved_episodes_per_group():
-    episodes = [Episode(env_id="x", group=g, turn_rewards=[r]) for g, r in [(0, 1.0), (0, 0.4), (1, 0.0), (1, 0.2), (0, 1.2)]]
+    episodes = [
+        Episode(env_id="x", group=g, turn_rewards=[r]) for g, r in [(0, 1.0), (0, 0.4), (1, 0.0), (1, 0.2), (0, 1.2)]
+    ]
     assert group_solve_rates(episodes, solve_threshold=1.0) == pytest.approx([2 / 3, 0.0])
     assert group_solve_rates(episodes, solve_threshold=0.2) == pytest.approx([1.0, 0.5])
 
@@ -73,8 +74,15 @@ def test_config_rejects_bad_curriculum_settings(settings, message):
         GRPOConfig(curriculum_kwarg="difficulty", **settings)
 
 
-@pytest.mark.parametrize("field, value", [("curriculum_levels", [1, 2]), ("curriculum_promote_at", 0.5),
-                                          ("curriculum_demote_at", 0.1), ("curriculum_window", 4)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("curriculum_levels", [1, 2]),
+        ("curriculum_promote_at", 0.5),
+        ("curriculum_demote_at", 0.1),
+        ("curriculum_window", 4),
+    ],
+)
 def test_curriculum_settings_without_curriculum_kwarg_are_refused(field, value):
     with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} needs curriculum_kwarg")):
         GRPOConfig(**{field: value})
@@ -88,9 +96,22 @@ def curriculum_config(out, **overrides) -> GRPOConfig:
     from tests.trainers.toy_env import ENV_REF
 
     settings = dict(
-        env_id=ENV_REF, model="tiny-random", out=str(out), steps=3, prompts_per_step=2, group_size=2, max_new_tokens=4,
-        learning_rate=1e-2, progress=False, plot=False, save_every=1, torch_threads=1,
-        curriculum_kwarg="difficulty", curriculum_levels=[1, 2, 3], curriculum_promote_at=0.0, curriculum_window=2,
+        env_id=ENV_REF,
+        model="tiny-random",
+        out=str(out),
+        steps=3,
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=4,
+        learning_rate=1e-2,
+        progress=False,
+        plot=False,
+        save_every=1,
+        torch_threads=1,
+        curriculum_kwarg="difficulty",
+        curriculum_levels=[1, 2, 3],
+        curriculum_promote_at=0.0,
+        curriculum_window=2,
         solve_threshold=0.5,
     )
     settings.update(overrides)
@@ -126,8 +147,16 @@ def test_trainer_plays_the_current_level_logs_it_and_resumes_it(tmp_path):
 
 
 def config_with_levels(tmp_path, levels) -> GRPOConfig:
-    return GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), prompts_per_step=1, group_size=2,
-                      curriculum_kwarg="difficulty", curriculum_levels=levels, progress=False)
+    return GRPOConfig(
+        env_id=ENV_REF,
+        model="tiny-random",
+        out=str(tmp_path),
+        prompts_per_step=1,
+        group_size=2,
+        curriculum_kwarg="difficulty",
+        curriculum_levels=levels,
+        progress=False,
+    )
 
 
 def test_a_curriculum_level_the_env_refuses_is_a_config_error_at_start(tmp_path, monkeypatch):
@@ -139,7 +168,8 @@ def test_a_curriculum_level_the_env_refuses_is_a_config_error_at_start(tmp_path,
 
 def test_the_cli_reports_a_bad_curriculum_level_in_one_line_with_exit_2(tmp_path, capsys):
     (tmp_path / "cfg.toml").write_text(
-        f'env_id = "{ENV_REF}"\nmodel = "tiny-random"\nout = "{tmp_path / "run"}"\nprompts_per_step = 1\ngroup_size = 2\n'
+        f'env_id = "{ENV_REF}"\nmodel = "tiny-random"\nout = "{tmp_path / "run"}"\n'
+        "prompts_per_step = 1\ngroup_size = 2\n"
         'curriculum_kwarg = "difficulty"\ncurriculum_levels = [1, 2, 0]\n'
     )
     with pytest.raises(SystemExit) as exited:

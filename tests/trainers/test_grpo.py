@@ -16,14 +16,13 @@ import torch
 pytest.importorskip("transformers")
 
 from llmgym.cli import main  # noqa: E402
-from llmgym.rollout import rollout  # noqa: E402
 from llmgym.policy import SamplingParams  # noqa: E402
+from llmgym.rollout import rollout  # noqa: E402
 from llmgym.trainers.batch import collate  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.trainers.losses import TokenScorer  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
-
 from tests.trainers.toy_env import ENV_ID, ENV_REF  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +30,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 def small_config(out: Path, **overrides) -> GRPOConfig:
     settings = dict(
-        env_id=ENV_REF, env_kwargs={"turns": 2}, model="tiny-random", out=str(out), steps=2, prompts_per_step=2,
-        group_size=4, max_new_tokens=6, learning_rate=1e-2, micro_batch_size=4, progress=False, save_every=1,
+        env_id=ENV_REF,
+        env_kwargs={"turns": 2},
+        model="tiny-random",
+        out=str(out),
+        steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=6,
+        learning_rate=1e-2,
+        micro_batch_size=4,
+        progress=False,
+        save_every=1,
         torch_threads=1,
     )
     settings.update(overrides)
@@ -52,8 +61,20 @@ def test_two_step_smoke_run_with_kl_to_a_frozen_reference(tmp_path):
     assert [m["step"] for m in history] == [1, 2]
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and lines[-1]["episodes_seen"] == 16
-    for key in ("reward/mean", "reward/std", "reward/vowels/mean", "reward/vowels/std", "advantage/std", "kl",
-                "clip_fraction", "entropy", "tokens_per_s", "memory/peak_rss_mb", "groups/zero_signal", "grad_norm"):
+    for key in (
+        "reward/mean",
+        "reward/std",
+        "reward/vowels/mean",
+        "reward/vowels/std",
+        "advantage/std",
+        "kl",
+        "clip_fraction",
+        "entropy",
+        "tokens_per_s",
+        "memory/peak_rss_mb",
+        "groups/zero_signal",
+        "grad_norm",
+    ):
         assert key in lines[-1], key
     assert lines[0]["entropy"] > 0 and lines[0]["tokens/trained"] > 0
     assert lines[0]["kl"] == pytest.approx(0.0, abs=1e-6) and lines[1]["kl"] > 0
@@ -89,13 +110,24 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
         GRPOTrainer(small_config(tmp_path, steps=1), resume=True)
 
 
-
 # -- resuming with settings or checkpoints that do not fit the run --------------------------------
 
 
 def one_step_config(out: Path, **overrides) -> GRPOConfig:
-    settings = dict(env_id=ENV_REF, env_kwargs={"turns": 1}, model="tiny-random", out=str(out), steps=1, prompts_per_step=2,
-                    group_size=2, max_new_tokens=3, learning_rate=1e-2, progress=False, plot=False, torch_threads=1)
+    settings = dict(
+        env_id=ENV_REF,
+        env_kwargs={"turns": 1},
+        model="tiny-random",
+        out=str(out),
+        steps=1,
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=3,
+        learning_rate=1e-2,
+        progress=False,
+        plot=False,
+        torch_threads=1,
+    )
     settings.update(overrides)
     return GRPOConfig(**settings)
 
@@ -115,15 +147,34 @@ def test_resume_with_settings_that_define_another_run_is_an_error_naming_each(tm
         GRPOTrainer(changed, resume=True)
     message = str(caught.value)
     assert "\n" not in message
-    for part in ("env_kwargs {'turns': 1} -> {'turns': 2}", "loss_aggregation 'token_mean' -> 'sequence_mean'", "seed 0 -> 7"):
+    for part in (
+        "env_kwargs {'turns': 1} -> {'turns': 2}",
+        "loss_aggregation 'token_mean' -> 'sequence_mean'",
+        "seed 0 -> 7",
+    ):
         assert part in message
     assert "steps" not in message.split(";")[0]  # more steps is allowed
     assert (tmp_path / "config.json").read_text() == saved and (tmp_path / "metrics.jsonl").read_text() == metrics
 
 
 def test_cli_resume_on_another_env_exits_2_and_keeps_the_run(tmp_path, capsys):
-    common = ["--model", "tiny-random", "--group-size", "2", "--prompts-per-step", "2", "--max-new-tokens", "3",
-              "--no-progress", "--set", "plot=false", "--set", "torch_threads=1", "--out", str(tmp_path)]
+    common = [
+        "--model",
+        "tiny-random",
+        "--group-size",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--no-progress",
+        "--set",
+        "plot=false",
+        "--set",
+        "torch_threads=1",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(["train", "grpo", ENV_REF, "--steps", "1", *common]) == 0
     saved = (tmp_path / "config.json").read_text()
     capsys.readouterr()
@@ -161,6 +212,7 @@ def test_a_lora_checkpoint_of_another_rank_or_target_modules_is_a_one_line_error
     with pytest.raises(ValueError, match="the model lacks"):
         GRPOTrainer(one_step_config(tmp_path, lora=True, lora_r=4, lora_target_modules=["q_proj"]), resume=True)
 
+
 def test_lora_trains_only_the_adapter_with_kl_to_the_base(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path, lora=True, lora_r=4, beta=0.1, learning_rate=5e-2))
     base = {k: v.clone() for k, v in trainer.model.state_dict().items() if "lora_" not in k}
@@ -185,23 +237,32 @@ TRIM_TEMPLATE = (
 
 
 def test_trainer_scores_exactly_the_generated_tokens():
-    from llmgym.wrappers.transformers_policy import TransformersPolicy
-
     import tests.trainers.toy_env  # noqa: F401  registers the env
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
 
     model, tokenizer = tiny_random_model(0)
     policy = TransformersPolicy(model, tokenizer, chat_template=TRIM_TEMPLATE)
-    episodes = rollout(ENV_ID, policy, seeds=[0, 1], group_size=2, env_kwargs={"turns": 2},
-                       sampling=SamplingParams(temperature=1.0, max_tokens=8, seed=0))
+    episodes = rollout(
+        ENV_ID,
+        policy,
+        seeds=[0, 1],
+        group_size=2,
+        env_kwargs={"turns": 2},
+        sampling=SamplingParams(temperature=1.0, max_tokens=8, seed=0),
+    )
     changed = 0
     for episode in episodes:
         assert len(episode.turn_spans) == 2
-        retokenized = tokenizer.encode(tokenizer.apply_chat_template(episode.messages, chat_template=TRIM_TEMPLATE,
-                                                                     tokenize=False), add_special_tokens=False)
+        retokenized = tokenizer.encode(
+            tokenizer.apply_chat_template(episode.messages, chat_template=TRIM_TEMPLATE, tokenize=False),
+            add_special_tokens=False,
+        )
         changed += retokenized[: len(episode.token_ids)] != episode.token_ids
     assert changed >= 1  # re-tokenizing the text would give other tokens (for most sampled episodes)
     batch = collate(episodes)
-    assert [row[: len(e.token_ids)] for row, e in zip(batch.input_ids.tolist(), episodes)] == [e.token_ids for e in episodes]
+    assert [row[: len(e.token_ids)] for row, e in zip(batch.input_ids.tolist(), episodes)] == [
+        e.token_ids for e in episodes
+    ]
     with torch.no_grad():
         logp, _ = TokenScorer(model)(batch.input_ids, batch.attention_mask, batch.mask)
     policy_tokens = batch.mask.bool()
@@ -237,8 +298,18 @@ def run_torchrun(tmp_path: Path, nproc: int, steps: int) -> Path:
         "torch_threads = 1\n[env_kwargs]\nturns = 1\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-               "-m", "llmgym.trainers.grpo", "--config", str(config)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "llmgym.trainers.grpo",
+        "--config",
+        str(config),
+    ]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
@@ -260,8 +331,16 @@ def test_learns_to_write_vowels(tmp_path):
     Regression: with transformers 5.x the tiny model starts near-uniform (entropy ~ln|V|) and takes
     ~15 steps to leave the random level (0.37), so 14 steps no longer sufficed.
     """
-    config = small_config(tmp_path, env_kwargs={"turns": 1}, steps=20, prompts_per_step=4, group_size=8,
-                          max_new_tokens=8, learning_rate=5e-2, save_every=100)
+    config = small_config(
+        tmp_path,
+        env_kwargs={"turns": 1},
+        steps=20,
+        prompts_per_step=4,
+        group_size=8,
+        max_new_tokens=8,
+        learning_rate=5e-2,
+        save_every=100,
+    )
     trainer = GRPOTrainer(config)
     history = trainer.train()
     trainer.close()

@@ -1,4 +1,5 @@
-"""``python -m llmgym.trainers.grpo``'s ``main``: a bad config or env id exits 2 with one message, before a model loads."""
+"""``python -m llmgym.trainers.grpo``'s ``main``: a bad config or env id exits 2 with one message, before a model
+loads."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import pytest
 pytest.importorskip("transformers")
 
 import llmgym.trainers.grpo as grpo_module  # noqa: E402
-
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
 
@@ -34,10 +34,13 @@ def test_grpo_module_main_unknown_env_exits_2_before_loading_a_model(tmp_path, c
     assert exit_info.value.code == 2 and "Traceback" not in err and ("Wordl" in err or "no_such_module" in err)
 
 
-@pytest.mark.parametrize("lines, reason", [
-    ("learning_rate = -1\n", "learning_rate must be >= 0, got -1.0"),
-    ('[env_kwargs]\nturns = "two"\n', "turns"),  # a TypeError from gymnasium.make, before any model loads
-])
+@pytest.mark.parametrize(
+    "lines, reason",
+    [
+        ("learning_rate = -1\n", "learning_rate must be >= 0, got -1.0"),
+        ('[env_kwargs]\nturns = "two"\n', "turns"),  # a TypeError from gymnasium.make, before any model loads
+    ],
+)
 def test_grpo_module_main_reports_usage_errors_in_one_line(lines, reason, tmp_path, capsys):
     """Regression: env kwargs the env refuses used to end in a traceback instead of one line and exit 2."""
     cfg = tmp_path / "bad.toml"

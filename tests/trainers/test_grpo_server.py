@@ -24,7 +24,6 @@ from llmgym.cli import main  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
-
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
 
@@ -43,9 +42,23 @@ def server(tmp_path):
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())", "serve", "--backend", "transformers", "--model", str(checkpoint),
-         "--model-name", "tiny", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-c",
+            "import sys; from llmgym.cli import main; sys.exit(main())",
+            "serve",
+            "--backend",
+            "transformers",
+            "--model",
+            str(checkpoint),
+            "--model-name",
+            "tiny",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -54,9 +67,10 @@ def server(tmp_path):
             try:
                 urllib.request.urlopen(url + "/health", timeout=2).read()
                 break
-            except OSError:
+            except OSError as err:
                 if process.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("llmgym serve did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+                    log = (tmp_path / "server.log").read_text()
+                    raise RuntimeError("llmgym serve did not start: " + log[-2000:]) from err
                 time.sleep(0.5)
         yield url + "/v1", checkpoint, tmp_path / "server.log"
     finally:
@@ -69,9 +83,22 @@ def server(tmp_path):
 def test_grpo_on_a_server_pushes_the_adapter_each_step(server, tmp_path):
     base_url, checkpoint, log = server
     torch.set_num_threads(1)
-    config = GRPOConfig(env_id=ENV_REF, model=str(checkpoint), out=str(tmp_path / "run"), steps=2, prompts_per_step=2,
-                        group_size=4, max_new_tokens=6, learning_rate=5e-2, lora=True, lora_r=4, base_url=base_url,
-                        lora_name="grpo-test", progress=False, plot=False)
+    config = GRPOConfig(
+        env_id=ENV_REF,
+        model=str(checkpoint),
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=6,
+        learning_rate=5e-2,
+        lora=True,
+        lora_r=4,
+        base_url=base_url,
+        lora_name="grpo-test",
+        progress=False,
+        plot=False,
+    )
     trainer = GRPOTrainer(config)
     history = trainer.train()
     trainer.close()
@@ -90,7 +117,8 @@ def test_grpo_on_a_server_pushes_the_adapter_each_step(server, tmp_path):
 
 @pytest.fixture
 def lora_refusing_server():
-    """An OpenAI-compatible base URL whose ``/v1/load_lora_adapter`` answers 400, as ``llmgym serve --backend scripted``."""
+    """An OpenAI-compatible base URL whose ``/v1/load_lora_adapter`` answers 400, as ``llmgym serve --backend
+    scripted`` does."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
@@ -115,9 +143,27 @@ def lora_refusing_server():
 
 def test_a_server_that_refuses_the_adapter_is_a_one_line_error(lora_refusing_server, tmp_path, capsys):
     """Regression: a server that refused the LoRA adapter used to end the run in a traceback."""
-    argv = ["train", "grpo", ENV_REF, "--model", "tiny-random", "--lora", "--base-url", lora_refusing_server,
-            "--steps", "1", "--group-size", "2", "--prompts-per-step", "1", "--max-new-tokens", "4", "--no-progress",
-            "--out", str(tmp_path / "run")]
+    argv = [
+        "train",
+        "grpo",
+        ENV_REF,
+        "--model",
+        "tiny-random",
+        "--lora",
+        "--base-url",
+        lora_refusing_server,
+        "--steps",
+        "1",
+        "--group-size",
+        "2",
+        "--prompts-per-step",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "error: the server refused the LoRA adapter: 400" in err and "Traceback" not in err

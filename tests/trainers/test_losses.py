@@ -39,8 +39,14 @@ def test_clipped_loss_hand_computed():
 
 def test_lower_clip_counts_for_negative_advantage():
     logp = torch.tensor([[0.0, -2.0]], requires_grad=True)
-    loss, terms = grpo_loss(logp, torch.tensor([[0.0, -1.0]]), torch.tensor([[0.0, -1.0]]), torch.tensor([[0, 1]]),
-                            epsilon_low=0.2, is_cap=None)
+    loss, terms = grpo_loss(
+        logp,
+        torch.tensor([[0.0, -1.0]]),
+        torch.tensor([[0.0, -1.0]]),
+        torch.tensor([[0, 1]]),
+        epsilon_low=0.2,
+        is_cap=None,
+    )
     assert terms.clipped == 1 and loss.item() == pytest.approx(0.8)
     loss.backward()
     assert logp.grad[0, 1] == 0
@@ -93,9 +99,21 @@ def test_aggregations():
     dr, _ = grpo_loss(logp, logp.detach(), adv, mask, aggregation="dr_grpo", max_tokens=10, **kwargs)
     assert dr.item() == pytest.approx(-(3.0 + 2.0) / (2 * 10))
     # micro-batches with whole-batch normalizers sum to the whole-batch loss
-    parts = [grpo_loss(logp[i:i + 1], logp[i:i + 1].detach(), adv[i:i + 1], mask[i:i + 1],
-                       aggregation=name, num_sequences=2, num_tokens=4.0, max_tokens=10, **kwargs)[0]
-             for name in ("sequence_mean", "token_mean", "dr_grpo") for i in range(2)]
+    parts = [
+        grpo_loss(
+            logp[i : i + 1],
+            logp[i : i + 1].detach(),
+            adv[i : i + 1],
+            mask[i : i + 1],
+            aggregation=name,
+            num_sequences=2,
+            num_tokens=4.0,
+            max_tokens=10,
+            **kwargs,
+        )[0]
+        for name in ("sequence_mean", "token_mean", "dr_grpo")
+        for i in range(2)
+    ]
     assert sum(p.item() for p in parts[:2]) == pytest.approx(seq.item())
     assert sum(p.item() for p in parts[2:4]) == pytest.approx(tok.item())
     assert sum(p.item() for p in parts[4:]) == pytest.approx(dr.item())
@@ -113,15 +131,24 @@ def tiny_llama(vocab: int = 50):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
 def test_token_scorer_matches_full_logits():
     model = tiny_llama()
-    episodes = [Episode("x", token_ids=[3, 9, 4, 7, 11, 2], mask=[0, 0, 1, 1, 0, 1]),
-                Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1])]
+    episodes = [
+        Episode("x", token_ids=[3, 9, 4, 7, 11, 2], mask=[0, 0, 1, 1, 0, 1]),
+        Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1]),
+    ]
     b = collate(episodes)
     scorer = TokenScorer(model, temperature=0.7)
     logp, entropy = scorer(b.input_ids, b.attention_mask, b.mask, with_entropy=True)
@@ -150,8 +177,12 @@ def test_token_scorer_gradient_equals_the_plain_forward_with_a_tied_table():
     # The scorer looks the tied table up sparsely (no second dense vocabulary-sized gradient); the gradient is the same.
     model = tiny_llama()
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    b = collate([Episode("x", token_ids=[3, 9, 4, 7, 11, 2], mask=[0, 0, 1, 1, 0, 1]),
-                 Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1])])
+    b = collate(
+        [
+            Episode("x", token_ids=[3, 9, 4, 7, 11, 2], mask=[0, 0, 1, 1, 0, 1]),
+            Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1]),
+        ]
+    )
     TokenScorer(model)(b.input_ids, b.attention_mask, b.mask)[0].sum().backward()
     scored = {name: p.grad.clone() for name, p in model.named_parameters()}
     assert not model.lm_head.weight.grad.is_sparse
@@ -193,4 +224,6 @@ def test_rows_without_a_long_common_prefix_are_scored_whole():
     assert losses._shared_prefix_length(ids, torch.ones_like(ids), 3) == 0
     assert losses._shared_prefix_length(ids[:1], torch.ones_like(ids[:1]), 1) == 0  # one row: nothing to share
     # padding is never part of the shared prefix
-    assert losses._shared_prefix_length(torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([[1, 1, 1], [1, 1, 0]]), 2) == 2
+    assert (
+        losses._shared_prefix_length(torch.tensor([[1, 2, 3], [1, 2, 3]]), torch.tensor([[1, 1, 1], [1, 1, 0]]), 2) == 2
+    )

@@ -38,7 +38,8 @@ def test_a_resumed_run_purges_tensorboard_events_of_the_steps_it_redoes(tmp_path
 
 
 def test_a_missing_sink_package_leaves_no_open_metrics_file(tmp_path, monkeypatch):
-    """The ModuleNotFoundError for a missing tensorboard left metrics.jsonl open (a ResourceWarning, a leaked handle)."""
+    """The ModuleNotFoundError for a missing tensorboard left metrics.jsonl open (a ResourceWarning, a leaked
+    handle)."""
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if tensorboard were missing
     opened = []
     real_open = open
@@ -62,10 +63,14 @@ def test_the_plot_leaves_a_gap_for_null_metrics_instead_of_drawing_zero(tmp_path
 
     drawn = []
     real_plot = Axes.plot
-    monkeypatch.setattr(Axes, "plot", lambda self, x, y, *a, **k: drawn.append(list(y)) or real_plot(self, x, y, *a, **k))
+    monkeypatch.setattr(
+        Axes, "plot", lambda self, x, y, *a, **k: drawn.append(list(y)) or real_plot(self, x, y, *a, **k)
+    )
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text('{"step": 1, "reward/mean": 0.5, "reward/std": 0.1, "kl": 0.01}\n'
-                       '{"step": 2, "reward/mean": null, "reward/std": null, "kl": null}\n')
+    metrics.write_text(
+        '{"step": 1, "reward/mean": 0.5, "reward/std": 0.1, "kl": 0.01}\n'
+        '{"step": 2, "reward/mean": null, "reward/std": null, "kl": null}\n'
+    )
     assert plot_metrics(metrics, tmp_path / "rewards.png").is_file()
     reward, kl = drawn
     assert reward[0] == 0.5 and math.isnan(reward[1])

@@ -17,7 +17,6 @@ from llmgym.episode import Episode  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.trainers.overlap import RolloutPrefetcher  # noqa: E402
-
 from tests.trainers.test_grpo_server import server  # noqa: E402,F401  the llmgym serve fixture
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
@@ -57,9 +56,24 @@ def test_a_failed_prefetch_raises_in_the_training_loop():
 def test_generation_of_the_next_step_overlaps_training_on_a_server(server, tmp_path):  # noqa: F811
     base_url, checkpoint, log = server
     torch.set_num_threads(1)
-    config = GRPOConfig(env_id=ENV_REF, model=str(checkpoint), out=str(tmp_path / "run"), steps=3, prompts_per_step=2,
-                        group_size=4, max_new_tokens=6, learning_rate=5e-2, lora=True, lora_r=4, base_url=base_url,
-                        lora_name="grpo-async", progress=False, plot=False, async_generation=True, save_every=1)
+    config = GRPOConfig(
+        env_id=ENV_REF,
+        model=str(checkpoint),
+        out=str(tmp_path / "run"),
+        steps=3,
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=6,
+        learning_rate=5e-2,
+        lora=True,
+        lora_r=4,
+        base_url=base_url,
+        lora_name="grpo-async",
+        progress=False,
+        plot=False,
+        async_generation=True,
+        save_every=1,
+    )
     trainer = GRPOTrainer(config)
     history = trainer.train()
     trainer.close()
@@ -72,7 +86,8 @@ def test_generation_of_the_next_step_overlaps_training_on_a_server(server, tmp_p
     for m in history:  # sane: every episode trained on, finite loss, importance weights in (0, is_cap]
         assert m["episodes/errors"] == 0 and m["tokens/trained"] > 0 and math.isfinite(m["loss"])
         assert 0 < m["is_weight/mean"] <= config.is_cap
-    # the stale steps' episodes come from the previous adapter: their weights differ from 1, the fresh first step's do not
+    # the stale steps' episodes come from the previous adapter: their weights differ from 1, the fresh first step's
+    # do not
     assert history[0]["is_weight/mean"] == pytest.approx(1.0, abs=0.02)
     assert max(abs(m["is_weight/mean"] - 1.0) for m in history[1:]) > abs(history[0]["is_weight/mean"] - 1.0)
     assert log.read_text().count("/v1/load_lora_adapter") == 4  # before step 1, after steps 1, 2, 3

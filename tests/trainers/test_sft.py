@@ -24,7 +24,10 @@ TOOLS = [{"type": "function", "function": {"name": "guess", "description": "Gues
 def teacher_episode(answer: str, reward: float) -> Episode:
     call = {"id": "c1", "type": "function", "function": {"name": "guess", "arguments": json.dumps({"word": answer})}}
     return Episode(
-        "llmgym/Wordle-v0", seed=0, tools=TOOLS, turn_rewards=[0.0, reward],
+        "llmgym/Wordle-v0",
+        seed=0,
+        tools=TOOLS,
+        turn_rewards=[0.0, reward],
         messages=[
             {"role": "system", "content": "Play."},
             {"role": "user", "content": "Guess the word."},
@@ -60,7 +63,9 @@ def test_mask_covers_only_assistant_turns():
     assert '"word": "crane"' in learned and "It is crane." in learned
     assert "Guess the word." in context and "x x G x x" in context and "Guess the word." not in learned
     # each learned span ends at the end-of-turn token the model stops at, not at the template's newline after it
-    ends = [i for i in range(len(episode.mask) - 1) if episode.mask[i] and not episode.mask[i + 1]] + [len(episode.mask) - 1]
+    ends = [i for i in range(len(episode.mask) - 1) if episode.mask[i] and not episode.mask[i + 1]] + [
+        len(episode.mask) - 1
+    ]
     assert all(episode.token_ids[i] == tokenizer.eos_token_id for i in ends if episode.mask[i])
     assert episode.mask[-1] == 0 and tokenizer.decode(episode.token_ids[-1:]) == "\n"
     # recorded ids are used as they are; ids of another tokenizer are refused
@@ -76,8 +81,16 @@ def test_sft_learns_the_good_episodes(tmp_path):
     episodes = [teacher_episode("crane", 1.0) for _ in range(4)] + [teacher_episode("zzzzz", 0.0) for _ in range(4)]
     save_jsonl(episodes, tmp_path / "episodes.jsonl")
     model, tokenizer = tiny_random_model(0)
-    config = SFTConfig(episodes=str(tmp_path / "episodes.jsonl"), out=str(tmp_path / "run"), min_reward=1.0,
-                       epochs=6, batch_size=4, micro_batch_size=2, learning_rate=1e-2, progress=False)
+    config = SFTConfig(
+        episodes=str(tmp_path / "episodes.jsonl"),
+        out=str(tmp_path / "run"),
+        min_reward=1.0,
+        epochs=6,
+        batch_size=4,
+        micro_batch_size=2,
+        learning_rate=1e-2,
+        progress=False,
+    )
     trainer = SFTTrainer(config, model=model, tokenizer=tokenizer)
     assert len(trainer.episodes) == 4
     history = trainer.train()
@@ -92,12 +105,21 @@ def test_sft_learns_the_good_episodes(tmp_path):
 def test_sft_lora_keeps_base_weights(tmp_path):
     model, tokenizer = tiny_random_model(0)
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    config = SFTConfig(out=str(tmp_path), lora=True, lora_r=4, epochs=1, batch_size=2, learning_rate=1e-2, progress=False)
+    config = SFTConfig(
+        out=str(tmp_path), lora=True, lora_r=4, epochs=1, batch_size=2, learning_rate=1e-2, progress=False
+    )
     trainer = SFTTrainer(config, model=model, tokenizer=tokenizer, episodes=[teacher_episode("crane", 1.0)] * 2)
     trainer.train()
     state = trainer.model.get_base_model().state_dict()
-    assert all(torch.equal(v, state[k.replace(".weight", ".base_layer.weight")] if k.replace(".weight", ".base_layer.weight") in state else state[k])
-               for k, v in base.items())
+    assert all(
+        torch.equal(
+            v,
+            state[k.replace(".weight", ".base_layer.weight")]
+            if k.replace(".weight", ".base_layer.weight") in state
+            else state[k],
+        )
+        for k, v in base.items()
+    )
     assert (tmp_path / "final" / "adapter_config.json").is_file()
 
 
@@ -105,26 +127,35 @@ def test_sft_lora_keeps_base_weights(tmp_path):
 
 
 def recorded(token_ids: list[int], mask: list[int], reward: float = 1.0) -> Episode:
-    return Episode("x", turn_rewards=[reward], token_ids=token_ids, mask=mask,
-                   messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    return Episode(
+        "x",
+        turn_rewards=[reward],
+        token_ids=token_ids,
+        mask=mask,
+        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+    )
 
 
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Every check below must fail before the model is loaded."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(grpo, "load_policy_model", refuse)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (recorded([5, 6, 7], [0, 0, 0]), "no policy token"),
-    (recorded([5, 6, 7], [1, 0, 0]), "no policy token"),  # the first token is never trained on
-    (recorded([5, 6, 7], [0, 1]), "2 entries for 3 token ids"),
-    (recorded([5, -1, 7], [0, 1, 1]), "token id -1 is not an integer >= 0"),
-    (recorded([5, 6, 7], [0, 2, 1]), "must be 0"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (recorded([5, 6, 7], [0, 0, 0]), "no policy token"),
+        (recorded([5, 6, 7], [1, 0, 0]), "no policy token"),  # the first token is never trained on
+        (recorded([5, 6, 7], [0, 1]), "2 entries for 3 token ids"),
+        (recorded([5, -1, 7], [0, 1, 1]), "token id -1 is not an integer >= 0"),
+        (recorded([5, 6, 7], [0, 2, 1]), "must be 0"),
+    ],
+)
 def test_sft_refuses_episodes_it_cannot_train_on_before_loading_the_model(tmp_path, no_model_load, bad, message):
     """Regression: SFT used to train on episodes without policy tokens, and crash mid-run on a short mask or bad id."""
     episodes = [recorded([5, 6, 7], [0, 1, 1]), bad]
@@ -142,8 +173,14 @@ def test_tokenize_refuses_recorded_ids_without_policy_tokens_and_chats_cut_by_ma
     _, tokenizer = tiny_random_model(0)
     with pytest.raises(ValueError, match="no policy token"):  # was returned as it is, and trained on with loss 0
         tokenize_episode(recorded([5, 6, 7], [0, 0, 0]), tokenizer)
-    chat = Episode("x", messages=[{"role": "system", "content": "a long system prompt " * 20},
-                                  {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    chat = Episode(
+        "x",
+        messages=[
+            {"role": "system", "content": "a long system prompt " * 20},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"},
+        ],
+    )
     assert sum(tokenize_episode(chat, tokenizer).mask) > 0
     with pytest.raises(ValueError, match="max_length 16 cuts every policy token"):
         tokenize_episode(chat, tokenizer, max_length=16)
@@ -168,8 +205,22 @@ def test_sft_with_no_episode_kept_fails_before_loading_the_model(tmp_path, monke
 
 def test_cli_sft_on_masks_without_policy_tokens_exits_2(tmp_path, capsys, no_model_load):
     save_jsonl([recorded([5, 6, 7], [0, 0, 0]) for _ in range(3)], tmp_path / "eps.jsonl")
-    assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--model", "tiny-random",
-                 "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "sft",
+                "--episodes",
+                str(tmp_path / "eps.jsonl"),
+                "--model",
+                "tiny-random",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "episode 1 of 3" in err and "no policy token" in err
 
@@ -179,8 +230,22 @@ def test_cli_sft_into_an_unwritable_folder_exits_2_before_loading_the_model(tmp_
     save_jsonl([recorded([5, 6, 7], [0, 1, 1])], tmp_path / "eps.jsonl")
     (tmp_path / "afile").write_text("")
     for out in (tmp_path / "afile" / "sub", tmp_path / "afile"):
-        assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--model", "tiny-random",
-                     "--out", str(out), "--no-progress"]) == 2
+        assert (
+            main(
+                [
+                    "train",
+                    "sft",
+                    "--episodes",
+                    str(tmp_path / "eps.jsonl"),
+                    "--model",
+                    "tiny-random",
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"--out {out}" in err and "is a file, not a folder" in err
 
@@ -192,8 +257,21 @@ def test_cli_export_messages_into_a_folder_or_of_nothing_exits_2(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--export-messages {tmp_path} is a folder, not a file" in err
     chat = tmp_path / "chat.jsonl"
-    assert main(["train", "sft", "--episodes", str(tmp_path / "eps.jsonl"), "--min-reward", "100",
-                 "--export-messages", str(chat)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "sft",
+                "--episodes",
+                str(tmp_path / "eps.jsonl"),
+                "--min-reward",
+                "100",
+                "--export-messages",
+                str(chat),
+            ]
+        )
+        == 2
+    )
     assert "total reward >= 100.0 (of 1); lower --min-reward" in capsys.readouterr().err  # as training says it
     assert not chat.exists()
 

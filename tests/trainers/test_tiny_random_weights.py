@@ -1,4 +1,5 @@
-"""``--model tiny-random`` is one model: the trainers build the weights ``llmgym serve`` decodes with, whatever the run seed.
+"""``--model tiny-random`` is one model: the trainers build the weights ``llmgym serve`` decodes with, whatever the
+run seed.
 
 A GRPO run with ``base_url`` generates on the server and trains its own copy;
 when the trainers seeded the tiny model with the run seed and the server with
@@ -18,7 +19,6 @@ from llmgym.trainers.config import GRPOConfig, SFTConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.trainers.sft import SFTTrainer  # noqa: E402
 from llmgym.wrappers.models import load_policy, tiny_random_model  # noqa: E402
-
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
 RUN_SEED = 7
@@ -30,8 +30,20 @@ def served_weights() -> dict[str, torch.Tensor]:
 
 
 def test_a_grpo_run_with_lora_trains_the_served_weights(tmp_path):
-    config = GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path), seed=RUN_SEED, lora=True, steps=1,
-                        prompts_per_step=1, group_size=2, max_new_tokens=2, progress=False, plot=False, torch_threads=1)
+    config = GRPOConfig(
+        env_id=ENV_REF,
+        model="tiny-random",
+        out=str(tmp_path),
+        seed=RUN_SEED,
+        lora=True,
+        steps=1,
+        prompts_per_step=1,
+        group_size=2,
+        max_new_tokens=2,
+        progress=False,
+        plot=False,
+        torch_threads=1,
+    )
     trainer = GRPOTrainer(config)
     try:
         base = trainer.model.get_base_model()
@@ -44,9 +56,16 @@ def test_a_grpo_run_with_lora_trains_the_served_weights(tmp_path):
 
 
 def test_an_sft_run_trains_the_served_weights(tmp_path):
-    episode = Episode("x", turn_rewards=[1.0], token_ids=[5, 6, 7], mask=[0, 1, 1],
-                      messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
-    trainer = SFTTrainer(SFTConfig(out=str(tmp_path), model="tiny-random", seed=RUN_SEED, progress=False), episodes=[episode])
+    episode = Episode(
+        "x",
+        turn_rewards=[1.0],
+        token_ids=[5, 6, 7],
+        mask=[0, 1, 1],
+        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+    )
+    trainer = SFTTrainer(
+        SFTConfig(out=str(tmp_path), model="tiny-random", seed=RUN_SEED, progress=False), episodes=[episode]
+    )
     trained, served = trainer.model.state_dict(), served_weights()
     assert trained.keys() == served.keys()
     assert all(torch.equal(trained[name], served[name]) for name in served)

@@ -18,7 +18,11 @@ from llmgym.trainers.trl import episodes_to_messages, save_messages_jsonl, trl_d
 def test_the_class_exposes_exactly_the_env_tools_to_trl():
     Wordle = trl_environment("llmgym/Wordle-v0", max_turns=4)
     public = [n for n, _ in inspect.getmembers(Wordle, predicate=inspect.isfunction) if not n.startswith("_")]
-    assert sorted(public) == ["get_reward", "guess", "reset"]  # TRL's rule: public methods but reset/get_reward are tools
+    assert sorted(public) == [
+        "get_reward",
+        "guess",
+        "reset",
+    ]  # TRL's rule: public methods but reset/get_reward are tools
     assert Wordle().env.unwrapped.max_turns == 4
 
 
@@ -35,10 +39,14 @@ def test_transformers_derives_the_same_tool_schema_as_llmgym():
 
 def test_tool_calls_play_the_episode_and_the_reward_is_its_return():
     env = trl_environment("llmgym/Wordle-v0")()
-    assert env.reset(seed=3, prompt=[{"role": "user", "content": ""}]) == "Guess the five-letter word. You have 6 guesses."
+    assert (
+        env.reset(seed=3, prompt=[{"role": "user", "content": ""}]) == "Guess the five-letter word. You have 6 guesses."
+    )
     solver, obs = WordleSolver(), "Guess the five-letter word."
     while "Solved" not in obs:
-        obs = env.guess(word=json.loads(solver.act(obs)[len("<tool_call>"):-len("</tool_call>")])["arguments"]["word"])
+        obs = env.guess(
+            word=json.loads(solver.act(obs)[len("<tool_call>") : -len("</tool_call>")])["arguments"]["word"]
+        )
     assert obs.endswith("[The episode is over.]")
     assert env.get_reward() == pytest.approx(env._episode().total_reward) and env.get_reward() > 1.0
     assert env.guess(word="crane").startswith("Error: the episode is over")
@@ -85,14 +93,17 @@ def test_episodes_export_as_chat_messages(tmp_path):
     datasets = pytest.importorskip("datasets")
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
     assert len(loaded) == 2 and loaded[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "guess"
-    assert json.loads(loaded[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]) == calls[0]["function"]["arguments"]
+    assert (
+        json.loads(loaded[0]["messages"][2]["tool_calls"][0]["function"]["arguments"])
+        == calls[0]["function"]["arguments"]
+    )
 
 
 def test_the_chat_rows_render_with_a_transformers_chat_template():
     pytest.importorskip("trl")
-    from trl.chat_template_utils import qwen2_5_chat_template
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_chat_template
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
     tokenizer.chat_template = qwen2_5_chat_template
@@ -108,12 +119,20 @@ def test_trl_rows_hold_a_text_protocol_call_once():
     env = gym.make("llmgym/Wordle-v0")
     env.reset(seed=0)
     *_, info = env.step('Trying. <tool_call>{"name":"guess","arguments":{"word":"pious"}}</tool_call>')
-    assistant = [m for m in episodes_to_messages([Episode("llmgym/Wordle-v0", messages=info["messages"])])[0]["messages"]
-                 if m["role"] == "assistant"]
+    assistant = [
+        m
+        for m in episodes_to_messages([Episode("llmgym/Wordle-v0", messages=info["messages"])])[0]["messages"]
+        if m["role"] == "assistant"
+    ]
     assert len(assistant) == 1 and assistant[0]["content"] == "Trying."
     assert [c["function"] for c in assistant[0]["tool_calls"]] == [{"name": "guess", "arguments": {"word": "pious"}}]
-    native = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}}]}
+    native = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}}
+        ],
+    }
     row = episodes_to_messages([Episode("x", messages=[native])])[0]["messages"][0]
     assert row["tool_calls"][0]["function"]["arguments"] == {"word": "crane"}
 

@@ -1,4 +1,5 @@
-"""``report_to = ["wandb"]``: metrics reach a W&B run (offline mode, no network or account), and a missing wandb is a clear error.
+"""``report_to = ["wandb"]``: metrics reach a W&B run (offline mode, no network or account), and a missing wandb is a
+clear error.
 
 The offline run's ``run-<id>.wandb`` file is read back record by record: it is
 a LevelDB-style log (32 KiB blocks, each record a 7-byte header ``crc32 (4),
@@ -25,7 +26,6 @@ from llmgym.cli import main  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.trainers.metrics import MetricsLogger  # noqa: E402
-
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
 BLOCK = 32 * 1024
@@ -60,8 +60,11 @@ def read_wandb_records(path: Path) -> list[Any]:
 
 def history_rows(records: list[Any]) -> list[dict[str, Any]]:
     """The logged rows (``_step`` and every metric) of a run's records."""
-    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
-            for r in records if r.WhichOneof("record_type") == "history"]
+    return [
+        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
 
 
 def logged_history(run_dir: Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
@@ -90,9 +93,20 @@ def offline_wandb(tmp_path, monkeypatch):
 @pytest.mark.slow  # ~8-14 s here: wandb-core takes seconds to start
 def test_grpo_metrics_reach_an_offline_wandb_run(tmp_path, offline_wandb):
     torch.set_num_threads(1)
-    config = GRPOConfig(env_id=ENV_REF, model="tiny-random", out=str(tmp_path / "run"), steps=2, prompts_per_step=2,
-                        group_size=2, max_new_tokens=4, progress=False, plot=False, torch_threads=1,
-                        report_to=["wandb"], wandb_project="llmgym-tests")
+    config = GRPOConfig(
+        env_id=ENV_REF,
+        model="tiny-random",
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=4,
+        progress=False,
+        plot=False,
+        torch_threads=1,
+        report_to=["wandb"],
+        wandb_project="llmgym-tests",
+    )
     trainer = GRPOTrainer(config)
     history = trainer.train()
     trainer.close()
@@ -119,8 +133,13 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, offline_wandb):
     wandb.teardown()
     runs = [read_wandb_records(path) for path in sorted(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))]
     assert len(runs) == 2  # offline mode writes each session to its own folder; `wandb sync` merges them by id
-    assert [[r.run.run_id for r in records if r.WhichOneof("record_type") == "run"] for records in runs] == [[run_id]] * 2
-    assert [[(row["_step"], row["loss"]) for row in history_rows(records)] for records in runs] == [[(1, 1.0)], [(2, 0.5)]]
+    assert [[r.run.run_id for r in records if r.WhichOneof("record_type") == "run"] for records in runs] == [
+        [run_id]
+    ] * 2
+    assert [[(row["_step"], row["loss"]) for row in history_rows(records)] for records in runs] == [
+        [(1, 1.0)],
+        [(2, 0.5)],
+    ]
     fresh = MetricsLogger(tmp_path / "other", report_to=["wandb"])
     fresh.close()
     assert (tmp_path / "other" / "wandb_run_id").read_text() != run_id
@@ -138,7 +157,21 @@ def test_missing_wandb_names_the_extra(tmp_path, monkeypatch, capsys):
     with pytest.raises(ModuleNotFoundError, match=r'pip install "llmgym\[wandb\]"') as info:
         MetricsLogger(tmp_path, report_to=["wandb"])
     assert info.value.name == "wandb"
-    code = main(["train", "grpo", ENV_REF, "--model", "tiny-random", "--steps", "1", "--out", str(tmp_path / "run"),
-                 "--no-progress", "--set", 'report_to=["wandb"]'])
+    code = main(
+        [
+            "train",
+            "grpo",
+            ENV_REF,
+            "--model",
+            "tiny-random",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--set",
+            'report_to=["wandb"]',
+        ]
+    )
     assert code == 2
     assert 'pip install "llmgym[wandb]"' in capsys.readouterr().err

@@ -2,9 +2,9 @@
 
 ``llmgym-test/Vowels-v0`` is registered on import, so configs can name it as
 ``tests.trainers.toy_env:llmgym-test/Vowels-v0`` (Gymnasium's ``module:id`` form),
-also in ``torchrun`` subprocesses. ``turns`` sets how many replies an episode takes; ``difficulty`` (default 1) raises the
-fraction to that power (harder to reach a high reward) and is named in the prompt, for
-curriculum tests.
+also in ``torchrun`` subprocesses. ``turns`` sets how many replies an episode takes;
+``difficulty`` (default 1) raises the fraction to that power (harder to reach a high
+reward) and is named in the prompt, for curriculum tests.
 """
 
 from __future__ import annotations

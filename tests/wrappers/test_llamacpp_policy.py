@@ -1,4 +1,5 @@
-"""LlamaCppPolicy on a tiny random GGUF with the SmolLM2 tokenizer (fast), and on SmolLM2 itself (one quick smoke test)."""
+"""LlamaCppPolicy on a tiny random GGUF with the SmolLM2 tokenizer (fast), and on SmolLM2 itself (one quick smoke
+test)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _sample  # noqa: E40
 from llmgym.wrappers.models import tiny_random_gguf  # noqa: E402
 from llmgym.wrappers.thinking import FORCED_CLOSE  # noqa: E402
 
-TOOLS = [{"type": "function", "function": {"name": "guess", "description": "Guess a word.", "parameters": {"type": "object"}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "guess", "description": "Guess a word.", "parameters": {"type": "object"}},
+    }
+]
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -38,9 +44,13 @@ def request(messages=HI, tools=(), prefix=None, **sampling) -> PolicyRequest:
 
 
 def test_seeded_sampling_is_reproducible(policy):
-    first, second, other = policy.generate([request(seed=5, temperature=1.0, max_tokens=12),
-                                            request(seed=5, temperature=1.0, max_tokens=12),
-                                            request(seed=6, temperature=1.0, max_tokens=12)])
+    first, second, other = policy.generate(
+        [
+            request(seed=5, temperature=1.0, max_tokens=12),
+            request(seed=5, temperature=1.0, max_tokens=12),
+            request(seed=6, temperature=1.0, max_tokens=12),
+        ]
+    )
     assert first.token_ids == second.token_ids != other.token_ids
     assert len(first.token_ids) == len(first.logprobs) == 12 and first.finish_reason == "length"
     assert first.metadata["cached_prompt_tokens"] == 0
@@ -84,7 +94,7 @@ def test_prefix_continuation_is_token_exact(gguf_path):
     assert retokenized[: len(prefix)] != prefix, "re-rendering must differ for the test to mean anything"
     second = policy.generate([request(messages, prefix=prefix)])[0]
     assert second.prompt_token_ids[: len(prefix)] == prefix and second.metadata["prefix_reused"]
-    added = policy.llm.detokenize(second.prompt_token_ids[len(prefix):], special=True).decode()
+    added = policy.llm.detokenize(second.prompt_token_ids[len(prefix) :], special=True).decode()
     assert added == "<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
     assert second.metadata["cached_prompt_tokens"] >= len(prefix) - 1
     policy.close()

@@ -71,7 +71,6 @@ def test_load_policy_builds_a_transformers_policy_around_given_weights():
     assert isinstance(policy, Policy) and policy.model is model and policy.returns_tokens
 
 
-
 def test_a_model_id_not_in_the_local_cache_fails_at_once_without_asking_the_hub():
     # from_pretrained(local_files_only=True) still sent HEAD requests for adapter_config.json
     # (transformers 5): offline, `llmgym serve --backend transformers --model tiny-randm` retried
@@ -103,12 +102,14 @@ def test_load_policy_takes_tiny_random_as_the_trainers_do(backend):
 
     policy = load_policy(backend, "tiny-random")
     try:
-        request = PolicyRequest(messages=[{"role": "user", "content": "hi"}],
-                                sampling=SamplingParams(max_tokens=3, seed=0))
+        request = PolicyRequest(
+            messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=3, seed=0)
+        )
         generation = policy.generate([request])[0]
         assert len(generation.token_ids) == 3 and policy.name.startswith("tiny-random-llama")
     finally:
         policy.close()
+
 
 _CONVERT = """
 import sys, time
@@ -134,8 +135,10 @@ def test_conversion_is_atomic_cached_and_trainable(tmp_path, monkeypatch):
     assert time.perf_counter() - started < 1.0  # reused, not converted again
     model, tokenizer = models.load_model(device="cpu")
     assert getattr(model, "hf_quantizer", None) is None and "quantization_config" not in model.config.to_dict()
-    loss = model(torch.tensor([tokenizer.encode("The capital of France is Paris.")]), labels=torch.tensor(
-        [tokenizer.encode("The capital of France is Paris.")])).loss
+    loss = model(
+        torch.tensor([tokenizer.encode("The capital of France is Paris.")]),
+        labels=torch.tensor([tokenizer.encode("The capital of France is Paris.")]),
+    ).loss
     loss.backward()  # plain, trainable weights
     assert model.model.embed_tokens.weight.grad is not None
     assert loss.item() < 6.0  # the real model, not random weights (random: ~10.8)

@@ -82,8 +82,9 @@ def test_falls_back_to_the_text_protocol_when_tools_are_refused():
 
 def test_token_ids_and_logprobs_match_the_served_policy(tiny_server):
     base_url, served, _ = tiny_server
-    request = PolicyRequest([{"role": "user", "content": "Hello"}],
-                            sampling=SamplingParams(temperature=0.8, max_tokens=6, seed=4))
+    request = PolicyRequest(
+        [{"role": "user", "content": "Hello"}], sampling=SamplingParams(temperature=0.8, max_tokens=6, seed=4)
+    )
     client = OpenAIPolicy("tiny", base_url=base_url)
     try:
         remote = client.generate([request])[0]
@@ -104,8 +105,10 @@ def test_concurrent_requests_from_sync_and_async_callers(tiny_server):
     base_url, _, backend = tiny_server
     backend.largest_batch = 0
     client = OpenAIPolicy("tiny", base_url=base_url, max_concurrency=3)
-    requests = [PolicyRequest([{"role": "user", "content": f"q{i}"}], sampling=SamplingParams(max_tokens=3, seed=i))
-                for i in range(8)]
+    requests = [
+        PolicyRequest([{"role": "user", "content": f"q{i}"}], sampling=SamplingParams(max_tokens=3, seed=i))
+        for i in range(8)
+    ]
     try:
         batch = client.generate(requests)
 
@@ -122,8 +125,9 @@ def test_concurrent_requests_from_sync_and_async_callers(tiny_server):
 
 def test_several_base_urls_share_the_load_and_fail_over(wordle_server):
     with serve_in_thread(create_app(load_scripted("wordle"), model_name="wordle-bot")) as second:
-        client = OpenAIPolicy("wordle-bot", base_url=[wordle_server, second, _dead_url()], max_retries=0,
-                              return_tokens=False)
+        client = OpenAIPolicy(
+            "wordle-bot", base_url=[wordle_server, second, _dead_url()], max_retries=0, return_tokens=False
+        )
         try:
             out = client.generate([PolicyRequest(START) for _ in range(12)])
         finally:
@@ -180,8 +184,9 @@ def test_text_protocol_keeps_the_system_prompt_and_existing_blocks():
     tools = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
     text = '<tool_call>{"name": "guess", "arguments": {"word": "slate"}}</tool_call>'
     call = {"id": "c", "type": "function", "function": {"name": "guess", "arguments": '{"word": "slate"}'}}
-    chat = to_text_protocol([{"role": "system", "content": "Rules."},
-                             {"role": "assistant", "content": text, "tool_calls": [call]}], tools)
+    chat = to_text_protocol(
+        [{"role": "system", "content": "Rules."}, {"role": "assistant", "content": text, "tool_calls": [call]}], tools
+    )
     assert chat[0]["content"].startswith("Rules.") and "guess" in chat[0]["content"]
     assert chat[1]["content"].count("<tool_call>") == 1
 
@@ -233,8 +238,10 @@ class _Echo(Policy):
     def generate(self, requests):
         if any("BAD" in r.messages[-1]["content"] for r in requests):
             raise ValueError("the prompt has an extra long line")
-        return [Generation({"role": "assistant", "content": "ok"}, prompt_token_ids=[1, 2], token_ids=[3],
-                           logprobs=[-0.1]) for _ in requests]
+        return [
+            Generation({"role": "assistant", "content": "ok"}, prompt_token_ids=[1, 2], token_ids=[3], logprobs=[-0.1])
+            for _ in requests
+        ]
 
 
 def test_one_unrelated_400_does_not_turn_token_collection_off():
@@ -321,14 +328,17 @@ def test_eval_tries_a_model_that_ollama_or_llama_server_does_not_list(capsys):
 
     from llmgym.cli._policies import build_policy
 
-    for cards in ([{"id": "llama3.2:latest", "object": "model", "owned_by": "library"}],
-                  [{"id": "models/qwen.gguf", "object": "model", "owned_by": "llamacpp"}]):
+    for cards in (
+        [{"id": "llama3.2:latest", "object": "model", "owned_by": "library"}],
+        [{"id": "models/qwen.gguf", "object": "model", "owned_by": "llamacpp"}],
+    ):
         stub = _ModelsOnly(cards)
         try:
             args = argparse.Namespace(policy=None, base_url=[stub.url], model="llama3.2", api_key=None, concurrency=1)
             policy = build_policy(args)
             assert policy.model == "llama3.2"
             assert f"does not list model 'llama3.2' (it lists: {cards[0]['id']}); trying it anyway" in (
-                capsys.readouterr().err)
+                capsys.readouterr().err
+            )
         finally:
             stub.close()

@@ -83,15 +83,20 @@ def test_prefix_is_reused_and_stop_strings_cut_the_text(served):
     out = policy.generate([first])[0]
     assert out.metadata["token_exact"] and not out.metadata["prefix_reused"] and len(out.token_ids) == 8
     prefix = out.prompt_token_ids + out.token_ids
-    follow = PolicyRequest(first.messages + [out.message, {"role": "user", "content": "And?"}],
-                           sampling=SamplingParams(max_tokens=8, seed=5), prefix_token_ids=prefix)
+    follow = PolicyRequest(
+        first.messages + [out.message, {"role": "user", "content": "And?"}],
+        sampling=SamplingParams(max_tokens=8, seed=5),
+        prefix_token_ids=prefix,
+    )
     second = policy.generate([follow])[0]
     assert second.metadata["prefix_reused"] and second.prompt_token_ids[: len(prefix)] == prefix
     text = out.message["content"]
-    stop = text.strip()[len(text.strip()) // 2:][:3]
+    stop = text.strip()[len(text.strip()) // 2 :][:3]
     if not stop.strip():
         pytest.fail(f"the sampled text {text!r} has no usable stop string")
-    cut = policy.generate([PolicyRequest(first.messages, sampling=SamplingParams(max_tokens=8, seed=5, stop=[stop]))])[0]
+    cut = policy.generate([PolicyRequest(first.messages, sampling=SamplingParams(max_tokens=8, seed=5, stop=[stop]))])[
+        0
+    ]
     assert stop not in cut.message["content"] and text.startswith(cut.message["content"])
     assert cut.finish_reason == "stop" and len(cut.token_ids) == len(cut.logprobs) <= 8
 

@@ -13,18 +13,26 @@ from llmgym.rollout import rollout
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
 WORDLE = "llmgym/Wordle-v0"
-GUESS = {"type": "function", "function": {"name": "guess", "description": "Guess a word.",
-                                          "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}
+GUESS = {
+    "type": "function",
+    "function": {
+        "name": "guess",
+        "description": "Guess a word.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+    },
+}
 CALL = {"id": "c1", "type": "function", "function": {"name": "guess", "arguments": '{"word": "crane"}'}}
 CALL_TEXT = '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'
 ASSISTANT = {"role": "assistant", "content": "hi"}
 
 # Qwen3's rule, reduced: a <think> block is shown only on assistant turns after the last user message.
 QWEN3_STYLE = """{%- set ns = namespace(last_query_index=-1) -%}
-{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_query_index = loop.index0 -%}{%- endif -%}{%- endfor -%}
+{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_query_index = loop.index0 -%}{%- endif -%}\
+{%- endfor -%}
 {%- for m in messages -%}
 {%- if m.role == 'assistant' -%}
-{%- if loop.index0 > ns.last_query_index -%}{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + m.content + '<|im_end|>\n' }}
+{%- if loop.index0 > ns.last_query_index -%}\
+{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + m.content + '<|im_end|>\n' }}
 {%- else -%}{{ '<|im_start|>assistant\n' + m.content + '<|im_end|>\n' }}{%- endif -%}
 {%- else -%}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif -%}
 {%- endfor -%}
@@ -32,7 +40,8 @@ QWEN3_STYLE = """{%- set ns = namespace(last_query_index=-1) -%}
 
 # A template that cannot be continued: earlier replies are replaced once a user message follows.
 FORGETFUL = QWEN3_STYLE.replace(
-    "{{ '<|im_start|>assistant\n' + m.content + '<|im_end|>\n' }}", "{{ '<|im_start|>assistant\n(earlier reply)<|im_end|>\n' }}"
+    "{{ '<|im_start|>assistant\n' + m.content + '<|im_end|>\n' }}",
+    "{{ '<|im_start|>assistant\n(earlier reply)<|im_end|>\n' }}",
 )
 
 
@@ -68,18 +77,24 @@ def test_a_qwen3_style_template_is_continued_from_the_prefix(tiny):
     prompt = chat.prepare(PolicyRequest(first)).ids
     generated = tokenizer.encode("<think>\nhmm\n</think>\n\ncrane<|im_end|>", add_special_tokens=False)
     prefix = prompt + generated
-    messages = first + [{"role": "assistant", "content": "crane", "reasoning_content": "hmm"},
-                        {"role": "user", "content": "CRANE x x G x x"}]
+    messages = first + [
+        {"role": "assistant", "content": "crane", "reasoning_content": "hmm"},
+        {"role": "user", "content": "CRANE x x G x x"},
+    ]
     second = chat.prepare(PolicyRequest(messages, prefix_token_ids=prefix))
     assert second.prefix_reused and second.ids[: len(prefix)] == prefix
-    assert tokenizer.decode(second.ids[len(prefix):]) == "\n<|im_start|>user\nCRANE x x G x x<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tokenizer.decode(second.ids[len(prefix) :])
+        == "\n<|im_start|>user\nCRANE x x G x x<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_a_rollout_with_a_qwen3_style_template_keeps_its_tokens(tiny):
     # The prompt opens <think> and the budget closes it, so each reply has a think block that a
     # re-rendered chat would drop from turn 1: only the prefix keeps it.
-    template = QWEN3_STYLE.replace("{{ '<|im_start|>assistant\n' }}{%- endif -%}",
-                                   "{{ '<|im_start|>assistant\n<think>\n' }}{%- endif -%}")
+    template = QWEN3_STYLE.replace(
+        "{{ '<|im_start|>assistant\n' }}{%- endif -%}", "{{ '<|im_start|>assistant\n<think>\n' }}{%- endif -%}"
+    )
     policy = transformers_policy(tiny, chat_template=template, native_tools=False)
     sampling = SamplingParams(temperature=1.0, max_tokens=8, seed=1, thinking_budget=2)
     episode = rollout(WORDLE, policy, seeds=[0], sampling=sampling, env_kwargs={"max_turns": 2})[0]
@@ -104,7 +119,9 @@ def test_a_template_that_cannot_be_continued_drops_the_token_record_not_the_run(
 def test_only_a_policy_that_says_it_did_not_continue_the_prefix_is_forgiven(metadata):
     record = TokenRecord()
     record.add(Generation(ASSISTANT, prompt_token_ids=[1, 2], token_ids=[3], logprobs=[-0.5]), 1, None)
-    retokenized = Generation(ASSISTANT, prompt_token_ids=[1, 2, 9, 4], token_ids=[5], logprobs=[-0.1], metadata=metadata)
+    retokenized = Generation(
+        ASSISTANT, prompt_token_ids=[1, 2, 9, 4], token_ids=[5], logprobs=[-0.1], metadata=metadata
+    )
     if metadata.get("prefix_reused") is False:  # a chat server, a template that cannot be continued
         record.add(retokenized, 2, [1, 2, 3])
         assert record.prefix() is None and record.dropped.startswith("turn 2: ")
@@ -121,12 +138,18 @@ def test_past_tool_calls_and_results_are_shown_in_the_text_protocol(tiny):
     tokenizer = tiny[1]
     chat = prompter(tokenizer)
     assert not chat.native_tools
-    messages = [{"role": "user", "content": "play"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
-                {"role": "tool", "tool_call_id": "c1", "content": "CRANE x x G x x"}]
+    messages = [
+        {"role": "user", "content": "play"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "CRANE x x G x x"},
+    ]
     text = tokenizer.decode(chat.prepare(PolicyRequest(messages, tools=[GUESS])).ids)
     assert "<|im_start|>assistant\n<|im_end|>" not in text
     assert f"<|im_start|>assistant\n{CALL_TEXT}<|im_end|>\n" in text
-    assert "<|im_start|>user\n<tool_response>\nCRANE x x G x x\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in text
+    assert (
+        "<|im_start|>user\n<tool_response>\nCRANE x x G x x\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        in text
+    )
 
 
 def test_a_tool_call_that_cannot_be_shown_is_a_clear_error(tiny):
@@ -137,13 +160,18 @@ def test_a_tool_call_that_cannot_be_shown_is_a_clear_error(tiny):
 
 
 def test_a_template_with_a_tool_role_keeps_tool_messages(tiny):
-    template = ("{%- for m in messages -%}{%- if m.role == 'tool' -%}{{ '<|im_start|>tool\n' + m.content + '<|im_end|>\n' }}"
-                "{%- else -%}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif -%}{%- endfor -%}"
-                "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}")
+    template = (
+        "{%- for m in messages -%}{%- if m.role == 'tool' -%}{{ '<|im_start|>tool\n' + m.content + '<|im_end|>\n' }}"
+        "{%- else -%}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif -%}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+    )
     chat = prompter(tiny[1], template)
     assert not chat.native_tools and chat.tool_role
-    messages = [{"role": "user", "content": "play"}, {"role": "assistant", "content": "", "tool_calls": [CALL]},
-                {"role": "tool", "tool_call_id": "c1", "content": "x x G x x"}]
+    messages = [
+        {"role": "user", "content": "play"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x x G x x"},
+    ]
     text = tiny[1].decode(chat.prepare(PolicyRequest(messages, tools=[GUESS])).ids)
     assert f"assistant\n{CALL_TEXT}<|im_end|>" in text and "<|im_start|>tool\nx x G x x<|im_end|>" in text
 
@@ -155,12 +183,15 @@ def test_the_prefix_continues_over_tool_calls_and_equals_a_fresh_render(tiny):
     prompt = chat.prepare(PolicyRequest(first, tools=[GUESS])).ids
     prefix = prompt + tokenizer.encode(CALL_TEXT + "<|im_end|>", add_special_tokens=False)
     # as the env records a text-protocol call: the text, and the parsed call
-    messages = first + [{"role": "assistant", "content": CALL_TEXT, "tool_calls": [CALL]},
-                        {"role": "tool", "tool_call_id": "c1", "name": "guess", "content": "CRANE x x G x x"}]
+    messages = first + [
+        {"role": "assistant", "content": CALL_TEXT, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "name": "guess", "content": "CRANE x x G x x"},
+    ]
     second = chat.prepare(PolicyRequest(messages, tools=[GUESS], prefix_token_ids=prefix))
     assert second.prefix_reused and second.ids[: len(prefix)] == prefix
-    assert tokenizer.decode(second.ids[len(prefix):]) == (
-        "\n<|im_start|>user\n<tool_response>\nCRANE x x G x x\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(second.ids[len(prefix) :]) == (
+        "\n<|im_start|>user\n<tool_response>\nCRANE x x G x x\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     assert second.ids == chat.prepare(PolicyRequest(messages, tools=[GUESS])).ids
 
 
@@ -169,11 +200,17 @@ def test_llmgym_serve_shows_the_model_its_earlier_tool_calls(tiny):
     pytest.importorskip("fastapi")
     from llmgym.wrappers.server import create_app, serve_in_thread
 
-    messages = [{"role": "user", "content": "play"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
-                {"role": "tool", "tool_call_id": "c1", "content": "CRANE x x G x x"}]
+    messages = [
+        {"role": "user", "content": "play"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "CRANE x x G x x"},
+    ]
     with serve_in_thread(create_app(transformers_policy(tiny), model_name="tiny")) as url:
-        body = httpx.post(f"{url}/chat/completions", timeout=60, json={
-            "model": "tiny", "messages": messages, "tools": [GUESS], "max_tokens": 2, "return_token_ids": True}).json()
+        body = httpx.post(
+            f"{url}/chat/completions",
+            timeout=60,
+            json={"model": "tiny", "messages": messages, "tools": [GUESS], "max_tokens": 2, "return_token_ids": True},
+        ).json()
     text = tiny[1].decode(body["prompt_token_ids"])
     assert f"<|im_start|>assistant\n{CALL_TEXT}<|im_end|>" in text and "<tool_response>\nCRANE x x G x x" in text
 
@@ -186,4 +223,6 @@ def test_a_negative_thinking_budget_is_refused_before_batching():
     from llmgym.wrappers.prompting import check_request
 
     with pytest.raises(ValueError, match="thinking_budget"):
-        check_request(PolicyRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(thinking_budget=-1)))
+        check_request(
+            PolicyRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(thinking_budget=-1))
+        )

@@ -7,11 +7,14 @@ import pytest
 from llmgym.wrappers.scripted import load_scripted
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("json:JSONDecoder", "is a class without an act(observation) -> str method"),
-    ("os:getenv", "cannot make an actor: TypeError"),
-    ("collections:OrderedDict", "is a class without an act(observation) -> str method"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("json:JSONDecoder", "is a class without an act(observation) -> str method"),
+        ("os:getenv", "cannot make an actor: TypeError"),
+        ("collections:OrderedDict", "is a class without an act(observation) -> str method"),
+    ],
+)
 def test_load_scripted_refuses_what_makes_no_actor(spec, message):
     with pytest.raises(ValueError, match="scripted policy") as err:
         load_scripted(spec)

@@ -13,8 +13,10 @@ WORDLE = "llmgym/Wordle-v0"
 ASSISTANT = {"role": "assistant", "content": "hi"}
 
 # The thinking budget needs a prompt that opens a <think> block (R1-style).
-OPENS_THINKING = ("{%- for m in messages -%}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endfor -%}"
-                  "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n<think>\n' }}{%- endif -%}")
+OPENS_THINKING = (
+    "{%- for m in messages -%}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n<think>\n' }}{%- endif -%}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +37,28 @@ def transformers_policy(tiny, **kwargs):
 def test_forced_positions_get_mask_0_and_keep_their_logprobs():
     """Regression: tokens forced by a thinking budget used to get mask 1 and be trained on."""
     record = TokenRecord()
-    generation = Generation(ASSISTANT, prompt_token_ids=[1, 2], token_ids=[3, 4, 5, 6],
-                            logprobs=[-0.1, -0.2, -0.3, -0.4], metadata={"forced_positions": [1, 2]})
+    generation = Generation(
+        ASSISTANT,
+        prompt_token_ids=[1, 2],
+        token_ids=[3, 4, 5, 6],
+        logprobs=[-0.1, -0.2, -0.3, -0.4],
+        metadata={"forced_positions": [1, 2]},
+    )
     record.add(generation, 1, None)
     assert record.mask == [0, 0, 1, 0, 0, 1]
     assert record.logprobs == [0.0, 0.0, -0.1, -0.2, -0.3, -0.4] and record.turn_spans == [(2, 6)]
     with pytest.raises(TokenMismatchError, match="forced position 4"):
-        TokenRecord().add(Generation(ASSISTANT, prompt_token_ids=[1], token_ids=[3, 4], logprobs=[-0.1, -0.2],
-                                     metadata={"forced_positions": [4]}), 1, None)
+        TokenRecord().add(
+            Generation(
+                ASSISTANT,
+                prompt_token_ids=[1],
+                token_ids=[3, 4],
+                logprobs=[-0.1, -0.2],
+                metadata={"forced_positions": [4]},
+            ),
+            1,
+            None,
+        )
 
 
 def test_a_thinking_budget_rollout_masks_the_forced_close(tiny):

@@ -18,9 +18,16 @@ from llmgym.wrappers.models import tiny_random_model  # noqa: E402
 from llmgym.wrappers.thinking import FORCED_CLOSE  # noqa: E402
 from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
 
-TOOLS = [{"type": "function", "function": {
-    "name": "guess", "description": "Guess a word.",
-    "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "guess",
+            "description": "Guess a word.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
 HI = [{"role": "user", "content": "hi"}]
 WORDLE = "llmgym/Wordle-v0"
 
@@ -58,8 +65,9 @@ def test_batched_and_single_agree_on_shapes_and_prompts(policy):
 
 
 def test_same_seed_same_output_and_other_seed_differs(policy):
-    first, second, other = policy.generate([request(seed=7, max_tokens=12), request(seed=7, max_tokens=12),
-                                            request(seed=8, max_tokens=12)])
+    first, second, other = policy.generate(
+        [request(seed=7, max_tokens=12), request(seed=7, max_tokens=12), request(seed=8, max_tokens=12)]
+    )
     assert first.token_ids == second.token_ids
     assert first.token_ids != other.token_ids
 
@@ -71,8 +79,13 @@ def test_greedy_ignores_seed(policy):
 
 def test_logprobs_match_a_forward_pass_on_the_same_ids(policy, tiny):
     # Different prompt lengths (left padding) and lengths (finished rows leave the batch mid-way).
-    outs = policy.generate([request(seed=0, temperature=1.5, max_tokens=3), request(HI * 4, seed=1, top_p=0.9, max_tokens=9),
-                            request(HI * 2, seed=2, max_tokens=6)])
+    outs = policy.generate(
+        [
+            request(seed=0, temperature=1.5, max_tokens=3),
+            request(HI * 4, seed=1, top_p=0.9, max_tokens=9),
+            request(HI * 2, seed=2, max_tokens=6),
+        ]
+    )
     assert [len(out.token_ids) for out in outs] == [3, 9, 6]
     for out in outs:
         assert all(math.isfinite(x) and x <= 0 for x in out.logprobs)
@@ -96,7 +109,7 @@ def test_prefix_continuation_is_token_exact(tiny):
     second_request.prefix_token_ids = prefix
     second = policy.generate([second_request])[0]
     assert second.prompt_token_ids[: len(prefix)] == prefix
-    added = tokenizer.decode(second.prompt_token_ids[len(prefix):])
+    added = tokenizer.decode(second.prompt_token_ids[len(prefix) :])
     # Stopped on length, so the template's end-of-turn is added before the new user turn.
     assert added == "<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
     assert second.metadata["prefix_reused"] is True
@@ -111,7 +124,7 @@ def test_prefix_ending_in_eos_is_not_closed_twice(policy, tiny):
     messages = HI + [{"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "next"}]
     ids = policy.build_prompt(PolicyRequest(messages, prefix_token_ids=prefix))
     assert ids[: len(prefix)] == prefix
-    assert tokenizer.decode(ids[len(prefix):]) == "\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.decode(ids[len(prefix) :]) == "\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
     # Here re-rendering the whole chat gives the same ids: the continuation is consistent with the template.
     assert ids == policy.build_prompt(PolicyRequest(messages))
 
@@ -135,9 +148,11 @@ def test_tool_protocol_injected_when_the_template_has_no_tools(policy, tiny):
 
 
 def test_native_tool_template_gets_the_tools(tiny):
-    template = ("{% if tools %}TOOLS:{{ tools | map(attribute='function.name') | join(',') }}\n{% endif %}"
-                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    template = (
+        "{% if tools %}TOOLS:{{ tools | map(attribute='function.name') | join(',') }}\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     policy = TransformersPolicy(*tiny, chat_template=template)
     assert policy.native_tools
     text = tiny[1].decode(policy.build_prompt(request(tools=TOOLS)))
@@ -150,8 +165,7 @@ def test_thinking_budget_force_closes_the_block(tiny):
     template = tokenizer.chat_template + "{% if add_generation_prompt %}<think>\n{% endif %}"
     policy = TransformersPolicy(model, tokenizer, chat_template=template)
     closing = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
-    capped, free = policy.generate([request(thinking_budget=5, max_tokens=20, seed=0),
-                                    request(max_tokens=20, seed=0)])
+    capped, free = policy.generate([request(thinking_budget=5, max_tokens=20, seed=0), request(max_tokens=20, seed=0)])
     assert capped.token_ids[5 : 5 + len(closing)] == closing
     assert capped.metadata["forced_positions"] == list(range(5, 5 + len(closing)))
     tag_end = next(j for j in range(1, len(closing) + 1) if "</think>" in tokenizer.decode(closing[:j]))
@@ -235,7 +249,9 @@ def test_content_parts_and_bad_messages(policy):
 
 def test_shared_prompt_prefill_matches_unshared(policy):
     # Four rows with one prompt prefill once (KV cache copied); a mixed batch prefills each distinct prompt once.
-    shared = policy.generate([request(seed=s, max_tokens=8) for s in range(4)] + [request(HI * 2, seed=9, max_tokens=8)])
+    shared = policy.generate(
+        [request(seed=s, max_tokens=8) for s in range(4)] + [request(HI * 2, seed=9, max_tokens=8)]
+    )
     for seed, out in zip([0, 1, 2, 3, 9], shared):
         alone = policy.generate([request(HI * 2 if seed == 9 else HI, seed=seed, max_tokens=8)])[0]
         assert out.token_ids == alone.token_ids
@@ -326,8 +342,11 @@ def test_transformers_too_long_prompt_fails_alone_through_agenerate(small_contex
     policy = TransformersPolicy(*small_context, batch_wait_ms=50)
 
     async def run():
-        return await asyncio.gather(policy.agenerate(seeded_request()), policy.agenerate(seeded_request([{"role": "user", "content": "hi " * 100}])),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            policy.agenerate(seeded_request()),
+            policy.agenerate(seeded_request([{"role": "user", "content": "hi " * 100}])),
+            return_exceptions=True,
+        )
 
     good, bad = asyncio.run(run())
     assert isinstance(bad, ValueError) and "context is 64" in str(bad)
@@ -379,7 +398,9 @@ def test_two_rollouts_in_two_threads_share_one_transformers_policy(tiny):
     results: dict[str, list] = {}
 
     def play(name: str) -> None:
-        results[name] = rollout(WORDLE, policy, seeds=4, sampling=sampling, env_kwargs={"max_turns": 2}, max_concurrency=4)
+        results[name] = rollout(
+            WORDLE, policy, seeds=4, sampling=sampling, env_kwargs={"max_turns": 2}, max_concurrency=4
+        )
 
     threads = [threading.Thread(target=play, args=(name,), daemon=True) for name in "AB"]
     for thread in threads:

@@ -31,7 +31,9 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def policy(checkpoint):
-    return VLLMPolicy(str(checkpoint[0]), gpu_memory_utilization=0.2, max_model_len=1024, enforce_eager=True, dtype="float32")
+    return VLLMPolicy(
+        str(checkpoint[0]), gpu_memory_utilization=0.2, max_model_len=1024, enforce_eager=True, dtype="float32"
+    )
 
 
 def request(messages=HI, tools=(), prefix=None, **sampling) -> PolicyRequest:
@@ -40,7 +42,9 @@ def request(messages=HI, tools=(), prefix=None, **sampling) -> PolicyRequest:
 
 
 def test_seeded_generation_with_token_ids_and_logprobs(policy, checkpoint):
-    a, b, c = policy.generate([request(seed=1, temperature=1.0), request(seed=1, temperature=1.0), request(seed=2, temperature=1.0)])
+    a, b, c = policy.generate(
+        [request(seed=1, temperature=1.0), request(seed=1, temperature=1.0), request(seed=2, temperature=1.0)]
+    )
     assert a.token_ids == b.token_ids != c.token_ids
     assert len(a.token_ids) == len(a.logprobs) == 8 and all(math.isfinite(x) for x in a.logprobs)
     model = checkpoint[1]
@@ -63,8 +67,14 @@ def test_prefix_and_tool_protocol(policy):
 def test_thinking_budget_two_passes(checkpoint):
     model, tokenizer = tiny_random_model(seed=0)
     template = tokenizer.chat_template + "{% if add_generation_prompt %}<think>\n{% endif %}"
-    policy = VLLMPolicy(str(checkpoint[0]), chat_template=template, gpu_memory_utilization=0.2,
-                        max_model_len=1024, enforce_eager=True, dtype="float32")
+    policy = VLLMPolicy(
+        str(checkpoint[0]),
+        chat_template=template,
+        gpu_memory_utilization=0.2,
+        max_model_len=1024,
+        enforce_eager=True,
+        dtype="float32",
+    )
     closing = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
     out = policy.generate([request(thinking_budget=4, max_tokens=16, seed=0, temperature=1.0)])[0]
     assert out.token_ids[4 : 4 + len(closing)] == closing

@@ -23,8 +23,10 @@ def tiny():
 def requests() -> list[PolicyRequest]:
     """Prompts of different lengths (left padding) and budgets (rows leave the batch at different steps)."""
     texts = ["hi", "Tell me a long story about a cat and a dog who meet in a park.", "Name a fruit.", "ok"]
-    return [PolicyRequest([{"role": "user", "content": text}], [], SamplingParams(max_tokens=budget, seed=seed))
-            for seed, (text, budget) in enumerate(zip(texts, [12, 5, 9, 1]))]
+    return [
+        PolicyRequest([{"role": "user", "content": text}], [], SamplingParams(max_tokens=budget, seed=seed))
+        for seed, (text, budget) in enumerate(zip(texts, [12, 5, 9, 1]))
+    ]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])

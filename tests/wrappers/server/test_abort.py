@@ -87,12 +87,15 @@ def test_transformers_policy_abort_ends_the_batch_after_the_current_token():
 
     policy = TransformersPolicy(*tiny_random_model())
     try:
-        request = PolicyRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=20, temperature=0))
+        request = PolicyRequest(
+            [{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=20, temperature=0)
+        )
         policy.abort.set()
         out = policy.generate([request, request])
         assert [g.finish_reason for g in out] == ["abort", "abort"] and all(len(g.token_ids) == 1 for g in out)
-        raw = complete_ids(policy.model, policy.tokenizer, [([1, 2, 3], SamplingParams(max_tokens=20, temperature=0))],
-                           policy.abort)
+        raw = complete_ids(
+            policy.model, policy.tokenizer, [([1, 2, 3], SamplingParams(max_tokens=20, temperature=0))], policy.abort
+        )
         assert raw[0].finish_reason == "abort" and len(raw[0].token_ids) < 20
         policy.abort.clear()
         assert [g.finish_reason for g in policy.generate([request])] == ["length"]

@@ -23,8 +23,10 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.scripted import load_scripted
 from llmgym.wrappers.server import create_app, serve_in_thread
 
-GUESS_TOOL = {"type": "function", "function": {"name": "guess", "description": "Guess a word.",
-                                               "parameters": {"type": "object"}}}
+GUESS_TOOL = {
+    "type": "function",
+    "function": {"name": "guess", "description": "Guess a word.", "parameters": {"type": "object"}},
+}
 LLMGYM = [sys.executable, "-c", "import sys; from llmgym.cli import main; sys.exit(main())"]
 START = [{"role": "user", "content": "Guess the five-letter word. You have 6 guesses."}]
 
@@ -59,7 +61,7 @@ def sse_events(base_url: str, path: str, body: dict) -> list:
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
             if line.startswith("data: "):
-                payload = line[len("data: "):]
+                payload = line[len("data: ") :]
                 events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events
 
@@ -74,14 +76,25 @@ def test_health_and_models(tiny):
 def test_chat_completion_returns_vllm_token_fields(tiny):
     base_url, _, policy = tiny
     messages = [{"role": "user", "content": "Say something."}]
-    body = chat(base_url, model="tiny", messages=messages, max_tokens=6, seed=3, logprobs=True, top_logprobs=3,
-                return_token_ids=True).json()
+    body = chat(
+        base_url,
+        model="tiny",
+        messages=messages,
+        max_tokens=6,
+        seed=3,
+        logprobs=True,
+        top_logprobs=3,
+        return_token_ids=True,
+    ).json()
     choice = body["choices"][0]
     assert body["object"] == "chat.completion" and choice["finish_reason"] == "length"
     assert body["prompt_token_ids"] == policy.build_prompt(PolicyRequest(messages))
     assert len(choice["token_ids"]) == 6 == len(choice["logprobs"]["content"])
-    assert body["usage"] == {"prompt_tokens": len(body["prompt_token_ids"]), "completion_tokens": 6, "total_tokens":
-                             len(body["prompt_token_ids"]) + 6}
+    assert body["usage"] == {
+        "prompt_tokens": len(body["prompt_token_ids"]),
+        "completion_tokens": 6,
+        "total_tokens": len(body["prompt_token_ids"]) + 6,
+    }
     assert choice["message"]["content"] == policy.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
     for token_id, entry in zip(choice["token_ids"], choice["logprobs"]["content"]):
         assert entry["token"] == policy.tokenizer.decode([token_id]) and entry["logprob"] < 0
@@ -94,8 +107,16 @@ def test_same_seed_same_tokens_and_logprobs_as_the_policy(tiny):
     base_url, _, policy = tiny
     messages = [{"role": "user", "content": "Count."}]
     direct = policy.generate([PolicyRequest(messages, sampling=SamplingParams(temperature=0.7, max_tokens=5, seed=11))])
-    body = chat(base_url, messages=messages, temperature=0.7, max_tokens=5, seed=11, logprobs=True,
-                return_token_ids=True, return_tokens_as_token_ids=True).json()
+    body = chat(
+        base_url,
+        messages=messages,
+        temperature=0.7,
+        max_tokens=5,
+        seed=11,
+        logprobs=True,
+        return_token_ids=True,
+        return_tokens_as_token_ids=True,
+    ).json()
     choice = body["choices"][0]
     assert choice["token_ids"] == direct[0].token_ids
     assert [e["token"] for e in choice["logprobs"]["content"]] == [f"token_id:{t}" for t in direct[0].token_ids]
@@ -104,8 +125,14 @@ def test_same_seed_same_tokens_and_logprobs_as_the_policy(tiny):
 
 def test_streaming_matches_the_full_response(tiny):
     base_url, _, _ = tiny
-    body = {"messages": [{"role": "user", "content": "Stream."}], "max_tokens": 6, "seed": 5, "logprobs": True,
-            "return_token_ids": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": "Stream."}],
+        "max_tokens": 6,
+        "seed": 5,
+        "logprobs": True,
+        "return_token_ids": True,
+        "stream_options": {"include_usage": True},
+    }
     full = chat(base_url, **body).json()
     events = sse_events(base_url, "/chat/completions", {**body, "stream": True})
     assert events[-1] == "[DONE]"
@@ -127,8 +154,11 @@ def test_completions_take_text_or_token_ids(tiny):
     prompt_ids = policy.tokenizer("The cat sat on")["input_ids"]
     answers = []
     for prompt in ("The cat sat on", prompt_ids):
-        response = httpx.post(f"{base_url}/completions", json={"prompt": prompt, "max_tokens": 4, "temperature": 0,
-                                                               "logprobs": 2, "return_token_ids": True}, timeout=60)
+        response = httpx.post(
+            f"{base_url}/completions",
+            json={"prompt": prompt, "max_tokens": 4, "temperature": 0, "logprobs": 2, "return_token_ids": True},
+            timeout=60,
+        )
         assert response.status_code == 200, response.text
         choice = response.json()["choices"][0]
         assert choice["prompt_token_ids"] == prompt_ids and len(choice["token_ids"]) == 4
@@ -144,31 +174,42 @@ def test_concurrent_requests_are_answered_and_batched(tiny):
     before = backend.largest_batch
     backend.largest_batch = 0
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda i: chat(base_url, messages=[{"role": "user", "content": f"n{i}"}],
-                                                 max_tokens=4, seed=i), range(8)))
+        responses = list(
+            pool.map(
+                lambda i: chat(base_url, messages=[{"role": "user", "content": f"n{i}"}], max_tokens=4, seed=i),
+                range(8),
+            )
+        )
     assert [r.status_code for r in responses] == [200] * 8
     assert all(r.json()["choices"][0]["message"]["content"] is not None for r in responses)
     assert backend.largest_batch > 1, "concurrent requests should share a batch"
     backend.largest_batch = max(before, backend.largest_batch)
 
 
-@pytest.mark.parametrize("payload, param", [
-    (b"{not json", None),
-    (b"[1, 2]", None),
-    (b"", None),
-    (json.dumps({"model": "tiny"}).encode(), "messages"),
-    (json.dumps({"messages": "hello"}).encode(), "messages"),
-    (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), "messages.0.role"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), "temperature"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), "max_tokens"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}).encode(), "max_tokens"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), "tools.0.function"),
-    (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages"),
-])
+@pytest.mark.parametrize(
+    "payload, param",
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b"", None),
+        (json.dumps({"model": "tiny"}).encode(), "messages"),
+        (json.dumps({"messages": "hello"}).encode(), "messages"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), "messages.0.role"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), "temperature"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), "max_tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}).encode(), "max_tokens"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(),
+            "tools.0.function",
+        ),
+        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages"),
+    ],
+)
 def test_malformed_requests_get_openai_style_400(tiny, payload, param):
     base_url, _, _ = tiny
-    response = httpx.post(f"{base_url}/chat/completions", content=payload,
-                          headers={"content-type": "application/json"}, timeout=30)
+    response = httpx.post(
+        f"{base_url}/chat/completions", content=payload, headers={"content-type": "application/json"}, timeout=30
+    )
     assert response.status_code == 400
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["code"] == 400 and error["message"]
@@ -187,15 +228,19 @@ def _send_raw(base_url: str, body: dict) -> socket.socket:
     host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
     data = json.dumps(body).encode()
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     return sock
 
 
 def _read_response(sock: socket.socket) -> str:
     data = b""
     while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
-            data.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]):
+        data.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]
+    ):
         chunk = sock.recv(65536)
         assert chunk, f"connection closed early: {data!r}"
         data += chunk
@@ -227,13 +272,16 @@ def test_aborted_requests_never_reach_the_model_and_do_not_break_the_server():
             _send_raw(base_url, {"messages": [{"role": "user", "content": name}], "stream": stream}).close()
         host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
         with socket.create_connection((host, int(port))) as sock:  # a body that never arrives in full
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mess")
+            sock.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"mess')
         time.sleep(0.5)  # the server notices the closed connections
         policy.gate.set()
         reply = _read_response(busy)
         busy.close()
         assert reply.startswith("HTTP/1.1 200") and "done: A" in reply
-        assert chat(base_url, messages=[{"role": "user", "content": "D"}]).json()["choices"][0]["message"]["content"] == "done: D"
+        assert (
+            chat(base_url, messages=[{"role": "user", "content": "D"}]).json()["choices"][0]["message"]["content"]
+            == "done: D"
+        )
     assert policy.seen == ["A", "D"] and app.state.backend.dropped == 2
 
 
@@ -267,7 +315,9 @@ def test_lora_load_use_unload(tiny, tmp_path):
     assert [m["id"] for m in httpx.get(f"{base_url}/models").json()["data"]] == ["tiny", "a1"]
     assert logprobs("a1") != pytest.approx(base, abs=1e-3)
     assert logprobs("tiny") == pytest.approx(base, abs=1e-5)
-    again = httpx.post(f"{base_url}/load_lora_adapter", json={"lora_name": "a1", "lora_path": str(tmp_path / "adapter")})
+    again = httpx.post(
+        f"{base_url}/load_lora_adapter", json={"lora_name": "a1", "lora_path": str(tmp_path / "adapter")}
+    )
     assert again.status_code == 400 and "already" in again.json()["error"]["message"]
     missing = httpx.post(f"{base_url}/load_lora_adapter", json={"lora_name": "a2", "lora_path": str(tmp_path / "nope")})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "lora_path"
@@ -299,8 +349,9 @@ def test_streamed_tool_calls(scripted):
 def test_a_policy_without_tokens_reports_no_usage_rather_than_zero_tokens(scripted):
     # a scripted policy has no tokenizer: "usage": {"completion_tokens": 0} would say it generated nothing
     assert chat(scripted, messages=START).json()["usage"] is None
-    events = sse_events(scripted, "/chat/completions",
-                        {"messages": START, "stream": True, "stream_options": {"include_usage": True}})
+    events = sse_events(
+        scripted, "/chat/completions", {"messages": START, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert events[-2]["choices"] == [] and events[-2]["usage"] is None
 
 
@@ -326,9 +377,23 @@ def _free_port() -> int:
 def test_cli_serve_scripted_backend():
     port = _free_port()
     process = subprocess.Popen(
-        [*LLMGYM, "serve", "--backend", "scripted", "--model", "wordle",
-         "--model-name", "bot", "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            *LLMGYM,
+            "serve",
+            "--backend",
+            "scripted",
+            "--model",
+            "wordle",
+            "--model-name",
+            "bot",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     try:
         deadline = time.monotonic() + 60
@@ -349,15 +414,15 @@ def test_cli_serve_scripted_backend():
 
 
 def test_cli_serve_rejects_a_bad_port():
-    result = subprocess.run([*LLMGYM, "serve", "--port", "70000"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run([*LLMGYM, "serve", "--port", "70000"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--port" in result.stderr
 
 
 def test_cli_serve_names_the_missing_extra():
     code = "import sys; sys.modules['fastapi'] = None; from llmgym.cli import main; sys.exit(main())"
-    result = subprocess.run([sys.executable, "-c", code, "serve", "--backend", "scripted"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code, "serve", "--backend", "scripted"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and 'pip install "llmgym[serve]"' in result.stderr
 
 
@@ -372,18 +437,31 @@ def test_real_smollm2_behind_llama_cpp():
         with serve_in_thread(create_app(policy, model_name="smollm2-135m")) as base_url:
             client = OpenAIPolicy("smollm2-135m", base_url=base_url)
             try:
-                out = client.generate([PolicyRequest(question, sampling=SamplingParams(temperature=0, max_tokens=24))])[0]
+                out = client.generate([PolicyRequest(question, sampling=SamplingParams(temperature=0, max_tokens=24))])[
+                    0
+                ]
             finally:
                 client.close()
             assert "paris" in out.message["content"].lower()
             assert out.token_ids and len(out.logprobs) == len(out.token_ids) and out.prompt_token_ids
-            events = sse_events(base_url, "/chat/completions", {"messages": question, "temperature": 0,
-                                                                "max_tokens": 24, "stream": True})
+            events = sse_events(
+                base_url,
+                "/chat/completions",
+                {"messages": question, "temperature": 0, "max_tokens": 24, "stream": True},
+            )
             streamed = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
             assert streamed == out.message["content"]
-            completion = httpx.post(f"{base_url}/completions", json={
-                "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "return_token_ids": True,
-                "logprobs": 0}, timeout=60).json()["choices"][0]
+            completion = httpx.post(
+                f"{base_url}/completions",
+                json={
+                    "prompt": "The capital of France is",
+                    "max_tokens": 4,
+                    "temperature": 0,
+                    "return_token_ids": True,
+                    "logprobs": 0,
+                },
+                timeout=60,
+            ).json()["choices"][0]
             assert "paris" in completion["text"].lower() and len(completion["token_ids"]) == 4
             assert len(completion["logprobs"]["token_logprobs"]) == 4
     finally:

@@ -42,8 +42,11 @@ def _connect(base_url: str) -> socket.socket:
 
 def _exchange(sock: socket.socket, method: str, path: str, body: bytes = b"") -> tuple[int, dict]:
     """One request on a kept-alive connection: its status and JSON body (the connection must stay open)."""
-    sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    sock.sendall(
+        f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -94,19 +97,26 @@ def _nested(depth: int) -> bytes:
     return ('{"messages": [{"role": "user", "content": [' + part + "]}]}").encode()
 
 
-@pytest.mark.parametrize("body, param, says", [
-    (_nested(MAX_JSON_DEPTH + 1), None, "deeper than"),
-    (_nested(MAX_JSON_DEPTH), "messages", "text content parts"),  # deep enough, refused for what it is
-    (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', None, "lone surrogate"),
-    (b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\udfff"]}', None, "lone surrogate"),
-    (b'{"messages": [{"role": "user", "content": "hi"}], "seed": ' + b"9" * 5000 + b"}", None, "not valid JSON"),
-    (b'\xff\xfe{"messages"', None, "not valid JSON"),
-    (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "temperature", "temperature"),
-    (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": Infinity}', "top_p", "top_p"),
-    (b'{"messages": [{"role": "user", "content": ["hi"]}]}', "messages.0.content.str", "string"),
-    (b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"function": {"name": "g", "parameters": 1}}]}',
-     "tools.0.function.parameters", "dictionary"),
-])
+@pytest.mark.parametrize(
+    "body, param, says",
+    [
+        (_nested(MAX_JSON_DEPTH + 1), None, "deeper than"),
+        (_nested(MAX_JSON_DEPTH), "messages", "text content parts"),  # deep enough, refused for what it is
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', None, "lone surrogate"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\udfff"]}', None, "lone surrogate"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "seed": ' + b"9" * 5000 + b"}", None, "not valid JSON"),
+        (b'\xff\xfe{"messages"', None, "not valid JSON"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "temperature", "temperature"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": Infinity}', "top_p", "top_p"),
+        (b'{"messages": [{"role": "user", "content": ["hi"]}]}', "messages.0.content.str", "string"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], '
+            b'"tools": [{"function": {"name": "g", "parameters": 1}}]}',
+            "tools.0.function.parameters",
+            "dictionary",
+        ),
+    ],
+)
 def test_bodies_that_are_not_requests_get_a_400_and_the_connection_stays_open(scripted, body, param, says):
     with _connect(scripted) as sock:
         status, answer = _exchange(sock, "POST", "/v1/chat/completions", body)
@@ -118,24 +128,43 @@ def test_bodies_that_are_not_requests_get_a_400_and_the_connection_stays_open(sc
 TOOLS = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object"}}}]
 
 
-@pytest.mark.parametrize("choice", [{"type": "function", "function": "x"}, {"type": "function", "function": [1]},
-                                    {"type": "function"}, {"type": "retrieval", "function": {"name": "guess"}}])
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"type": "function", "function": "x"},
+        {"type": "function", "function": [1]},
+        {"type": "function"},
+        {"type": "retrieval", "function": {"name": "guess"}},
+    ],
+)
 def test_a_malformed_tool_choice_is_a_400_naming_it(scripted, choice):
     """Regression: a malformed ``tool_choice`` used to be a 500."""
-    response = httpx.post(f"{scripted}/chat/completions", timeout=30,
-                          json={"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": choice})
+    response = httpx.post(
+        f"{scripted}/chat/completions",
+        timeout=30,
+        json={"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": choice},
+    )
     assert response.status_code == 400, response.text
     assert "tool_choice" in json.dumps(response.json()["error"])
 
 
 def test_required_or_named_tool_choice_without_tools_is_a_400(scripted):
     for choice in ["required", {"type": "function", "function": {"name": "guess"}}]:
-        response = httpx.post(f"{scripted}/chat/completions", timeout=30,
-                              json={"messages": [{"role": "user", "content": "hi"}], "tool_choice": choice})
+        response = httpx.post(
+            f"{scripted}/chat/completions",
+            timeout=30,
+            json={"messages": [{"role": "user", "content": "hi"}], "tool_choice": choice},
+        )
         assert response.status_code == 400 and "needs tools" in response.json()["error"]["message"]
-    named = httpx.post(f"{scripted}/chat/completions", timeout=30, json={
-        "messages": [{"role": "user", "content": "Guess."}], "tools": TOOLS,
-        "tool_choice": {"type": "function", "function": {"name": "guess"}}})
+    named = httpx.post(
+        f"{scripted}/chat/completions",
+        timeout=30,
+        json={
+            "messages": [{"role": "user", "content": "Guess."}],
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "guess"}},
+        },
+    )
     assert named.status_code == 200 and named.json()["choices"][0]["finish_reason"] == "tool_calls"
 
 
@@ -154,16 +183,19 @@ def test_a_bug_is_a_logged_500_with_an_openai_body_and_the_connection_stays_open
         _assert_openai_error(status, body, 500)
         assert "AttributeError" in body["error"]["message"]
         assert _exchange(sock, "GET", "/health")[0] == 200
-    assert any("POST /v1/chat/completions failed" in record.getMessage() and record.exc_info
-               for record in caplog.records)
+    assert any(
+        "POST /v1/chat/completions failed" in record.getMessage() and record.exc_info for record in caplog.records
+    )
 
 
 def test_messages_the_chat_template_refuses_are_a_400():
     from llmgym.wrappers.models import tiny_random_model
     from llmgym.wrappers.transformers_policy import TransformersPolicy
 
-    template = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with the user') }}"
-                "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    template = (
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with the user') }}"
+        "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
     policy = TransformersPolicy(*tiny_random_model(), chat_template=template)
     try:
         with serve_in_thread(create_app(policy, model_name="tiny")) as base_url, _connect(base_url) as sock:
@@ -171,16 +203,21 @@ def test_messages_the_chat_template_refuses_are_a_400():
             status, body = _exchange(sock, "POST", "/v1/chat/completions", system_first.encode())
             _assert_openai_error(status, body, 400)
             assert "must start with the user" in body["error"]["message"]
-            assert _exchange(sock, "POST", "/v1/chat/completions", json.dumps({"messages": HI, "max_tokens": 1})
-                             .encode())[0] == 200
+            assert (
+                _exchange(sock, "POST", "/v1/chat/completions", json.dumps({"messages": HI, "max_tokens": 1}).encode())[
+                    0
+                ]
+                == 200
+            )
     finally:
         policy.close()
 
 
 def test_64_concurrent_clients_are_all_served(scripted):
     def ask(i: int) -> int:
-        return httpx.post(f"{scripted}/chat/completions", timeout=120,
-                          json={"messages": [{"role": "user", "content": f"game {i}"}]}).status_code
+        return httpx.post(
+            f"{scripted}/chat/completions", timeout=120, json={"messages": [{"role": "user", "content": f"game {i}"}]}
+        ).status_code
 
     with concurrent.futures.ThreadPoolExecutor(64) as pool:
         assert list(pool.map(ask, range(64))) == [200] * 64
@@ -237,8 +274,10 @@ def _bad_adapter(folder, kind: str) -> str:
 
         (bad / "adapter_config.json").write_text(config)
         tensors = load_file(str(good / "adapter_model.safetensors"))
-        save_file({key.replace("q_proj", "k_proj"): value for key, value in tensors.items()},
-                  str(bad / "adapter_model.safetensors"))
+        save_file(
+            {key.replace("q_proj", "k_proj"): value for key, value in tensors.items()},
+            str(bad / "adapter_model.safetensors"),
+        )
     elif kind == "config-not-json":
         (bad / "adapter_config.json").write_text("{not json")
         (bad / "adapter_model.safetensors").write_bytes(weights)
@@ -255,8 +294,11 @@ def _load(base_url: str, name: str, path: str, **extra) -> httpx.Response:
 
 def _logprobs(base_url: str, model: str) -> list[float] | int:
     """The greedy reply's log-probs on ``model``, or the status when it is not a 200."""
-    response = httpx.post(f"{base_url}/chat/completions", timeout=120, json={
-        "model": model, "messages": HI, "max_tokens": 4, "temperature": 0, "logprobs": True})
+    response = httpx.post(
+        f"{base_url}/chat/completions",
+        timeout=120,
+        json={"model": model, "messages": HI, "max_tokens": 4, "temperature": 0, "logprobs": True},
+    )
     if response.status_code != 200:
         _assert_openai_error(response.status_code, response.json(), response.status_code)
         return response.status_code
@@ -267,8 +309,9 @@ def _served(base_url: str) -> list[str]:
     return [card["id"] for card in httpx.get(f"{base_url}/models").json()["data"]]
 
 
-@pytest.mark.parametrize("kind", ["no-weights", "garbage-weights", "weights-of-other-layers", "config-not-json",
-                                  "not-lora"])
+@pytest.mark.parametrize(
+    "kind", ["no-weights", "garbage-weights", "weights-of-other-layers", "config-not-json", "not-lora"]
+)
 def test_a_failed_lora_load_is_a_400_that_leaves_nothing_behind(lora_server, kind):
     base_url, _, folder = lora_server
     base = _logprobs(base_url, "tiny")
@@ -308,7 +351,6 @@ def test_generation_after_a_load_and_unloading_an_adapter_in_use(lora_server):
     assert httpx.post(f"{base_url}/unload_lora_adapter", json={"lora_name": "a.b"}).status_code == 404
 
 
-
 @pytest.fixture(scope="module")
 def tiny():
     from llmgym.wrappers.models import tiny_random_model
@@ -337,11 +379,14 @@ def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_g
         config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], init_lora_weights=False)
         peft.get_peft_model(model, config).save_pretrained(tmp_path / name)
         paths.append(str(tmp_path / name))
-    loads = _twice_at_once(lambda path: httpx.post(
-        f"{tiny}/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60), paths)
+    loads = _twice_at_once(
+        lambda path: httpx.post(f"{tiny}/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60),
+        paths,
+    )
     cards = httpx.get(f"{tiny}/models").json()["data"]
-    unloads = _twice_at_once(lambda _: httpx.post(
-        f"{tiny}/unload_lora_adapter", json={"lora_name": "a"}, timeout=60), [0, 1])
+    unloads = _twice_at_once(
+        lambda _: httpx.post(f"{tiny}/unload_lora_adapter", json={"lora_name": "a"}, timeout=60), [0, 1]
+    )
     # as vLLM: loading an already-loaded name is a 400, never a silent replacement of the first
     assert sorted(r.status_code for r in loads) == [200, 400]
     assert "already been loaded" in next(r for r in loads if r.status_code == 400).json()["error"]["message"]
@@ -349,7 +394,6 @@ def test_concurrent_loads_of_one_lora_name_load_it_once_and_concurrent_unloads_g
     assert [(card["id"], card["root"]) for card in cards[1:]] == [("a", loaded)]
     assert sorted(r.status_code for r in unloads) == [200, 404]
     assert [card["id"] for card in httpx.get(f"{tiny}/models").json()["data"]] == ["tiny"]
-
 
 
 # -- LoRA loads that fail part-way -------------------------------------------------------------------
@@ -398,7 +442,8 @@ def test_failed_lora_load_leaves_no_half_loaded_adapter(tiny_for_adapters, tmp_p
     base_url, _ = tiny_for_adapters
     good, wide = _adapter(tmp_path, "good", 64), _adapter(tmp_path, "wide", 128)
     load = lambda name, path, **kw: httpx.post(  # noqa: E731
-        f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path, **kw}, timeout=60)
+        f"{base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path, **kw}, timeout=60
+    )
     request = {"max_tokens": 4, "temperature": 0, "logprobs": True}
 
     def logprobs(model: str) -> list[float]:
@@ -489,14 +534,20 @@ def test_seeds_take_vllms_int64_range_on_every_backend(tiny_with_policy):
         response = _chat(base_url, max_tokens=2, seed=seed)
         assert response.status_code == 400 and response.json()["error"]["param"] == "seed", response.text
     pytest.importorskip("llama_cpp")
+
+    def request(seed):
+        return PolicyRequest(
+            messages=[{"role": "user", "content": "hi"}],
+            sampling=SamplingParams(max_tokens=4, temperature=1.0, seed=seed),
+        )
+
     policy = load_policy("llama.cpp", "tiny-random")
     try:
-        request = lambda seed: PolicyRequest(messages=[{"role": "user", "content": "hi"}],  # noqa: E731
-                                             sampling=SamplingParams(max_tokens=4, temperature=1.0, seed=seed))
         first, again = policy.generate([request(-1), request(-1)])
         assert first.token_ids == again.token_ids
     finally:
         policy.close()
+
 
 # -- streams whose client hangs up --------------------------------------------------------------------
 
@@ -545,8 +596,11 @@ def test_a_stream_stops_when_its_client_hangs_up(caplog, window):
             if window:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
             sock.connect((host, int(port)))
-            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            sock.sendall(
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             assert b"200 OK" in sock.recv(4096)
             at_hang_up = sent[0]
         assert finished.wait(timeout=60), "the stream did not end after its client left"

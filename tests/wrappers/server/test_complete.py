@@ -21,9 +21,13 @@ def test_a_seeded_completion_is_the_same_alone_or_in_a_list_of_prompts():
 
     policy = TransformersPolicy(*tiny_random_model())
     with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
+
         def texts(prompt, **body):
-            response = httpx.post(f"{base_url}/completions", timeout=120,
-                                  json={"model": "tiny", "prompt": prompt, "max_tokens": 6, **body})
+            response = httpx.post(
+                f"{base_url}/completions",
+                timeout=120,
+                json={"model": "tiny", "prompt": prompt, "max_tokens": 6, **body},
+            )
             assert response.status_code == 200, response.text
             return [choice["text"] for choice in response.json()["choices"]]
 

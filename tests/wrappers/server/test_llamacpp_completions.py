@@ -18,8 +18,14 @@ def test_token_id_prompt_gives_ids_and_logprobs():
     policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=256)
     try:
         with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
-            body = {"model": "tiny", "prompt": [1, 2, 3, 4], "max_tokens": 5, "temperature": 0,
-                    "return_token_ids": True, "logprobs": 0}
+            body = {
+                "model": "tiny",
+                "prompt": [1, 2, 3, 4],
+                "max_tokens": 5,
+                "temperature": 0,
+                "return_token_ids": True,
+                "logprobs": 0,
+            }
             first = httpx.post(f"{base_url}/completions", json=body, timeout=60)
             again = httpx.post(f"{base_url}/completions", json=body, timeout=60)
             bad = httpx.post(f"{base_url}/completions", json={**body, "prompt": [10**9]}, timeout=60)
@@ -35,14 +41,22 @@ def test_token_id_prompt_gives_ids_and_logprobs():
 
 def test_chat_top_logprobs_come_from_the_logits_each_token_was_sampled_from():
     policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=256)
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
-            "logprobs": True, "top_logprobs": 3, "seed": 1}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "seed": 1,
+    }
     try:
         with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
             greedy = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
             sampled = httpx.post(f"{base_url}/chat/completions", json={**body, "temperature": 1.0}, timeout=60)
-            plain = httpx.post(f"{base_url}/chat/completions", json={**body, "temperature": 1.0, "top_logprobs": 0},
-                               timeout=60)
+            plain = httpx.post(
+                f"{base_url}/chat/completions", json={**body, "temperature": 1.0, "top_logprobs": 0}, timeout=60
+            )
     finally:
         policy.close()
     assert greedy.status_code == 200, greedy.text
@@ -77,17 +91,24 @@ def test_requests_without_max_tokens_fit_a_small_context():
     policy = LlamaCppPolicy(tiny_random_gguf(seed=0), n_ctx=64)
     try:
         with serve_in_thread(create_app(policy, model_name="tiny")) as base_url:
-            chat = httpx.post(f"{base_url}/chat/completions", timeout=120, json={
-                "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "seed": 0, "temperature": 0})
+            chat = httpx.post(
+                f"{base_url}/chat/completions",
+                timeout=120,
+                json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "seed": 0, "temperature": 0},
+            )
             assert chat.status_code == 200, chat.text
             usage = chat.json()["usage"]
             assert usage["total_tokens"] <= 64
-            completion = httpx.post(f"{base_url}/completions", timeout=120, json={
-                "model": "tiny", "prompt": ["hi there", "a longer prompt than the other"], "seed": 0})
+            completion = httpx.post(
+                f"{base_url}/completions",
+                timeout=120,
+                json={"model": "tiny", "prompt": ["hi there", "a longer prompt than the other"], "seed": 0},
+            )
             assert completion.status_code == 200, completion.text
             assert completion.json()["usage"]["completion_tokens"] <= 2 * 64
-            too_many = httpx.post(f"{base_url}/completions", timeout=120, json={
-                "model": "tiny", "prompt": "hi there", "max_tokens": 63})
+            too_many = httpx.post(
+                f"{base_url}/completions", timeout=120, json={"model": "tiny", "prompt": "hi there", "max_tokens": 63}
+            )
             assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "max_tokens"
             full = httpx.post(f"{base_url}/completions", timeout=120, json={"model": "tiny", "prompt": [42] * 64})
             assert full.status_code == 400 and full.json()["error"]["param"] == "max_tokens"

@@ -71,7 +71,7 @@ def sse(base_url: str, body: dict) -> list[dict]:
         assert response.status_code == 200
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: "):]))
+                events.append(json.loads(line[len("data: ") :]))
     return events
 
 
@@ -100,13 +100,14 @@ def test_echo_logprobs_cover_the_prompt_then_the_completion(served):
 def test_scoring_prompt_plus_completion_gives_the_generated_tokens_logprobs(served):
     base_url, policy, score = served
     prompt_ids = encode(policy, PROMPT)
-    generated = complete(base_url, prompt=prompt_ids, max_tokens=6, temperature=1.0, seed=3, logprobs=0,
-                         return_token_ids=True)["choices"][0]
+    generated = complete(
+        base_url, prompt=prompt_ids, max_tokens=6, temperature=1.0, seed=3, logprobs=0, return_token_ids=True
+    )["choices"][0]
     whole = prompt_ids + generated["token_ids"]
     scored = complete(base_url, prompt=whole, max_tokens=0, echo=True, logprobs=0)
     choice = scored["choices"][0]
     assert choice["finish_reason"] == "length" and scored["usage"]["completion_tokens"] == 0
-    at_completion = choice["logprobs"]["token_logprobs"][len(prompt_ids):]
+    at_completion = choice["logprobs"]["token_logprobs"][len(prompt_ids) :]
     assert at_completion == pytest.approx(generated["logprobs"]["token_logprobs"], abs=1e-4)
     # and the prompt positions are the backend's own log-probs of the sequence
     assert choice["logprobs"]["token_logprobs"][1:] == pytest.approx(score(whole), abs=1e-4)
@@ -124,8 +125,8 @@ def test_llama_cpp_policy_scores_and_generates_consistently():
         plain = policy.complete([prompt], sampling, top_logprobs=3)[0]
         logprobs, tops = policy.score(prompt + plain.token_ids, top_logprobs=3)
         assert logprobs[0] is None and tops[0] is None and len(logprobs) == len(prompt) + 8
-        assert logprobs[len(prompt):] == pytest.approx(plain.logprobs, abs=1e-4)
-        assert [list(top) for top in tops[len(prompt):]] == [list(top) for top in plain.metadata["top_logprobs"]]
+        assert logprobs[len(prompt) :] == pytest.approx(plain.logprobs, abs=1e-4)
+        assert [list(top) for top in tops[len(prompt) :]] == [list(top) for top in plain.metadata["top_logprobs"]]
         for top in plain.metadata["top_logprobs"]:
             assert list(top.values()) == sorted(top.values(), reverse=True) and len(top) == 3
         # scoring the prompt while generating changes nothing about the generation
@@ -163,8 +164,15 @@ def test_lm_eval_loglikelihood_request_end_to_end(served):
     other_continuation = encode(policy, " it slept")
     prompts = [context + greedy_continuation, context + other_continuation]
     # the payload lm-eval's local-completions sends for loglikelihood (tokenized_requests=True): a batch of id lists
-    payload = {"model": "tiny", "prompt": prompts, "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234,
-               "echo": True}
+    payload = {
+        "model": "tiny",
+        "prompt": prompts,
+        "temperature": 0,
+        "max_tokens": 1,
+        "logprobs": 1,
+        "seed": 1234,
+        "echo": True,
+    }
     response = httpx.post(f"{base_url}/completions", json=payload, timeout=120)
     assert response.status_code == 200, response.text
     outputs = response.json()
@@ -202,7 +210,8 @@ def test_streamed_echo_chunk_carries_the_prompt_block(served):
     assert streamed["tokens"] == full["tokens"] and streamed["text_offset"] == full["text_offset"]
     assert streamed["token_logprobs"][1:] == pytest.approx(full["token_logprobs"][1:], abs=1e-4)
     assert [None if t is None else list(t) for t in streamed["top_logprobs"]] == [
-        None if t is None else list(t) for t in full["top_logprobs"]]
+        None if t is None else list(t) for t in full["top_logprobs"]
+    ]
     only_prompt = sse(base_url, {**body, "max_tokens": 0, "stream": True})
     assert [c["choices"][0]["text"] for c in only_prompt] == [PROMPT, ""]
     assert only_prompt[0]["choices"][0]["logprobs"]["tokens"] == full["tokens"][:count]
@@ -212,13 +221,18 @@ def test_echo_only_and_bad_requests(served):
     base_url, policy, _ = served
     echoed = complete(base_url, prompt=PROMPT, max_tokens=0, echo=True)
     assert echoed["choices"][0]["text"] == PROMPT and echoed["choices"][0]["logprobs"] is None
-    assert echoed["usage"] == {"prompt_tokens": len(encode(policy, PROMPT)), "completion_tokens": 0,
-                               "total_tokens": len(encode(policy, PROMPT))}
-    for body, param in (({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),  # as vLLM: 0 only with echo
-                        ({"prompt": [[1, 2], []], "max_tokens": 0, "echo": True, "logprobs": 1}, None),
-                        ({"prompt": [10**9], "max_tokens": 0, "echo": True}, None),
-                        ({"prompt": [10**9], "max_tokens": 0, "echo": True, "logprobs": 0}, None),
-                        ({"prompt": PROMPT, "max_tokens": -1, "echo": True}, "max_tokens")):
+    assert echoed["usage"] == {
+        "prompt_tokens": len(encode(policy, PROMPT)),
+        "completion_tokens": 0,
+        "total_tokens": len(encode(policy, PROMPT)),
+    }
+    for body, param in (
+        ({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),  # as vLLM: 0 only with echo
+        ({"prompt": [[1, 2], []], "max_tokens": 0, "echo": True, "logprobs": 1}, None),
+        ({"prompt": [10**9], "max_tokens": 0, "echo": True}, None),
+        ({"prompt": [10**9], "max_tokens": 0, "echo": True, "logprobs": 0}, None),
+        ({"prompt": PROMPT, "max_tokens": -1, "echo": True}, "max_tokens"),
+    ):
         response = httpx.post(f"{base_url}/completions", json=body, timeout=60)
         assert response.status_code == 400, (body, response.text)
         if param:

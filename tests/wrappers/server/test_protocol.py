@@ -11,8 +11,9 @@ from llmgym.wrappers.server.protocol import ChatCompletionRequest, CompletionReq
 @pytest.mark.parametrize("field", ["n", "stream", "logprobs"])
 def test_chat_request_takes_null_for_a_nullable_field_as_its_default(field):
     # OpenAI's schema (and vLLM) accept "n": null, "stream": null, "logprobs": null: null means the default
-    body = parse_body(b'{"messages": [{"role": "user", "content": "hi"}], "%s": null}' % field.encode(),
-                      ChatCompletionRequest)
+    body = parse_body(
+        b'{"messages": [{"role": "user", "content": "hi"}], "%s": null}' % field.encode(), ChatCompletionRequest
+    )
     assert (body.n, body.stream, body.logprobs) == (1, False, False)
 
 

@@ -35,12 +35,17 @@ def _sse(base_url: str, path: str, body: dict) -> list[dict]:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: "):]))
+                events.append(json.loads(line[len("data: ") :]))
     return events
 
 
-@pytest.mark.parametrize("path, extra", [("/completions", {"prompt": "Once upon"}),
-                                         ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})])
+@pytest.mark.parametrize(
+    "path, extra",
+    [
+        ("/completions", {"prompt": "Once upon"}),
+        ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
 def test_streams_with_include_usage_end_with_a_usage_chunk_and_null_usage_before(tiny, path, extra):
     body = {**extra, "max_tokens": 3, "n": 2, "seed": 0, "stream": True, "stream_options": {"include_usage": True}}
     events = _sse(tiny, path, body)
@@ -53,8 +58,13 @@ def test_streams_with_include_usage_end_with_a_usage_chunk_and_null_usage_before
 
 
 def test_streamed_completions_carry_logprobs_like_the_full_response(tiny):
-    body = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "logprobs": 2,
-            "return_tokens_as_token_ids": True}
+    body = {
+        "prompt": "Once upon a time",
+        "max_tokens": 4,
+        "temperature": 0,
+        "logprobs": 2,
+        "return_tokens_as_token_ids": True,
+    }
     full = httpx.post(f"{tiny}/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]
     chunks = [e["choices"][0] for e in _sse(tiny, "/completions", {**body, "stream": True})]
     *pieces, final = chunks
@@ -100,8 +110,9 @@ def test_streamed_completions_echo_the_prompt_like_the_full_response(tiny):
 
 def test_top_logprobs_without_logprobs_is_a_clear_400_as_in_vllm(tiny):
     messages = [{"role": "user", "content": "hi"}]
-    response = httpx.post(f"{tiny}/chat/completions", json={"messages": messages, "max_tokens": 2,
-                                                             "top_logprobs": 2}, timeout=60)
+    response = httpx.post(
+        f"{tiny}/chat/completions", json={"messages": messages, "max_tokens": 2, "top_logprobs": 2}, timeout=60
+    )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "top_logprobs" and "logprobs" in response.json()["error"]["message"]
     for extra in ({"top_logprobs": 0}, {"top_logprobs": 2, "logprobs": True}):
