@@ -132,7 +132,7 @@ class LlamaCppPolicy(Policy):
         logprobs: bool = True,
         verbose: bool = False,
     ) -> None:
-        from llmgym.wrappers.models import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
 
         llama_cpp = _import_llama_cpp()
         path = resolve_gguf(model_path)

@@ -120,7 +120,7 @@ class TransformersPolicy(Policy):
             of a batch has gone, and clears it before the next batch.
 
     Example:
-        >>> from llmgym.wrappers.models import tiny_random_model
+        >>> from llmgym.wrappers.weights import tiny_random_model
         >>> policy = TransformersPolicy(*tiny_random_model())
         >>> out = policy.generate([PolicyRequest([{"role": "user", "content": "hi"}],
         ...                        sampling=SamplingParams(max_tokens=4, seed=0))])[0]
@@ -147,7 +147,7 @@ class TransformersPolicy(Policy):
         fast_decode: bool = True,
     ) -> None:
         if model is None or isinstance(model, str) or hasattr(model, "__fspath__"):
-            from llmgym.wrappers.models import load_model
+            from llmgym.wrappers.weights import load_model
 
             loaded, loaded_tokenizer = load_model(model, dtype=dtype, device=device)
             model, tokenizer = loaded, tokenizer or loaded_tokenizer

@@ -79,7 +79,7 @@ class VLLMPolicy(Policy):
         from vllm.inputs import TokensPrompt
 
         if llm is None:
-            from llmgym.wrappers.models import convert_gguf, resolve_gguf
+            from llmgym.wrappers.weights import convert_gguf, resolve_gguf
 
             gguf = resolve_gguf(model)
             checkpoint = str(convert_gguf(gguf)) if gguf is not None else str(model)

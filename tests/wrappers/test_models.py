@@ -148,7 +148,7 @@ def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same
     import json
     import os
 
-    from llmgym.wrappers import models
+    from llmgym.wrappers import weights
 
     first = tmp_path / "a" / "model.gguf"
     other = tmp_path / "b" / "model.gguf"  # same name, same size, other directory
@@ -158,10 +158,10 @@ def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same
     target = tmp_path / "cache" / "model"
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")
-    (target / models._SOURCE_FILE).write_text(json.dumps(models._source_record(first)))
-    assert models._is_current(target, first, needs_weights=True)
-    assert not models._is_current(target, other, needs_weights=True)  # was: True, the other file's weights
+    (target / weights._SOURCE_FILE).write_text(json.dumps(weights._source_record(first)))
+    assert weights._is_current(target, first, needs_weights=True)
+    assert not weights._is_current(target, other, needs_weights=True)  # was: True, the other file's weights
     stat = first.stat()
     first.write_bytes(b"z" * 16)  # re-exported after fine-tuning: same size
     os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    assert not models._is_current(target, first, needs_weights=True)  # was: True, the old weights
+    assert not weights._is_current(target, first, needs_weights=True)  # was: True, the old weights

@@ -77,7 +77,7 @@ class Int8Linears:
             decode fast enough in bf16).
 
     Example:
-        >>> from llmgym.wrappers.models import tiny_random_model
+        >>> from llmgym.wrappers.weights import tiny_random_model
         >>> model, _ = tiny_random_model()
         >>> int8 = Int8Linears(model)
         >>> with int8.active():
