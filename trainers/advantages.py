@@ -98,19 +98,6 @@ def cut_short(episode: Episode) -> bool:
     return bool(episode.truncated) or (bool(reasons) and reasons[-1] == "length")
 
 
-def _scale(values: np.ndarray, mode: str, batch_std: float, eps: float) -> float:
-    """The divisor of the centred values: ``std + eps``, or exactly 1 for ``"none"``."""
-    if mode == "none":
-        return 1.0
-    if mode == "batch":
-        return batch_std + eps
-    return (float(values.std(ddof=1)) if len(values) > 1 else 0.0) + eps
-
-
-def _std(values: list[float]) -> float:
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
 def compute_advantages(
     episodes: list[Episode],
     scale_rewards: str = "group",
@@ -152,7 +139,51 @@ def compute_advantages(
     """
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
-    spans: list[list[tuple[int, int]]] = []
+    spans = _turn_spans_checked(episodes, turn_lambda)
+    members = _groups_of(episodes)
+
+    # Group rewards: each episode's total R_i, and the whole batch's spread for scale_rewards="batch"
+    totals = np.array([e.total_reward for e in episodes], dtype=np.float64)  # (episodes,)
+    max_turns = max((e.num_turns for e in episodes), default=0)
+    batch = [list(e.turn_rewards) for e in episodes] if batch_rewards is None else [list(r) for r in batch_rewards]
+    batch_std, turn_batch_std = _batch_stds(batch, max_turns)
+
+    # Group-relative advantages: the outcome A_i and the turn-level credit A_{i,t}
+    outcome = _outcome_advantages(totals, members, scale_rewards, batch_std, eps)
+    turn = _turn_advantages(episodes, members, scale_rewards, turn_batch_std, eps)
+
+    # A group whose rewards all agree carries no signal: its advantages are zeroed and it leaves the loss
+    keep = [True] * len(episodes)
+    zero_signal = 0
+    for indices in members.values():
+        if not _has_signal(episodes, indices, totals, turn_lambda):
+            zero_signal += 1
+            outcome[indices] = 0.0
+            for i in indices:
+                turn[i][:] = 0.0
+                keep[i] = False
+
+    # Token advantages A_i + lambda * A_{i,t}; with mask_truncated, cut-short episodes leave the loss too
+    token_advantages = [
+        _token_advantages(episode, outcome[i], turn[i], spans[i], turn_lambda) for i, episode in enumerate(episodes)
+    ]
+    if mask_truncated:
+        keep = [k and not cut_short(episode) for k, episode in zip(keep, episodes)]
+
+    sums = _stat_sums(token_advantages, episodes, keep, outcome, len(members), zero_signal)
+    return Advantages(
+        token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums
+    )
+
+
+def _turn_spans_checked(episodes: list[Episode], turn_lambda: float) -> list[list[tuple[int, int]]]:
+    """Every episode's turn spans (:func:`turn_spans_of`), after checking it can be trained on.
+
+    Raises:
+        ValueError: an episode has no tokens, a mask of the wrong length, or (with
+            ``turn_lambda != 0``) a different number of turn spans than turn rewards.
+    """
+    spans = []
     for index, episode in enumerate(episodes):
         if not episode.token_ids:
             raise ValueError(
@@ -170,56 +201,115 @@ def compute_advantages(
                 "turn-level credit needs one span per turn (or set turn_lambda=0)"
             )
         spans.append(episode_spans)
+    return spans
 
+
+def _groups_of(episodes: list[Episode]) -> dict[object, list[int]]:
+    """The indices of the episodes of each group, keyed by ``episode.group`` (else ``(env_id, seed)``)."""
     members: dict[object, list[int]] = defaultdict(list)
     for index, episode in enumerate(episodes):
         key = episode.group if episode.group is not None else (episode.env_id, episode.seed)
         members[key].append(index)
+    return members
 
-    totals = np.array([e.total_reward for e in episodes], dtype=np.float64)
-    max_turns = max((e.num_turns for e in episodes), default=0)
-    batch = [list(e.turn_rewards) for e in episodes] if batch_rewards is None else [list(r) for r in batch_rewards]
-    batch_std = _std([float(sum(rewards)) for rewards in batch])
-    turn_batch_std = [_std([rewards[t] for rewards in batch if len(rewards) > t]) for t in range(max_turns)]
 
-    outcome = np.zeros(len(episodes))
-    turn = [np.zeros(e.num_turns) for e in episodes]
-    keep = [True] * len(episodes)
-    zero_signal = 0
+def _batch_stds(turn_rewards: list[list[float]], max_turns: int) -> tuple[float, list[float]]:
+    """The whole batch's std of total rewards, and per turn ``t`` of the rewards of the episodes that reached it."""
+    total_std = _std([float(sum(rewards)) for rewards in turn_rewards])
+    turn_stds = [_std([rewards[t] for rewards in turn_rewards if len(rewards) > t]) for t in range(max_turns)]
+    return total_std, turn_stds
+
+
+def _std(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def _outcome_advantages(
+    totals: np.ndarray, members: dict[object, list[int]], scale_rewards: str, batch_std: float, eps: float
+) -> np.ndarray:
+    """``A_i``: each episode's total reward, centred on its group's mean and scaled."""
+    outcome = np.zeros(len(totals))  # (episodes,)
     for indices in members.values():
         values = totals[indices]
         outcome[indices] = (values - values.mean()) / _scale(values, scale_rewards, batch_std, eps)
-        has_signal = np.ptp(values) > 1e-12
-        for t in range(max_turns):
-            reached = [i for i in indices if episodes[i].num_turns > t]
-            rewards = np.array([episodes[i].turn_rewards[t] for i in reached])
+    return outcome
+
+
+def _turn_advantages(
+    episodes: list[Episode],
+    members: dict[object, list[int]],
+    scale_rewards: str,
+    turn_batch_std: list[float],
+    eps: float,
+) -> list[np.ndarray]:
+    """``A_{i,t}``: each turn's reward, centred on the mean of the group's episodes that reached that turn and scaled.
+
+    A turn only one episode of the group reached keeps 0.
+    """
+    turn = [np.zeros(e.num_turns) for e in episodes]  # per episode: (num_turns,)
+    for indices in members.values():
+        for t, batch_std in enumerate(turn_batch_std):
+            reached, rewards = _reached(episodes, indices, t)
             if len(reached) < 2:
                 continue
-            scale = _scale(rewards, scale_rewards, turn_batch_std[t], eps)
+            scale = _scale(rewards, scale_rewards, batch_std, eps)
             for i, value in zip(reached, (rewards - rewards.mean()) / scale):
                 turn[i][t] = value
-            has_signal = has_signal or (turn_lambda != 0 and np.ptp(rewards) > 1e-12)
-        if not has_signal:
-            zero_signal += 1
-            outcome[indices] = 0.0
-            for i in indices:
-                turn[i][:] = 0.0
-                keep[i] = False
+    return turn
 
-    token_advantages = []
-    for index, episode in enumerate(episodes):
-        mask = np.asarray(episode.mask, dtype=np.float64)
-        values = mask * outcome[index]
-        for t, (start, end) in enumerate(spans[index]):
-            if t < len(turn[index]):
-                values[start:end] += turn_lambda * turn[index][t] * mask[start:end]
-        token_advantages.append(values)
-        if mask_truncated and cut_short(episode):
-            keep[index] = False
 
+def _reached(episodes: list[Episode], indices: list[int], t: int) -> tuple[list[int], np.ndarray]:
+    """The episodes among ``indices`` that reached turn ``t``, and their rewards on it."""
+    reached = [i for i in indices if episodes[i].num_turns > t]
+    return reached, np.array([episodes[i].turn_rewards[t] for i in reached])
+
+
+def _scale(values: np.ndarray, mode: str, batch_std: float, eps: float) -> float:
+    """The divisor of the centred values: ``std + eps``, or exactly 1 for ``"none"``."""
+    if mode == "none":
+        return 1.0
+    if mode == "batch":
+        return batch_std + eps
+    return (float(values.std(ddof=1)) if len(values) > 1 else 0.0) + eps
+
+
+def _has_signal(episodes: list[Episode], indices: list[int], totals: np.ndarray, turn_lambda: float) -> bool:
+    """Whether a group's total rewards differ, or (with ``turn_lambda != 0``) its rewards on some turn do."""
+    if np.ptp(totals[indices]) > 1e-12:
+        return True
+    if turn_lambda == 0:
+        return False
+    for t in range(max(episodes[i].num_turns for i in indices)):
+        reached, rewards = _reached(episodes, indices, t)
+        if len(reached) >= 2 and np.ptp(rewards) > 1e-12:
+            return True
+    return False
+
+
+def _token_advantages(
+    episode: Episode, outcome: float, turn: np.ndarray, spans: list[tuple[int, int]], turn_lambda: float
+) -> np.ndarray:
+    """``A_i + lambda * A_{i,t}`` on the tokens the policy generated on turn ``t``, 0 elsewhere; shape (tokens,)."""
+    mask = np.asarray(episode.mask, dtype=np.float64)
+    values = mask * outcome
+    for t, (start, end) in enumerate(spans):
+        if t < len(turn):
+            values[start:end] += turn_lambda * turn[t] * mask[start:end]
+    return values
+
+
+def _stat_sums(
+    token_advantages: list[np.ndarray],
+    episodes: list[Episode],
+    keep: list[bool],
+    outcome: np.ndarray,
+    groups: int,
+    zero_signal: int,
+) -> list[float]:
+    """The sums :func:`merge_advantage_stats` turns into logged statistics, over the kept episodes' generated tokens."""
     kept = [a[np.asarray(e.mask, dtype=bool)] for a, e, k in zip(token_advantages, episodes, keep) if k]
     flat = np.concatenate(kept) if kept else np.zeros(0)
-    sums = [
+    return [
         float(flat.size),
         float(flat.sum()),
         float(np.square(flat).sum()),
@@ -227,12 +317,9 @@ def compute_advantages(
         float(np.abs(outcome).sum()),
         float(len(outcome)),
         float(sum(keep)),
-        float(len(members)),
+        float(groups),
         float(zero_signal),
     ]
-    return Advantages(
-        token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums
-    )
 
 
 def merge_advantage_stats(parts: list[list[float]]) -> dict[str, float]:

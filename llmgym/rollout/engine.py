@@ -291,132 +291,195 @@ async def _play(
     in ``metadata["error"]`` with ``metadata["error_source"]`` ("policy" or "env").
     """
     start = time.perf_counter()
-    env_seconds = policy_seconds = 0.0
-    tokens = TokenRecord()
-    thinking: list[int] = []
-    reasoning: list[str | None] = []  # thinking text a backend split off the reply, per turn
-    finish_reasons: list[str] = []
-    generated_tokens: int | None = None
-    error: tuple[str, str] | None = None  # (where it came from, "Type: message")
-    model: str | None = None
-    messages: list[Message] = []
-    tools: list[dict[str, Any]] = []
-    rewards: list[float] = []
-    components: list[dict[str, float]] = []
-    terminated = truncated = False
+    state = _PlayState()
+    _reset_episode(state, env, seed)
+    turn = 0
+    while state.error is None and not (state.terminated or state.truncated):
+        turn += 1
+        request = _turn_request(state, sampling, seed, index, turn)
+        generation = await _generate(state, policy, request)
+        if generation is None:  # the policy failed: the episode ends here
+            break
+        _record_reply(state, generation, turn, request.prefix_token_ids)
+        _step_episode(state, env, generation.message, turn)
+    episode = _episode_record(state, env, env_id, seed)
+    _fill_record(episode, state, policy, sampling, seed, index, group, start)
+    return episode
 
+
+@dataclasses.dataclass
+class _PlayState:
+    """What :func:`_play` has seen of one episode so far."""
+
+    messages: list[Message] = dataclasses.field(default_factory=list)
+    tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    components: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    tokens: TokenRecord = dataclasses.field(default_factory=TokenRecord)
+    thinking: list[int] = dataclasses.field(default_factory=list)  # thinking tokens per turn
+    # thinking text a backend split off the reply, per turn
+    reasoning: list[str | None] = dataclasses.field(default_factory=list)
+    finish_reasons: list[str] = dataclasses.field(default_factory=list)
+    generated_tokens: int | None = None
+    model: str | None = None
+    error: tuple[str, str] | None = None  # (where it came from, "Type: message")
+    env_seconds: float = 0.0
+    policy_seconds: float = 0.0
+
+
+def _reset_episode(state: _PlayState, env: gym.Env, seed: int) -> None:
+    """Reset ``env`` into ``state``: its opening chat and tools, or the env's error."""
     tick = time.perf_counter()
     try:
-        messages, tools = _reset(env, seed)
+        state.messages, state.tools = _reset(env, seed)
     except TokenMismatchError:
         raise
     except Exception as err:  # a broken env (a sandbox that did not start) fails this episode only
-        error = ("env", _describe(err))
-    env_seconds += time.perf_counter() - tick
-    turn = 0
-    while error is None and not (terminated or truncated):
-        turn += 1
-        request = PolicyRequest(
-            messages=list(messages),
-            tools=tools,
-            sampling=_turn_sampling(sampling, seed, index, turn),
-            prefix_token_ids=tokens.prefix(),
+        state.error = ("env", _describe(err))
+    state.env_seconds += time.perf_counter() - tick
+
+
+def _turn_request(state: _PlayState, sampling: SamplingParams, seed: int, index: int, turn: int) -> PolicyRequest:
+    """This turn's request: the chat so far, the tools, the turn's sampling, the tokens of the turns before."""
+    return PolicyRequest(
+        messages=list(state.messages),
+        tools=state.tools,
+        sampling=_turn_sampling(sampling, seed, index, turn),
+        prefix_token_ids=state.tokens.prefix(),
+    )
+
+
+async def _generate(state: _PlayState, policy: Policy, request: PolicyRequest) -> Generation | None:
+    """The policy's reply to ``request``; ``None`` when it failed, with the error in ``state``.
+
+    Raises:
+        TypeError: the policy returned no :class:`Generation`, or one whose message is no dict.
+        TokenMismatchError: the policy broke the token-prefix contract.
+    """
+    tick = time.perf_counter()
+    try:
+        generation = await policy.agenerate(request)
+    except TokenMismatchError:
+        raise
+    except Exception as err:  # one episode's failure must not end the run
+        state.error = ("policy", _describe(err))
+        state.policy_seconds += time.perf_counter() - tick
+        return None
+    state.policy_seconds += time.perf_counter() - tick
+    if not isinstance(generation, Generation):
+        raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
+    if not isinstance(generation.message, dict):
+        raise TypeError(
+            f"{type(policy).__name__}.agenerate returned a Generation whose message is a "
+            f"{type(generation.message).__name__}, not a dict {{'role': 'assistant', 'content': ...}}"
         )
-        tick = time.perf_counter()
-        try:
-            generation = await policy.agenerate(request)
-        except TokenMismatchError:
-            raise
-        except Exception as err:  # one episode's failure must not end the run
-            error = ("policy", _describe(err))
-            policy_seconds += time.perf_counter() - tick
-            break
-        policy_seconds += time.perf_counter() - tick
-        if not isinstance(generation, Generation):
-            raise TypeError(f"{type(policy).__name__}.agenerate returned {type(generation).__name__}, not a Generation")
-        if not isinstance(generation.message, dict):
-            raise TypeError(
-                f"{type(policy).__name__}.agenerate returned a Generation whose message is a "
-                f"{type(generation.message).__name__}, not a dict {{'role': 'assistant', 'content': ...}}"
-            )
-        content = generation.message.get("content")
-        if content is not None and not isinstance(content, str):  # playing it as "" would hide a broken policy
-            error = ("policy", f"TypeError: the reply's content is of type {type(content).__name__}, not a string")
-            break
-        tokens.add(generation, turn, request.prefix_token_ids)
-        thinking.append(int(generation.thinking_tokens))
-        reasoning.append(generation.message.get("reasoning_content"))
-        finish_reasons.append(generation.finish_reason)
-        count = _count_generated(generation)
-        if count is not None:
-            generated_tokens = (generated_tokens or 0) + count
-        model = model or generation.metadata.get("model")
+    content = generation.message.get("content")
+    if content is not None and not isinstance(content, str):  # playing it as "" would hide a broken policy
+        state.error = ("policy", f"TypeError: the reply's content is of type {type(content).__name__}, not a string")
+        return None
+    return generation
 
-        tick = time.perf_counter()
-        try:
-            reward, turn_components, after, terminated, truncated = _step(env, generation.message, messages, turn)
-        except TokenMismatchError:
-            raise
-        except Exception as err:  # the record keeps the reply the env failed on, so the failure can be replayed
-            error = ("env", _describe(err))
-            messages = messages + [_assistant_message(generation.message)]
-        else:
-            rewards.append(reward)
-            components.append(turn_components)
-            messages = after
-        env_seconds += time.perf_counter() - tick
 
+def _record_reply(state: _PlayState, generation: Generation, turn: int, prefix_token_ids: list[int] | None) -> None:
+    """Record one turn's reply: its tokens, thinking, finish reason, token count and model."""
+    state.tokens.add(generation, turn, prefix_token_ids)
+    state.thinking.append(int(generation.thinking_tokens))
+    state.reasoning.append(generation.message.get("reasoning_content"))
+    state.finish_reasons.append(generation.finish_reason)
+    count = _count_generated(generation)
+    if count is not None:
+        state.generated_tokens = (state.generated_tokens or 0) + count
+    state.model = state.model or generation.metadata.get("model")
+
+
+def _step_episode(state: _PlayState, env: gym.Env, reply: Message, turn: int) -> None:
+    """Step ``env`` with ``reply`` into ``state``: the reward, its components, the chat after it, or the env's error."""
+    tick = time.perf_counter()
+    try:
+        reward, components, after, state.terminated, state.truncated = _step(env, reply, state.messages, turn)
+    except TokenMismatchError:
+        raise
+    except Exception as err:  # the record keeps the reply the env failed on, so the failure can be replayed
+        state.error = ("env", _describe(err))
+        state.messages = state.messages + [_assistant_message(reply)]
+    else:
+        state.rewards.append(reward)
+        state.components.append(components)
+        state.messages = after
+    state.env_seconds += time.perf_counter() - tick
+
+
+def _episode_record(state: _PlayState, env: gym.Env, env_id: str | None, seed: int) -> Episode:
+    """The played episode: an :class:`LLMEnv`'s own record with the outcome this loop saw, else this loop's record.
+
+    A failure to build the env's record becomes the episode's env error (unless it already has one).
+    """
     base = getattr(env, "unwrapped", env)
-    episode = None
-    if isinstance(base, LLMEnv) and (error is None or error[0] == "policy"):
+    if isinstance(base, LLMEnv) and (state.error is None or state.error[0] == "policy"):
         try:
             episode = base.episode(env_id)  # the env is sound: its chat, tools and components are the truth
         except TokenMismatchError:
             raise
         except Exception as err:
-            error = error or ("env", _describe(err))
+            state.error = state.error or ("env", _describe(err))
         else:  # but the outcome is what the caller's env returned, through its wrappers (TimeLimit, TransformReward)
-            episode.turn_rewards, episode.terminated, episode.truncated = rewards, terminated, truncated
-            if len(episode.reward_components) != len(rewards):  # a wrapper that did not step the base env every turn
-                episode.reward_components = components
-    if episode is None:  # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
-        episode = Episode(
-            env_id=env_id or _env_name(env),
-            seed=seed,
-            messages=messages,
-            tools=tools,
-            turn_rewards=rewards,
-            reward_components=components,
-            terminated=terminated,
-            truncated=truncated,
-        )
+            episode.turn_rewards = state.rewards
+            episode.terminated, episode.truncated = state.terminated, state.truncated
+            if len(episode.reward_components) != len(state.rewards):  # a wrapper did not step the base env every turn
+                episode.reward_components = state.components
+            return episode
+    # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
+    return Episode(
+        env_id=env_id or _env_name(env),
+        seed=seed,
+        messages=state.messages,
+        tools=state.tools,
+        turn_rewards=state.rewards,
+        reward_components=state.components,
+        terminated=state.terminated,
+        truncated=state.truncated,
+    )
+
+
+def _fill_record(
+    episode: Episode,
+    state: _PlayState,
+    policy: Policy,
+    sampling: SamplingParams,
+    seed: int,
+    index: int,
+    group: int,
+    start: float,
+) -> None:
+    """Add what the run knows to ``episode``: seed, group, policy, tokens, timing, per-turn metadata, any error."""
     episode.seed = seed
     episode.group = group
     episode.policy = getattr(policy, "name", type(policy).__name__)
-    tokens.fill(episode)
+    state.tokens.fill(episode)
     episode.logprobs = floor_logprobs(episode.logprobs)  # as the JSONL file will hold them
     episode.timing = {
-        "env_s": env_seconds,
-        "policy_s": policy_seconds,
+        "env_s": state.env_seconds,
+        "policy_s": state.policy_seconds,
         "wall_s": time.perf_counter() - start,
     }
     episode.metadata.update(
         {
             "group_index": index,
             "sampling": dataclasses.asdict(sampling),
-            "thinking_tokens": sum(thinking),
-            "turn_thinking_tokens": thinking,
-            "finish_reasons": finish_reasons,
-            "generated_tokens": generated_tokens,
+            "thinking_tokens": sum(state.thinking),
+            "turn_thinking_tokens": state.thinking,
+            "finish_reasons": state.finish_reasons,
+            "generated_tokens": state.generated_tokens,
         }
     )
-    if model is not None:
-        episode.metadata["model"] = model
-    if any(reasoning):
-        episode.metadata["reasoning"] = reasoning
-    if error is not None:
-        episode.metadata["error_source"], episode.metadata["error"] = error
-    return episode
+    if state.model is not None:
+        episode.metadata["model"] = state.model
+    if any(state.reasoning):
+        episode.metadata["reasoning"] = state.reasoning
+    if state.error is not None:
+        episode.metadata["error_source"], episode.metadata["error"] = state.error
 
 
 def _close(env: gym.Env) -> None:
@@ -608,7 +671,7 @@ def _action(message: Message) -> str | dict[str, Any]:
     """The env action: the message itself when it carries native tool calls, else its text."""
     if message.get("tool_calls"):
         return message
-    return message.get("content") or ""  # a string, or None (checked in _play)
+    return message.get("content") or ""  # a string, or None (checked in _generate)
 
 
 def _assistant_message(message: Message) -> Message:
