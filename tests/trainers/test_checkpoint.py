@@ -277,6 +277,7 @@ def grpo_config(out: Path, **overrides):
     return GRPOConfig(**settings)
 
 
+@pytest.mark.gpu
 def test_grpo_killed_mid_save_resumes_with_no_step_lost_or_repeated(tmp_path, monkeypatch):
     from llmgym.trainers.grpo import GRPOTrainer
 

@@ -72,6 +72,7 @@ def own_process_group():
         dist.destroy_process_group()
 
 
+@pytest.mark.gpu
 def test_fsdp_on_one_process_equals_the_plain_trainer_and_resumes(tmp_path, own_process_group):
     torch.set_num_threads(1)
     plain = GRPOTrainer(fsdp_config(tmp_path / "plain", steps=1))

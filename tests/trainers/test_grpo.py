@@ -52,6 +52,7 @@ def weights(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.gpu
 def test_two_step_smoke_run_with_kl_to_a_frozen_reference(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path, plot=True, beta=0.05))
     assert trainer.reference is not None
@@ -85,6 +86,7 @@ def test_two_step_smoke_run_with_kl_to_a_frozen_reference(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.gpu
 def test_resume_continues_the_same_run(tmp_path):
     straight = GRPOTrainer(small_config(tmp_path / "a"))
     straight.train()
@@ -213,6 +215,7 @@ def test_a_lora_checkpoint_of_another_rank_or_target_modules_is_a_one_line_error
         GRPOTrainer(one_step_config(tmp_path, lora=True, lora_r=4, lora_target_modules=["q_proj"]), resume=True)
 
 
+@pytest.mark.gpu
 def test_lora_trains_only_the_adapter_with_kl_to_the_base(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path, lora=True, lora_r=4, beta=0.1, learning_rate=5e-2))
     base = {k: v.clone() for k, v in trainer.model.state_dict().items() if "lora_" not in k}
@@ -284,6 +287,7 @@ def test_int8_rollouts_train_with_the_mismatch_corrected_and_logged(tmp_path):
     assert any(not torch.equal(a.q, b.q) for a, b in zip(rebuilt.layers, untrained.layers))
 
 
+@pytest.mark.gpu
 def test_fp32_rollouts_have_no_logp_mismatch(tmp_path):
     history = GRPOTrainer(small_config(tmp_path, steps=1, save_every=10)).train()
     assert history[0]["logp_mismatch"] < 1e-3
@@ -316,6 +320,10 @@ def run_torchrun(tmp_path: Path, nproc: int, steps: int) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    torch.cuda.device_count() == 1, reason="two ranks on CUDA need two GPUs: NCCL refuses two ranks on one"
+)
 def test_ddp_two_cpu_ranks_end_with_identical_weights(tmp_path):
     out = run_torchrun(tmp_path, nproc=2, steps=2)
     checksums = json.loads((out / "final" / "rank_checksums.json").read_text())

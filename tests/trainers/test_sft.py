@@ -77,6 +77,7 @@ def test_mask_covers_only_assistant_turns():
         tokenize_episode(Episode("x", messages=[{"role": "user", "content": "hi"}]), tokenizer)
 
 
+@pytest.mark.gpu
 def test_sft_learns_the_good_episodes(tmp_path):
     episodes = [teacher_episode("crane", 1.0) for _ in range(4)] + [teacher_episode("zzzzz", 0.0) for _ in range(4)]
     save_jsonl(episodes, tmp_path / "episodes.jsonl")

