@@ -41,7 +41,8 @@ from pettingzoo import AECEnv, ParallelEnv
 from llmgym.episode import Episode
 from llmgym.messages import Message, assistant, system, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
-from llmgym.rollout.engine import _describe, run_sync
+from llmgym.rollout.engine import run_sync
+from llmgym.rollout.play import _describe
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
 __all__ = ["play_match", "aplay_match", "win_matrix", "WinMatrix", "player_name"]
