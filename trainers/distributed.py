@@ -74,8 +74,9 @@ def init_distributed(need_group: bool = False) -> tuple[int, int]:
     if world == 1 and not need_group:
         return 0, 1
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
+        # NCCL for CUDA tensors (gradients), gloo for the CPU ones the trainer also reduces (counts, loss sums)
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if world == 1 and "MASTER_ADDR" not in os.environ:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
