@@ -20,14 +20,15 @@ lines, each PASS, FAIL or SKIP with the fix to apply when it fails:
 
 ``llmgym check ENV_ID`` prints the same report. The checker drives the
 environment only through the Gymnasium API plus, for :class:`~llmgym.LLMEnv`
-subclasses, their episode record and budgets.
+subclasses, their episode record and budgets. What one step and one tool schema
+must look like is in :mod:`llmgym.contract`; the env state the ``determinism``
+check compares is read by :mod:`llmgym.env_state`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import tempfile
 import time
 import traceback
@@ -38,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import jsonschema
 import numpy as np
 
+from llmgym.contract import step_problem, tool_schema_problems
 from llmgym.env import LLMEnv
+from llmgym.env_state import first_difference, plain_state
 from llmgym.episode import load_jsonl, save_jsonl
 from llmgym.fuzzing import WORDS, hostile_actions, sample_arguments
 
@@ -49,8 +51,6 @@ __all__ = ["CheckResult", "CheckReport", "check_env", "hostile_actions", "sample
 
 Action = Any
 Agent = Callable[[str], Action]
-
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 @dataclass
@@ -295,13 +295,13 @@ class _Runner:
             where = "reset" if index == 0 else f"step {index}"
             difference = (
                 difference
-                or next((d for n, x, y in zip(names, a, b) if (d := _first_difference(x, y, f"{where} {n}"))), "")
+                or next((d for n, x, y in zip(names, a, b) if (d := first_difference(x, y, f"{where} {n}"))), "")
                 or next(
                     (
                         d
                         for name in state_a
                         if name in state_b
-                        and (d := _first_difference(state_a[name], state_b[name], f"{where} self.{name}"))
+                        and (d := first_difference(state_a[name], state_b[name], f"{where} self.{name}"))
                     ),
                     "",
                 )
@@ -329,12 +329,12 @@ class _Runner:
             try:
                 obs, _ = env.reset(seed=self.seed + 100 + index)
                 obs, reward, terminated, truncated, info = env.step(action)
-                problem = _step_problem(env, obs, reward, terminated, truncated, info)
+                problem = step_problem(env, obs, reward, terminated, truncated, info)
                 if problem is None and wants_error and not obs.strip():
                     problem = "the observation is empty; answer a malformed action with an error message"
                 if problem is None and not (terminated or truncated):
                     follow = self.varied_actions(1)[0]
-                    problem = _step_problem(env, *env.step(follow))
+                    problem = step_problem(env, *env.step(follow))
                     if problem:
                         problem = f"the next step failed: {problem}"
             except Exception as err:
@@ -466,7 +466,7 @@ class _Runner:
         problems = [] if info.get("tools", schemas) == schemas else ["info['tools'] differs from env.tool_schemas"]
         names = []
         for schema in schemas:
-            problems.extend(_schema_problems(schema))
+            problems.extend(tool_schema_problems(schema))
             names.append((schema.get("function") or {}).get("name"))
         if len(set(names)) != len(names):
             problems.append(f"tool names repeat: {names}")
@@ -511,12 +511,12 @@ class _Runner:
         """
         transitions: list[tuple[Any, ...]] = [env.reset(seed=seed)]
         if states is not None:
-            states.append(_plain_state(env.unwrapped))
+            states.append(plain_state(env.unwrapped))
         for action in actions:
             transition = env.step(action)
             transitions.append(transition)
             if states is not None:
-                states.append(_plain_state(env.unwrapped))
+                states.append(plain_state(env.unwrapped))
             if transition[2] or transition[3]:
                 break
         env.close()
@@ -554,115 +554,6 @@ class _Runner:
 
     def mean_reset_ms(self) -> float:
         return 1000 * sum(self.reset_seconds) / len(self.reset_seconds) if self.reset_seconds else 0.0
-
-
-def _step_problem(env: gym.Env, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> str | None:
-    if not isinstance(obs, str):
-        return f"observation is {type(obs).__name__}, not str"
-    if not env.observation_space.contains(obs):
-        return f"observation of {len(obs)} characters is not in {env.observation_space}"
-    if type(reward) is not float or not math.isfinite(reward):
-        return f"reward {reward!r} is not a finite Python float"
-    if type(terminated) is not bool or type(truncated) is not bool:
-        return f"terminated/truncated must be Python bool, got {type(terminated).__name__}/{type(truncated).__name__}"
-    if not isinstance(info, dict):
-        return f"info is {type(info).__name__}, not dict"
-    return None
-
-
-def _schema_problems(schema: Any) -> list[str]:
-    if not isinstance(schema, dict) or schema.get("type") != "function" or not isinstance(schema.get("function"), dict):
-        return [
-            f"not an OpenAI function schema ({{'type': 'function', 'function': {{...}}}}): {_clip(repr(schema), 80)}"
-        ]
-    function = schema["function"]
-    name = function.get("name")
-    where = f"tool {name!r}"
-    problems = []
-    if not isinstance(name, str) or not _TOOL_NAME.match(name):
-        problems.append(f"{where}: the name must match {_TOOL_NAME.pattern}")
-    if not isinstance(function.get("description"), str) or not function["description"].strip():
-        problems.append(f"{where}: no description (give the function a docstring)")
-    parameters = function.get("parameters")
-    if not isinstance(parameters, dict):
-        return problems + [f"{where}: parameters must be a JSON Schema object"]
-    try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
-    except jsonschema.SchemaError as err:
-        problems.append(f"{where}: parameters are not valid JSON Schema: {_clip(err.message, 120)}")
-    if parameters.get("type") != "object":
-        problems.append(f"{where}: parameters must have type 'object', got {parameters.get('type')!r}")
-    for key, prop in (parameters.get("properties") or {}).items():
-        if isinstance(prop, dict) and not prop.get("description"):
-            problems.append(f"{where}: argument {key!r} has no description (add it under Args: in the docstring)")
-    try:
-        json.dumps(schema, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        problems.append(f"{where}: the schema is not plain JSON ({err})")
-    return problems
-
-
-_NOT_PLAIN = object()
-
-
-def _plain_state(env: Any) -> dict[str, Any]:
-    """Copies of the attributes of ``env`` that are plain data (numbers, strings, arrays, containers of them).
-
-    Objects (random generators, sandboxes, connections, tools) are left out: only
-    data two runs with the same seed must agree on is compared.
-    """
-    state = {}
-    for name, value in getattr(env, "__dict__", {}).items():  # a __slots__ env has no plain state to compare
-        copied = _plain_copy(value, 0)
-        if copied is not _NOT_PLAIN:
-            state[name] = copied
-    return state
-
-
-def _plain_copy(value: Any, depth: int) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic)):
-        return value
-    if depth > 32:
-        return _NOT_PLAIN
-    if isinstance(value, np.ndarray):
-        return value.copy() if value.dtype != object else _NOT_PLAIN
-    if type(value) in (list, tuple, set, frozenset):
-        items = [_plain_copy(item, depth + 1) for item in value]
-        if any(item is _NOT_PLAIN for item in items):
-            return _NOT_PLAIN
-        return type(value)(items) if type(value) in (list, tuple) else frozenset(items)
-    if type(value) is dict:
-        copied = {}
-        for key, item in value.items():
-            item = _plain_copy(item, depth + 1)
-            if item is _NOT_PLAIN or _plain_copy(key, depth + 1) is _NOT_PLAIN:
-                return _NOT_PLAIN
-            copied[key] = item
-        return copied
-    return _NOT_PLAIN
-
-
-def _first_difference(a: Any, b: Any, path: str = "") -> str:
-    """Where two nested values differ ('' when they are equal)."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        try:
-            same = np.array_equal(a, b, equal_nan=True)  # NaN where both runs hold NaN is the same state
-        except TypeError:  # equal_nan on a non-numeric dtype
-            same = np.array_equal(a, b)
-        return "" if same else f"{path or 'value'}: arrays differ"
-    if type(a) is not type(b):
-        return f"{path or 'value'}: {type(a).__name__} vs {type(b).__name__}"
-    if isinstance(a, dict):
-        if a.keys() != b.keys():
-            return f"{path or 'info'}: keys {sorted(a)} vs {sorted(b)}"
-        return next((d for k in a if (d := _first_difference(a[k], b[k], f"{path}[{k!r}]"))), "")
-    if isinstance(a, (list, tuple)):
-        if len(a) != len(b):
-            return f"{path or 'value'}: {len(a)} vs {len(b)} entries"
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}[{i}]"))), "")
-    if isinstance(a, (float, complex, np.generic)) and a != a and b != b:  # NaN (np.float32 too), NaT: same state
-        return ""
-    return "" if a == b else f"{path or 'value'}: {_clip(repr(a), 60)} vs {_clip(repr(b), 60)}"
 
 
 def _clip(text: str, limit: int) -> str:

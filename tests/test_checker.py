@@ -181,30 +181,6 @@ def test_cli_exits_1_on_a_failing_env(capsys):
     assert '"status": "FAIL"' in capsys.readouterr().out
 
 
-def test_checker_state_comparison_treats_nan_numpy_scalars_as_equal():
-    """Regression: ``np.float32(nan)`` read as "nan vs nan", a false nondeterminism (float NaN and NaN arrays did
-    not)."""
-    import numpy as np
-
-    from llmgym.checker import _first_difference
-
-    for nan in (float("nan"), np.float32("nan"), np.float64("nan"), complex("nan"), np.datetime64("NaT")):
-        assert _first_difference({"score": [nan]}, {"score": [nan]}) == "", nan
-    assert "vs" in _first_difference(np.float32(1.0), np.float32("nan"))
-    assert "vs" in _first_difference(np.float32("nan"), np.float32(1.0))
-    assert _first_difference(np.float32(2.0), np.float32(2.0)) == ""
-
-
-def test_checker_state_comparison_treats_nan_arrays_as_equal():
-    import numpy as np
-
-    from llmgym.checker import _first_difference
-
-    assert _first_difference({"a": np.array([1.0, np.nan])}, {"a": np.array([1.0, np.nan])}) == ""
-    assert _first_difference(np.array(["x"]), np.array(["x"])) == ""
-    assert "arrays differ" in _first_difference(np.array([1.0]), np.array([2.0]))
-
-
 def test_check_env_closes_every_env_it_makes():
     """Regression: check_gymnasium and check_tool_schemas made an env and never closed it (a sandbox or MCP process
     leaked)."""
