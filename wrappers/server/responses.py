@@ -147,6 +147,22 @@ def event_stream(chunks: Iterator[str]) -> Any:
     return StreamingResponse(paced(), media_type="text/event-stream")
 
 
+class _Chunks:
+    """The ``data:`` lines of one stream, all with the same id, object, creation time and model.
+
+    As OpenAI: with ``stream_options.include_usage`` every chunk has ``"usage": null``, and
+    a last one with no choices carries the usage.
+    """
+
+    def __init__(self, response_id: str, object_name: str, model: str, stream_options: Any) -> None:
+        self.head = {"id": response_id, "object": object_name, "created": int(time.time()), "model": model}
+        self.include_usage = bool(stream_options and stream_options.include_usage)
+
+    def __call__(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        data = {**self.head, "choices": choices, **({"usage": None} if self.include_usage else {}), **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
 def chat_stream(
     backend: ServedModel,
     body: ChatCompletionRequest,
@@ -155,22 +171,7 @@ def chat_stream(
     response_id: str,
     name: str,
 ) -> Iterator[str]:
-    created = int(time.time())
-    # as OpenAI: with include_usage every chunk has "usage": null, and a last one with no choices carries it
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        data = {
-            "id": response_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": name,
-            "choices": choices,
-            **({"usage": None} if include_usage else {}),
-            **extra,
-        }
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
+    chunk = _Chunks(response_id, "chat.completion.chunk", name, body.stream_options)
     as_ids = bool(body.return_tokens_as_token_ids)
     replies = [_reply(generation, parse_tools) for generation in generations]
     blocks = [
@@ -206,7 +207,7 @@ def chat_stream(
         if called and body.return_token_ids:
             final["token_ids"] = generation.token_ids
         yield chunk([final])
-    if include_usage:
+    if chunk.include_usage:
         yield chunk([], usage=_usage(generations))
     yield "data: [DONE]\n\n"
 
@@ -300,21 +301,7 @@ def completion_stream(
     response_id: str,
     name: str,
 ) -> Iterator[str]:
-    created = int(time.time())
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        data = {
-            "id": response_id,
-            "object": "text_completion",
-            "created": created,
-            "model": name,
-            "choices": choices,
-            **({"usage": None} if include_usage else {}),
-            **extra,
-        }
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
+    chunk = _Chunks(response_id, "text_completion", name, body.stream_options)
     blocks = [
         _completion_fields(backend, body, generation) if body.logprobs is not None else None
         for generation in generations
@@ -343,6 +330,6 @@ def completion_stream(
                 choice["token_ids"] = piece.get("token_ids")
             yield chunk([choice])
         yield chunk([{"index": index, "text": "", "logprobs": None, "finish_reason": generation.finish_reason}])
-    if include_usage:
+    if chunk.include_usage:
         yield chunk([], usage=_completion_usage(generations, prompt_tokens))
     yield "data: [DONE]\n\n"
