@@ -2,10 +2,10 @@
 
 Holds :func:`rollout` (blocking) and :func:`arollout` (async), which play a
 policy on an environment for a list of seeds, ``group_size`` episodes per
-seed (a GRPO group), and :func:`summarize`, which turns episodes into the
-numbers ``llmgym eval`` prints. Token bookkeeping lives in
-:mod:`llmgym.rollout.tokens`, statistics in :mod:`llmgym.rollout.stats`, the
-checks of a resumed file in :mod:`llmgym.rollout.resume`.
+seed (a GRPO group). One episode is played by :mod:`llmgym.rollout.play`;
+token bookkeeping lives in :mod:`llmgym.rollout.tokens`, statistics
+(``summarize``) in :mod:`llmgym.rollout.stats`, the checks of a resumed file
+in :mod:`llmgym.rollout.resume`.
 
 How a run works: ``max_concurrency`` workers (asyncio tasks) each own one env
 instance and take (seed, index-in-group) jobs from a queue. Each turn awaits
@@ -14,13 +14,13 @@ concurrent episodes itself, a server policy keeps up to ``max_concurrency``
 requests in flight. ``env.step`` runs in the event loop (it is fast). Every
 finished episode is written to the JSONL file at once (flushed), so a crash
 loses nothing, and ``resume=True`` skips the (seed, index) pairs already in
-the file (a file of other settings is refused: :func:`resume_conflict`).
+the file (a file of other settings is refused: :func:`~llmgym.rollout.resume.resume_conflict`).
 
 An exception from the policy or from the env on one episode does not stop
 the run: the episode is recorded with ``metadata["error"]`` and
 ``metadata["error_source"]`` and the run goes on (a policy does its own
 retries). A policy that breaks the token-prefix contract raises
-:class:`TokenMismatchError`, because training on such tokens would be wrong.
+:class:`~llmgym.rollout.tokens.TokenMismatchError`, because training on such tokens would be wrong.
 """
 
 from __future__ import annotations
@@ -39,26 +39,10 @@ import numpy as np
 
 from llmgym.episode import Episode, JSONLWriter
 from llmgym.policy import Policy, SamplingParams
-from llmgym.rollout.play import (
-    _describe,
-    _env_name,
-    _play,
-    _spec_id,
-)
-from llmgym.rollout.resume import as_recorded, episode_key, resume_conflict, resumed_episodes
-from llmgym.rollout.stats import summarize
-from llmgym.rollout.tokens import TokenMismatchError
+from llmgym.rollout.play import _describe, _env_name, _play, _spec_id
+from llmgym.rollout.resume import as_recorded, resumed_episodes
 
-__all__ = [
-    "rollout",
-    "arollout",
-    "run_sync",
-    "summarize",
-    "episode_key",
-    "resume_conflict",
-    "TokenMismatchError",
-    "EnvSource",
-]
+__all__ = ["rollout", "arollout", "run_sync", "EnvSource"]
 
 #: An env id for ``gymnasium.make`` or a function that builds a fresh env.
 EnvSource = str | Callable[[], gym.Env]
@@ -106,8 +90,8 @@ def rollout(
 
     Raises:
         ValueError: bad arguments (a negative seed), a JSONL file to resume from another
-            environment or other settings (:func:`resume_conflict`), or a policy that breaks
-            the token-prefix contract (:class:`TokenMismatchError`).
+            environment or other settings (:func:`~llmgym.rollout.resume.resume_conflict`), or a policy that breaks
+            the token-prefix contract (:class:`~llmgym.rollout.tokens.TokenMismatchError`).
         TypeError: seeds that are not ints, an env whose actions are not text, or a policy
             that returns no :class:`~llmgym.policy.Generation` or one whose message is no dict.
 
