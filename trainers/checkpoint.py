@@ -108,9 +108,8 @@ def _mismatch(path: Path, saved: dict[str, torch.Tensor], expected: dict[str, to
             f"{list(expected[name].shape)} in the model)"
         )
     stored = {expected[k].data_ptr() for k in saved.keys() & expected.keys()}
-    missing = [
-        k for k in expected.keys() - saved.keys() if expected[k].data_ptr() not in stored
-    ]  # tied weights are saved once
+    # tied weights are saved once
+    missing = [k for k in expected.keys() - saved.keys() if expected[k].data_ptr() not in stored]
     unexpected = saved.keys() - expected.keys()
     if unexpected:
         problems.append(f"{len(unexpected)} the model lacks (e.g. {min(unexpected)})")

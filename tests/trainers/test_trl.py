@@ -18,11 +18,8 @@ from llmgym.trainers.trl import episodes_to_messages, save_messages_jsonl, trl_d
 def test_the_class_exposes_exactly_the_env_tools_to_trl():
     Wordle = trl_environment("llmgym/Wordle-v0", max_turns=4)
     public = [n for n, _ in inspect.getmembers(Wordle, predicate=inspect.isfunction) if not n.startswith("_")]
-    assert sorted(public) == [
-        "get_reward",
-        "guess",
-        "reset",
-    ]  # TRL's rule: public methods but reset/get_reward are tools
+    # TRL's rule: public methods but reset/get_reward are tools
+    assert sorted(public) == ["get_reward", "guess", "reset"]
     assert Wordle().env.unwrapped.max_turns == 4
 
 

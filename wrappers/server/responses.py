@@ -174,10 +174,11 @@ def chat_stream(
     chunk = _Chunks(response_id, "chat.completion.chunk", name, body.stream_options)
     as_ids = bool(body.return_tokens_as_token_ids)
     replies = [_reply(generation, parse_tools) for generation in generations]
+    # built before the first chunk, so what refuses the request is a 400
     blocks = [
         _token_fields(backend, generation, as_ids, body.top_logprobs or 0) if body.logprobs and not called else None
         for generation, (_, called) in zip(generations, replies)
-    ]  # 400s: before the first chunk
+    ]
     for index, (generation, (message, called), block) in enumerate(zip(generations, replies, blocks)):
         first_extra = {"prompt_token_ids": generation.prompt_token_ids} if body.return_token_ids and index == 0 else {}
         yield chunk(
@@ -302,10 +303,11 @@ def completion_stream(
     name: str,
 ) -> Iterator[str]:
     chunk = _Chunks(response_id, "text_completion", name, body.stream_options)
+    # built before the first chunk, so what refuses the request is a 400
     blocks = [
         _completion_fields(backend, body, generation) if body.logprobs is not None else None
         for generation in generations
-    ]  # 400s: before the first chunk
+    ]
     for index, (generation, block) in enumerate(zip(generations, blocks)):
         echoed = len(generation.prompt_token_ids or []) if body.echo else 0
         if body.echo:  # the prompt first, with its own logprobs block (the prompt's positions of the full one)
