@@ -46,6 +46,7 @@ from llmgym.env import LLMEnv
 from llmgym.env_state import first_difference, plain_state
 from llmgym.episode import load_jsonl, save_jsonl
 from llmgym.fuzzing import WORDS, hostile_actions, sample_arguments
+from llmgym.parsing import clip_text
 
 __all__ = ["CheckResult", "CheckReport", "check_env", "hostile_actions", "sample_arguments"]
 
@@ -192,7 +193,7 @@ def check_env(
         try:
             result = check()
         except Exception as err:  # a check that raises is a finding about the env, not a checker crash
-            error = f"{type(err).__name__}: {_clip(str(err), 200)}"
+            error = f"{type(err).__name__}: {clip_text(str(err), 200)}"
             if error in first_raised:  # e.g. setup raising fails every check: one traceback is enough
                 result = CheckResult(
                     name,
@@ -338,7 +339,7 @@ class _Runner:
                     if problem:
                         problem = f"the next step failed: {problem}"
             except Exception as err:
-                problem = f"raised {type(err).__name__}: {_clip(str(err), 160)}"
+                problem = f"raised {type(err).__name__}: {clip_text(str(err), 160)}"
             if problem:
                 problems.append(f"{label}: {problem}")
         env.close()
@@ -554,7 +555,3 @@ class _Runner:
 
     def mean_reset_ms(self) -> float:
         return 1000 * sum(self.reset_seconds) / len(self.reset_seconds) if self.reset_seconds else 0.0
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

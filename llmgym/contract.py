@@ -18,6 +18,8 @@ from typing import Any
 import gymnasium as gym
 import jsonschema
 
+from llmgym.parsing import clip_text
+
 __all__ = ["step_problem", "tool_schema_problems"]
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -59,7 +61,8 @@ def tool_schema_problems(schema: Any) -> list[str]:
     """
     if not isinstance(schema, dict) or schema.get("type") != "function" or not isinstance(schema.get("function"), dict):
         return [
-            f"not an OpenAI function schema ({{'type': 'function', 'function': {{...}}}}): {_clip(repr(schema), 80)}"
+            "not an OpenAI function schema ({'type': 'function', 'function': {...}}): "
+            f"{clip_text(repr(schema), 80)}"
         ]
     function = schema["function"]
     name = function.get("name")
@@ -75,7 +78,7 @@ def tool_schema_problems(schema: Any) -> list[str]:
     try:
         jsonschema.Draft202012Validator.check_schema(parameters)
     except jsonschema.SchemaError as err:
-        problems.append(f"{where}: parameters are not valid JSON Schema: {_clip(err.message, 120)}")
+        problems.append(f"{where}: parameters are not valid JSON Schema: {clip_text(err.message, 120)}")
     if parameters.get("type") != "object":
         problems.append(f"{where}: parameters must have type 'object', got {parameters.get('type')!r}")
     for key, prop in (parameters.get("properties") or {}).items():
@@ -86,7 +89,3 @@ def tool_schema_problems(schema: Any) -> list[str]:
     except (TypeError, ValueError) as err:
         problems.append(f"{where}: the schema is not plain JSON ({err})")
     return problems
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from llmgym.parsing import clip_text
+
 __all__ = ["plain_state", "first_difference"]
 
 _NOT_PLAIN = object()
@@ -90,8 +92,4 @@ def first_difference(a: Any, b: Any, path: str = "") -> str:
         return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), "")
     if isinstance(a, (float, complex, np.generic)) and a != a and b != b:  # NaN (np.float32 too), NaT: same state
         return ""
-    return "" if a == b else f"{path or 'value'}: {_clip(repr(a), 60)} vs {_clip(repr(b), 60)}"
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
+    return "" if a == b else f"{path or 'value'}: {clip_text(repr(a), 60)} vs {clip_text(repr(b), 60)}"

@@ -22,6 +22,7 @@ __all__ = [
     "parse_text_tool_calls",
     "text_protocol_content",
     "without_thinking",
+    "clip_text",
     "TOOL_CALL_OPEN",
     "TOOL_CALL_CLOSE",
 ]
@@ -114,11 +115,11 @@ def _read_block(body: str, call_id: str) -> tuple[ToolCall | None, str]:
     try:
         data = loads_json(body)
     except json.JSONDecodeError as err:
-        return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {_clip(body)}"
+        return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {clip_text(body)}"
     except RecursionError:
         return None, "tool call JSON is nested too deeply"
     if not isinstance(data, dict):
-        return None, f"tool call must be a JSON object with name and arguments, got {_clip(body)}"
+        return None, f"tool call must be a JSON object with name and arguments, got {clip_text(body)}"
     if not data.keys() <= _ALLOWED_KEYS:
         return None, f"tool call has unexpected keys {sorted(set(data) - _ALLOWED_KEYS)}; use only name and arguments"
     try:
@@ -194,5 +195,11 @@ def text_protocol_content(message: Message) -> str:
     return "\n".join([text, *blocks]) if text else "\n".join(blocks)
 
 
-def _clip(text: str, limit: int = 80) -> str:
+def clip_text(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters and ``...``: how error messages quote what they refuse.
+
+    Example:
+        >>> clip_text("x" * 100, 5)
+        'xxxxx...'
+    """
     return text if len(text) <= limit else text[:limit] + "..."
