@@ -175,6 +175,9 @@ class GRPOConfig:
     """Write ``rewards.png`` (reward and KL curves) at each checkpoint."""
     progress: bool = True
     """Show a rich progress bar (rank 0)."""
+    sample_groups: int = 1
+    """Groups of each step written to ``samples.jsonl`` with the advantage of every token (for ``llmgym view``);
+    0 writes none."""
     tensorboard: bool = False
     """Also log metrics to TensorBoard in ``out/tensorboard`` (needs ``tensorboard``)."""
     torch_threads: int | None = None
@@ -333,6 +336,7 @@ _GRPO_RANGES: _Ranges = _SHARED_RANGES + (
     ("temperature", lambda v: v > 0, "> 0 for GRPO (it needs diverse samples and finite log-probs)"),
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("resample_zero_signal", *_NON_NEGATIVE),
+    ("sample_groups", *_NON_NEGATIVE),
     (
         "turn_lambda",
         lambda v: v >= 0,

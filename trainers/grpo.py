@@ -78,6 +78,7 @@ from llmgym.trainers.distributed import (
 from llmgym.trainers.generation import Generator, InProcessGenerator, ServerGenerator
 from llmgym.trainers.losses import LossSums, TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, StepClock, peak_memory_mb, plot_metrics
+from llmgym.trainers.samples import SampleLogger, with_advantages
 
 __all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id", "resolve_device", "add_lora"]
 
@@ -191,7 +192,7 @@ class GRPOTrainer:
         )
         self.step, self.episodes_seen = 0, 0
         saved = self._resume(resume_from) if resume_from is not None else None
-        self.metrics = None
+        self.metrics, self.samples = None, None
         if self.rank == 0:
             sinks = sorted(set(config.report_to) | ({"tensorboard"} if config.tensorboard else set()))
             self.metrics = MetricsLogger(
@@ -201,6 +202,7 @@ class GRPOTrainer:
                 run_config=dataclasses.asdict(config),
                 wandb_project=config.wandb_project,
             )
+            self.samples = SampleLogger(self.out, resume_step=self.step if resume else None)
         self.generator = self._make_generator()  # made with the resumed weights: a server gets them first
         self.collector = EpisodeCollector(config, self.generator, self.rank, self.world, self.curriculum)
         if saved is not None:
@@ -269,6 +271,10 @@ class GRPOTrainer:
                 if self.rank == 0:
                     self.metrics.log(metrics)
                     history.append(metrics)
+                    sampled = with_advantages(
+                        rollouts.episodes, advantages, self.step, config.sample_groups, self.tokenizer
+                    )
+                    self.samples.log(sampled)
                 show_progress(self.step, metrics.get("reward/mean", 0.0))
                 # 5. save
                 if self.step % config.save_every == 0 or self.step == config.steps:
@@ -443,6 +449,7 @@ class GRPOTrainer:
             "keep_checkpoints",
             "plot",
             "progress",
+            "sample_groups",
             "tensorboard",
             "report_to",
             "wandb_project",
@@ -485,6 +492,8 @@ class GRPOTrainer:
         self.generator.close()
         if self.metrics is not None:
             self.metrics.close()
+        if self.samples is not None:
+            self.samples.close()
 
 
 # -- helpers ---------------------------------------------------------------------------
