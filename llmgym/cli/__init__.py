@@ -52,6 +52,7 @@ EXTRA_FOR_MODULE = {
     "vllm": "vllm",
     "trl": "trl",
     "wandb": "wandb",
+    "openenv": "openenv",
 }
 
 
