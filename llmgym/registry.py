@@ -24,6 +24,7 @@ ENTRY_POINT_GROUP = "llmgym.envs"
 
 _descriptions: dict[str, str] = {}
 _plugin_ids: dict[str, str] = {}  # env id -> name of the plugin that registered it
+_unlisted: set[str] = set()  # ids that play only with arguments the user brings (a server's URL)
 _pending: dict[tuple[str, str], EntryPoint] = {}  # plugins still to run (new, failed, or half-imported)
 _done: set[tuple[str, str]] = set()  # (name, value) of the plugins that ran
 _warned: dict[str, str] = {}  # plugin name -> the failure last warned about
@@ -32,7 +33,7 @@ _running = False
 _current_plugin: str | None = None  # the plugin running now, named in conflict warnings
 
 
-def register(id: str, entry_point: str, description: str = "", **kwargs: Any) -> None:
+def register(id: str, entry_point: str, description: str = "", *, listed: bool = True, **kwargs: Any) -> None:
     """Register an environment with Gymnasium and remember its description.
 
     An id already registered is kept: the same ``entry_point`` again does nothing,
@@ -42,6 +43,9 @@ def register(id: str, entry_point: str, description: str = "", **kwargs: Any) ->
         id: a versioned id, ``namespace/Name-vN``.
         entry_point: ``"module:Class"``.
         description: one line for ``llmgym list``.
+        listed: ``False`` keeps the id out of :func:`list_envs`, which lists the envs that play as
+            they are; for an env that needs arguments only the user has (``llmgym/OpenEnv-v0`` and
+            the ``base_url`` of its server).
         **kwargs: passed to ``gymnasium.register`` (``kwargs=``...). Environment kwargs
             must be plain data so the spec can be re-made.
 
@@ -72,6 +76,8 @@ def register(id: str, entry_point: str, description: str = "", **kwargs: Any) ->
     gym.register(id=id, entry_point=entry_point, **kwargs)
     if description:
         _descriptions[id] = description
+    if not listed:
+        _unlisted.add(id)
 
 
 def load_plugins(force: bool = False) -> list[str]:
@@ -162,10 +168,10 @@ def _warn_conflict(env_id: str, plugin: str) -> None:
 
 
 def list_envs() -> list[str]:
-    """Ids of llmgym environments: the ``llmgym/`` namespace and every plugin's."""
+    """Ids of llmgym environments: the ``llmgym/`` namespace and every plugin's (not those registered unlisted)."""
     load_plugins()
     ids = {env_id for env_id in gym.registry if env_id.startswith("llmgym/")} | set(_plugin_ids)
-    return sorted(ids)
+    return sorted(ids - _unlisted)
 
 
 def describe(env_id: str) -> str:

@@ -9,7 +9,9 @@ tools, whose pydantic models would cost ~0.3 s at import):
 - :mod:`.reasoning_gym`: ``llmgym/rg-<task>-v0`` for :data:`RG_DEFAULT_TASKS`
   (extra ``reasoning-gym``; ``reasoning_gym.register_all()`` for every task);
 - :mod:`.textarena`: ``llmgym/ta-<Game>-v0`` for :data:`TA_DEFAULT_GAMES`
-  (extra ``textarena``); its multi-player games are PettingZoo AEC envs.
+  (extra ``textarena``); its multi-player games are PettingZoo AEC envs;
+- :mod:`.openenv`: ``llmgym/OpenEnv-v0``, any OpenEnv server (extra ``openenv``), registered always and
+  not listed (it plays only with the ``base_url`` of a server); and ``llmgym serve-env``'s server.
 """
 
 from __future__ import annotations
@@ -95,7 +97,13 @@ def register_ta(game: str) -> None:
 
 
 def register_adapter_envs() -> None:
-    """Register the adapter envs whose library is installed (no library is imported)."""
+    """Register the adapter envs whose library is installed (no library is imported), and ``llmgym/OpenEnv-v0``."""
+    register(
+        "llmgym/OpenEnv-v0",
+        "llmgym.envs.adapters.openenv.client:OpenEnvEnv",
+        description="Any OpenEnv server as a text env: gym.make(id, base_url=...) (extra openenv).",
+        listed=False,  # without a server's base_url it cannot play
+    )
     if find_spec("reasoning_gym") is not None:
         for task in RG_DEFAULT_TASKS:
             register_rg(task)

@@ -1,0 +1,156 @@
+"""Any registered single-agent llmgym env as an OpenEnv server: what ``llmgym serve-env`` runs.
+
+Holds :func:`environment_class` (llmgym's OpenEnv ``Environment``: one Gymnasium env per session) and
+:func:`create_env_app` (OpenEnv's own FastAPI app around it). OpenEnv does the serving: its
+``/ws`` WebSocket gives each client connection a session of its own (a fresh env, built by
+``gymnasium.make``), refuses connections beyond ``max_sessions`` (``CAPACITY_REACHED``), and closes a
+session's env when its client disconnects or vanishes (the WebSocket ping fails). Its stateless
+``/reset`` and ``/step`` routes build a throwaway env per call, as for every OpenEnv env; an episode
+needs the WebSocket (``GenericEnvClient`` uses it).
+
+Example (needs the ``openenv`` extra)::
+
+    $ llmgym serve-env llmgym/Wordle-v0 --port 8001 --max-sessions 64
+
+    from openenv import GenericEnvClient
+    with GenericEnvClient(base_url="http://127.0.0.1:8001").sync() as env:
+        result = env.reset(seed=0)
+        result = env.step({"content": '<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>'})
+        print(result.reward, result.observation["reward_components"], result.observation["text"])
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+import gymnasium as gym
+
+from llmgym.envs.adapters.openenv.wire import chat_models, observation_fields, to_env_action
+
+__all__ = ["environment_class", "create_env_app", "check_servable"]
+
+
+def check_servable(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Build the env once and refuse one that cannot be served as an assistant-message env.
+
+    Raises:
+        gymnasium.error.Error: ``env_id`` is not registered.
+        TypeError: its action space is not text (a classic Gymnasium env such as CartPole).
+        Exception: whatever ``gymnasium.make`` raises for bad ``env_kwargs``.
+    """
+    env = gym.make(env_id, **(env_kwargs or {}))
+    try:
+        if not isinstance(env.action_space, gym.spaces.Text):
+            raise TypeError(
+                f"{env_id} takes {env.action_space!r} actions; serve-env serves envs whose actions are text"
+            )
+    finally:
+        env.close()
+
+
+@functools.cache
+def environment_class() -> type:
+    """llmgym's OpenEnv ``Environment`` class, built on first use (``openenv`` is an optional extra).
+
+    Its constructor takes ``(env_id, env_kwargs)``; OpenEnv's server makes one per session.
+    """
+    action_cls, observation_cls = chat_models()  # without openenv: an ImportError naming the extra
+    try:
+        from openenv.core.env_server.interfaces import Environment
+        from openenv.core.env_server.types import EnvironmentMetadata, State
+    except ImportError as err:  # installed, but its own dependencies are not right (fastmcp 3 needs mcp<2)
+        raise ImportError(
+            f'openenv is installed but cannot be imported ({err}): pip install "llmgym[openenv]"'
+        ) from err
+
+    import llmgym
+    from llmgym.registry import describe
+
+    class LLMGymEnvironment(Environment):
+        """One llmgym env (``gymnasium.make(env_id, **env_kwargs)``) behind OpenEnv's ``reset``/``step``/``state``."""
+
+        # Every session builds its own env instance: nothing is shared between sessions.
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+            super().__init__()
+            self.env_id = env_id
+            self.env = gym.make(env_id, **(env_kwargs or {}))
+            self._state = State(episode_id=None, step_count=0)
+
+        def reset(
+            self,
+            seed: int | None = None,
+            episode_id: str | None = None,
+            options: dict[str, Any] | None = None,
+            **kwargs: Any,
+        ) -> Any:
+            if kwargs:  # OpenEnv passes every field of the reset message on: a typo must not pass silently
+                raise ValueError(f"reset takes seed, episode_id and options; got also {sorted(kwargs)}")
+            text, info = self.env.reset(seed=seed, options=options)
+            self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
+            return observation_cls(**observation_fields(text, info, False, False), reward=None)
+
+        def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+            text, reward, terminated, truncated, info = self.env.step(to_env_action(action.content, action.tool_calls))
+            self._state.step_count += 1
+            return observation_cls(**observation_fields(text, info, terminated, truncated), reward=float(reward))
+
+        @property
+        def state(self) -> Any:
+            return self._state
+
+        def get_metadata(self) -> Any:
+            return EnvironmentMetadata(
+                name=self.env_id,
+                description=describe(self.env_id) or f"the llmgym environment {self.env_id}",
+                version=f"llmgym {llmgym.__version__}",
+            )
+
+        def close(self) -> None:
+            self.env.close()
+
+    return LLMGymEnvironment
+
+
+def create_env_app(
+    env_id: str,
+    *,
+    max_sessions: int = 16,
+    env_kwargs: dict[str, Any] | None = None,
+    session_timeout: float | None = None,
+) -> Any:
+    """OpenEnv's FastAPI app serving ``env_id``: one env per WebSocket session, at most ``max_sessions`` at once.
+
+    Args:
+        env_id: a registered single-agent llmgym (or any text-action Gymnasium) env id.
+        max_sessions: sessions (episodes in flight) the server holds at once; the next is refused
+            with OpenEnv's ``CAPACITY_REACHED`` error.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        session_timeout: seconds after which OpenEnv's reaper closes a session that has not been used
+            (``None``: never; a disconnected client's session is closed at once anyway).
+
+    Raises:
+        ImportError: ``openenv`` is not installed.
+        ValueError: ``max_sessions`` below 1 or a ``session_timeout`` that is not positive.
+        TypeError, gymnasium.error.Error: see :func:`check_servable`.
+    """
+    if max_sessions < 1:
+        raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+    if session_timeout is not None and session_timeout <= 0:
+        raise ValueError(f"session_timeout must be positive seconds, got {session_timeout}")
+    environment = environment_class()  # the ImportError first: it says what to install
+    check_servable(env_id, env_kwargs)
+    from openenv.core.env_server import create_app
+    from openenv.core.env_server.types import ConcurrencyConfig
+
+    action_cls, observation_cls = chat_models()
+    return create_app(
+        functools.partial(environment, env_id, dict(env_kwargs or {})),
+        action_cls,
+        observation_cls,
+        env_name=env_id.replace("/", "-"),  # OpenEnv mounts task routes under /{env_name}/
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout),
+    )
