@@ -56,12 +56,16 @@ class PolicyRequest:
             generated tokens). A token-exact policy renders only the messages
             added since then and appends their ids to this prefix, instead of
             re-tokenizing the whole chat. ``None`` on the first turn.
+        episode_id: the same for every turn of one episode (the rollout sets it), so a
+            policy over several servers keeps an episode on one (its prefix cache);
+            ``None`` for a request of no episode.
     """
 
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prefix_token_ids: list[int] | None = None
+    episode_id: str | None = None
 
 
 @dataclass

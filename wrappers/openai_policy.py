@@ -8,9 +8,11 @@ native tool calling.
 - Retries with exponential backoff on 408/409/429/5xx, timeouts and
   connection errors come from the ``openai`` client itself (``max_retries``).
 - Concurrency is bounded by one semaphore shared by every caller.
-- Several base URLs spread the load: each request goes to the server with the
-  fewest requests in flight (ties in turn); a server that stays unreachable
-  after its retries hands the request to the next one.
+- Several base URLs spread the load (:class:`~llmgym.wrappers.routing.ServerRouter`):
+  a new episode goes to the server with the fewest requests in flight and its
+  later turns stay there (its prefix cache); a server that stays unreachable
+  after its retries is taken out for ``server_retry_after`` seconds and the
+  request, with its episode, moves to another one.
 - Tools go as native ``tools=`` when the server takes them; with
   ``native_tools=None`` the first rejection switches to the text protocol
   (:func:`llmgym.policy.tool_protocol_prompt`) for the rest of the run.
@@ -44,6 +46,7 @@ from llmgym.messages import Message
 from llmgym.parsing import parse_text_tool_calls
 from llmgym.policy import Generation, Policy, PolicyRequest, tool_protocol_prompt
 from llmgym.wrappers.prompting import ChatPrompter, Prompt, eos_token_ids, hf_chat_prompter, text_protocol_message
+from llmgym.wrappers.routing import ServerRouter
 from llmgym.wrappers.thinking import split_thinking
 
 __all__ = ["OpenAIPolicy", "to_text_protocol"]
@@ -59,7 +62,7 @@ class OpenAIPolicy(Policy):
         model: the model name the server knows (``"smollm2-135m"`` for
             ``llmgym serve``, ``"Qwen/Qwen3-8B"`` for a vLLM server...).
         base_url: the server's ``/v1`` URL, or a list of several to spread
-            requests over.
+            episodes over (least busy for a new episode, the same for its later turns).
         api_key: the key; defaults to ``$OPENAI_API_KEY``, else ``"EMPTY"``
             (local servers accept any key).
         native_tools: ``True`` sends tools as ``tools=``; ``False`` writes
@@ -81,6 +84,8 @@ class OpenAIPolicy(Policy):
             tools, ``prefix_token_ids`` plus the new turns) and calls
             ``/v1/completions`` with them; ``native_tools`` then means whether
             the template renders the tools (``None``: when it can).
+        server_retry_after: seconds a server that could not be reached is left out
+            before new episodes try it again (several base URLs).
 
     Raises:
         ImportError: the ``openai`` package is missing (names the extra to install).
@@ -107,6 +112,7 @@ class OpenAIPolicy(Policy):
         max_retries: int = 4,
         extra_body: dict[str, Any] | None = None,
         tokenizer: Any = None,
+        server_retry_after: float = 30.0,
     ):
         try:
             import openai
@@ -133,8 +139,7 @@ class OpenAIPolicy(Policy):
         self.timeout = timeout
         self.max_retries = max_retries
         self.extra_body = dict(extra_body or {})
-        self._in_flight = [0] * len(self.base_urls)
-        self._turn = 0
+        self.router = ServerRouter(len(self.base_urls), retry_after=server_retry_after)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._clients: list[Any] = []
@@ -215,13 +220,6 @@ class OpenAIPolicy(Policy):
                 self._loop = loop
             return self._loop
 
-    def _pick_server(self, exclude: set[int]) -> int:
-        candidates = [i for i in range(len(self.base_urls)) if i not in exclude]
-        # Least busy first; the rotating offset breaks ties round-robin.
-        order = sorted(candidates, key=lambda i: (self._in_flight[i], (i - self._turn) % len(self.base_urls)))
-        self._turn += 1
-        return order[0]
-
     async def _generate(self, request: PolicyRequest) -> Generation:
         task = asyncio.current_task()
         assert task is not None
@@ -241,20 +239,26 @@ class OpenAIPolicy(Policy):
         async with self._semaphore:
             tried: set[int] = set()
             while True:
-                index = self._pick_server(tried)
-                self._in_flight[index] += 1
+                index = self.router.pick(request.episode_id, tried)
+                self.router.begin(index)
                 try:
                     if prompt is not None:
-                        return await self._complete_on(index, prompt)
-                    return await self._generate_on(index, request)
+                        generation = await self._complete_on(index, prompt)
+                    else:
+                        generation = await self._generate_on(index, request)
+                    self.router.succeed(index)
+                    return generation
                 except self._openai.APIConnectionError as err:
                     tried.add(index)
+                    timed_out = isinstance(err, self._openai.APITimeoutError)  # reachable, but too slow to answer
+                    if not timed_out:
+                        self.router.fail(index)
                     if len(tried) == len(self.base_urls):
-                        if isinstance(err, self._openai.APITimeoutError):  # reachable, but too slow to answer
+                        if timed_out:
                             raise _timed_out(self.base_urls, tried, self.timeout, self.max_retries) from err
                         raise _unreachable(self.base_urls, tried, err) from err
                 finally:
-                    self._in_flight[index] -= 1
+                    self.router.end(index)
 
     async def _generate_on(self, index: int, request: PolicyRequest) -> Generation:
         client = self._clients[index]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import uuid
 from typing import Any
 
 import gymnasium as gym
@@ -72,6 +73,8 @@ class _PlayState:
     error: tuple[str, str] | None = None  # (where it came from, "Type: message")
     env_seconds: float = 0.0
     policy_seconds: float = 0.0
+    # names the episode in its requests (PolicyRequest.episode_id): a policy routes its turns to one server
+    episode_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def _reset_episode(state: _PlayState, env: gym.Env, seed: int) -> None:
@@ -93,6 +96,7 @@ def _turn_request(state: _PlayState, sampling: SamplingParams, seed: int, index:
         tools=state.tools,
         sampling=_turn_sampling(sampling, seed, index, turn),
         prefix_token_ids=state.tokens.prefix(),
+        episode_id=state.episode_id,
     )
 
 
