@@ -18,6 +18,11 @@ def register_envs() -> None:
         description="Guess a five-letter word in six tries from green/yellow/grey feedback.",
     )
     register(
+        "llmgym/Wordle-v1",
+        "llmgym.envs.wordle.compact:CompactWordleEnv",
+        description="Wordle in plain words with a running summary of the feedback: sized for small models.",
+    )
+    register(
         "llmgym/MathTools-v0",
         "llmgym.envs.math_tools.env:MathToolsEnv",
         description="Multi-step word problems with calculator and Python (sandbox) tools; answers checked with sympy.",

@@ -360,14 +360,19 @@ def check_resume_config(
     return changed
 
 
-def save_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLike[str]) -> Path:
+def save_weights(model: nn.Module, tokenizer: Any, folder: str | os.PathLike[str], base: str | None = None) -> Path:
     """Save a model for use elsewhere: a transformers checkpoint, or a peft adapter folder.
 
-    ``load_model(folder)`` (full weights) or ``peft.PeftModel.from_pretrained``
-    (adapters; vLLM's ``--lora-modules`` and ``/v1/load_lora_adapter`` read it) load it back.
+    ``load_model(folder)`` loads either back (an adapter onto its base, merged);
+    ``peft.PeftModel.from_pretrained``, vLLM's ``--lora-modules`` and ``/v1/load_lora_adapter``
+    read adapters. ``base``: the model name an adapter records as its base
+    (``base_model_name_or_path``; the trainers pass their ``model`` setting, e.g. ``smollm2``).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if base is not None:
+        for adapter in getattr(model, "peft_config", {}).values():
+            adapter.base_model_name_or_path = base
     with quiet_hf_progress():
         model.save_pretrained(str(folder))
     if tokenizer is not None:

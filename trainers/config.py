@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -150,6 +151,10 @@ class GRPOConfig:
     """Dropout on the LoRA input."""
     lora_target_modules: list[str] | str = "all-linear"
     """Modules that get adapters: a list of names or peft's ``all-linear``."""
+    init_adapter: str | None = None
+    """Start from this peft LoRA adapter folder (e.g. an SFT run's ``final/``) instead of a fresh adapter: its
+    rank, alpha and target modules are used (``lora_*`` ignored). Needs ``lora=True`` and ``beta = 0`` (the
+    reference of a LoRA run is the base model with the adapter off, which here is not where training starts)."""
 
     # -- generation backend -----------------------------------------------------
     base_url: str | None = None
@@ -236,6 +241,18 @@ class GRPOConfig:
             raise ValueError(
                 "rollout_precision='int8' needs whole weights on each rank; it does not combine with fsdp=True"
             )
+        if self.init_adapter is not None:
+            if not self.lora:
+                raise ValueError("init_adapter needs lora=True: it starts the LoRA adapter from that folder")
+            if self.beta > 0:
+                raise ValueError(
+                    "init_adapter needs beta = 0: with LoRA the KL reference is the base model without any adapter, "
+                    "not the adapter training starts from"
+                )
+            if not os.path.isfile(os.path.join(self.init_adapter, "adapter_config.json")):
+                raise ValueError(
+                    f"init_adapter={self.init_adapter!r} is not a LoRA adapter folder (no adapter_config.json)"
+                )
         if self.base_url is not None and not self.lora:
             raise ValueError(
                 "generating on base_url needs lora=True: the server receives the trained LoRA adapter each step"

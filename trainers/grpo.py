@@ -411,7 +411,7 @@ class GRPOTrainer:
             return
         checksums = self._rank_checksums()
         if self.rank == 0:
-            folder = save_weights(self.model, self.tokenizer, self.out / "final")
+            folder = save_weights(self.model, self.tokenizer, self.out / "final", base=self.config.model)
             (folder / "rank_checksums.json").write_text(json.dumps(checksums))
         if len(set(checksums)) > 1:
             raise RuntimeError(f"the ranks' weights diverged (checksums {checksums}); data parallelism is broken")
@@ -500,11 +500,14 @@ class GRPOTrainer:
 
 
 def add_lora(model: Any, config: Any) -> Any:
-    """Wrap ``model`` in a peft LoRA adapter configured by ``config.lora_*``."""
+    """Wrap ``model`` in a peft LoRA adapter: ``config.init_adapter``'s weights (trainable), or a fresh one
+    configured by ``config.lora_*``."""
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, PeftModel, get_peft_model
     except ImportError as err:
         raise ImportError('lora=True needs peft: pip install "llmgym[train]"') from err
+    if getattr(config, "init_adapter", None):
+        return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
     lora = LoraConfig(
         r=config.lora_r,
         lora_alpha=config.lora_alpha,

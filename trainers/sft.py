@@ -315,7 +315,7 @@ class SFTTrainer:
             logger.close()
             if progress is not None:
                 progress.stop()
-        save_weights(self.model, self.tokenizer, self.out / "final")
+        save_weights(self.model, self.tokenizer, self.out / "final", base=self.config.model)
         return history
 
     def _step(self, episodes: list[Episode]) -> tuple[float, float]:

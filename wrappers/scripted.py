@@ -28,6 +28,8 @@ __all__ = ["Actor", "ScriptedPolicy", "load_scripted", "SCRIPTED_ACTORS", "obser
 #: Built-in scripted actors by short name.
 SCRIPTED_ACTORS: dict[str, str] = {
     "wordle": "llmgym.envs.wordle.solver:WordleSolver",
+    "wordle-sampler": "llmgym.envs.wordle.solver:WordleSampler",
+    "wordle-random": "llmgym.envs.wordle.solver:RandomGuesser",
 }
 
 

@@ -36,6 +36,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "MODEL_ALIASES",
     "TINY_RANDOM",
+    "adapter_folder",
+    "adapter_base",
     "TINY_RANDOM_SEED",
     "default_gguf_path",
     "resolve_gguf",
@@ -60,6 +62,7 @@ TINY_RANDOM = "tiny-random"
 #: The seed of the weights the name ``tiny-random`` stands for, everywhere: ``llmgym serve``, ``eval`` and both
 #: trainers, whatever a run's own seed, so a trainer that generates on a tiny-random server holds the server's weights.
 TINY_RANDOM_SEED = 0
+_TINY_RANDOM_NAME = "tiny-random-llama-"  # + the seed: a tiny random model's name_or_path
 
 _INSTALL_HINT = 'pip install "llmgym[local]"'
 _SOURCE_FILE = "llmgym-source.json"
@@ -260,7 +263,9 @@ def load_model(
         name_or_path: ``None`` or ``"smollm2-135m"`` for the bundled
             SmolLM2-135M-Instruct (converted once, see :func:`convert_gguf`),
             a ``.gguf`` file (converted likewise), a local checkpoint
-            directory, or a model id already in the local Hugging Face cache.
+            directory, a peft LoRA adapter folder (its base model loaded this
+            way, the adapter merged in; needs peft), or a model id already in
+            the local Hugging Face cache.
         dtype: torch dtype (or its name, ``"bfloat16"``); default float32.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; default CUDA when available.
 
@@ -272,6 +277,9 @@ def load_model(
         FileNotFoundError / OSError: the model cannot be found locally.
     """
     torch, transformers = _import_transformers()
+    adapter = adapter_folder(name_or_path)
+    if adapter is not None:
+        return _load_merged_adapter(adapter, dtype=dtype, device=device)
     checkpoint = _resolve_checkpoint(name_or_path)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
@@ -288,6 +296,41 @@ def load_model(
         model.config.name_or_path = tokenizer.name_or_path = str(name_or_path)
     model.to(device).eval()
     return model, tokenizer
+
+
+def adapter_folder(name_or_path: Any) -> Path | None:
+    """``name_or_path`` as a peft LoRA adapter folder (it holds ``adapter_config.json``), else ``None``."""
+    if name_or_path is None:
+        return None
+    path = Path(str(name_or_path)).expanduser()
+    return path if (path / "adapter_config.json").is_file() else None
+
+
+def adapter_base(adapter: Path) -> str:
+    """The model a LoRA adapter folder was trained on (``base_model_name_or_path``, default SmolLM2)."""
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    return config.get("base_model_name_or_path") or DEFAULT_MODEL
+
+
+def _load_merged_adapter(adapter: Path, *, dtype: Any, device: str | None) -> tuple[Any, Any]:
+    """The adapter's base model with the adapter merged into its weights (plain ``nn.Linear`` again: as fast as
+    the base), and the base's tokenizer. The base is loaded the way :func:`load_model` loads any name, so an
+    adapter whose base is itself an adapter folder stacks."""
+    try:
+        from peft import PeftModel
+    except ImportError as err:
+        raise ImportError(f'{adapter} is a LoRA adapter; loading it needs peft: pip install "llmgym[train]"') from err
+    base = adapter_base(adapter)
+    if base == TINY_RANDOM or base.startswith(_TINY_RANDOM_NAME):  # tiny_random_model names its weights' seed
+        seed = (
+            int(base.removeprefix(_TINY_RANDOM_NAME) or TINY_RANDOM_SEED) if base != TINY_RANDOM else TINY_RANDOM_SEED
+        )
+        model, tokenizer = tiny_random_model(seed, device=device or "cpu")
+    else:
+        model, tokenizer = load_model(base, dtype=dtype, device=device)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model.config.name_or_path = str(adapter)
+    return model.eval(), tokenizer
 
 
 @functools.cache
@@ -365,7 +408,7 @@ def tiny_random_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.LlamaForCausalLM(config)
-    model.config.name_or_path = f"tiny-random-llama-{seed}"
+    model.config.name_or_path = f"{_TINY_RANDOM_NAME}{seed}"
     return model.to(device).eval(), tokenizer
 
 

@@ -17,9 +17,11 @@ from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.tools import ToolError, tool
 
-__all__ = ["WordleEnv", "score_guess", "load_words"]
+__all__ = ["WordleEnv", "score_guess", "load_words", "answer_split", "ANSWER_SPLITS"]
 
 WORD_LENGTH = 5
+#: the answer splits: every fifth answer (by frequency rank) is held out for evaluation
+ANSWER_SPLITS = ("all", "train", "test")
 # a reply that is just a word (the plain-text way to guess): "crane", "Guess: CRANE", "**crane**."
 _PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
 
@@ -31,6 +33,28 @@ def load_words() -> tuple[tuple[str, ...], frozenset[str]]:
     answers = tuple(data.joinpath("answers.txt").read_text().split())
     guesses = frozenset(data.joinpath("guesses.txt").read_text().split()) | frozenset(answers)
     return answers, guesses
+
+
+def answer_split(split: str = "all") -> tuple[str, ...]:
+    """The answers of a split: ``"test"`` is every fifth answer of the frequency-ranked list
+    (400 words, ranks 5, 10, 15...), ``"train"`` the other 1,600, ``"all"`` both.
+
+    Train on ``"train"`` and evaluate on ``"test"``, and the evaluation's words were never
+    an answer the agent was trained on: its numbers show play, not memory.
+
+    Example:
+        >>> train, test = answer_split("train"), answer_split("test")
+        >>> len(train), len(test), set(train) & set(test)
+        (1600, 400, set())
+    """
+    answers = load_words()[0]
+    if split == "all":
+        return answers
+    if split == "test":
+        return answers[4::5]
+    if split == "train":
+        return tuple(word for rank, word in enumerate(answers) if rank % 5 != 4)
+    raise ValueError(f"answers must be one of {', '.join(ANSWER_SPLITS)}, got {split!r}")
 
 
 def score_guess(guess: str, answer: str) -> str:
@@ -98,8 +122,9 @@ class WordleEnv(LLMEnv):
 
     ## Starting State
 
-    A word drawn from the 2,000 answers with ``self.np_random``, or
-    ``reset(options={"answer": "crane"})``.
+    A word drawn from the answers of the split (``answers``: all 2,000, the 1,600 of
+    ``"train"`` or the 400 held-out ones of ``"test"``, see :func:`answer_split`) with
+    ``self.np_random``, or ``reset(options={"answer": "crane"})``.
 
     ## Episode End
 
@@ -113,6 +138,8 @@ class WordleEnv(LLMEnv):
     Args:
         max_guesses: valid guesses allowed (the game's six).
         max_turns: turn budget including invalid attempts.
+        answers: which answers the hidden word is drawn from: ``"all"``, ``"train"`` or
+            ``"test"`` (:func:`answer_split`); guesses may be any word of the list either way.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
     ## Version History
@@ -128,7 +155,7 @@ class WordleEnv(LLMEnv):
         "Guesses must be real English words. Guess by calling the guess tool, or reply with just the word."
     )
 
-    def __init__(self, max_guesses: int = 6, max_turns: int = 10, **kwargs: Any):
+    def __init__(self, max_guesses: int = 6, max_turns: int = 10, answers: str = "all", **kwargs: Any):
         if isinstance(max_guesses, bool) or not isinstance(max_guesses, int) or max_guesses < 1:
             raise ValueError(f"max_guesses must be an integer >= 1, got {max_guesses!r}")
         super().__init__(max_turns=max_turns, **kwargs)
@@ -137,7 +164,8 @@ class WordleEnv(LLMEnv):
         self.system_prompt = type(self).system_prompt.replace(
             "at most 6 guesses", f"at most {max_guesses} {_plural(max_guesses, 'guess', 'guesses')}"
         )
-        self.answers, self.valid_words = load_words()
+        self.answers, self.valid_words = answer_split(answers), load_words()[1]
+        self.answer_split = answers
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
         self.solved = False  # True once the word has been guessed
@@ -173,6 +201,10 @@ class WordleEnv(LLMEnv):
         Args:
             word: a five-letter English word.
         """
+        return self.play_guess(word)
+
+    def play_guess(self, word: str) -> str:
+        """Score one guess and say what is left; a guess that is not allowed raises :class:`~llmgym.tools.ToolError`."""
         word = word.strip().lower()
         if word not in self.valid_words:  # every valid word has five letters: tell the two mistakes apart only here
             if len(word) != WORD_LENGTH or not word.isalpha():

@@ -1,18 +1,26 @@
-"""A scripted Wordle player: keeps the answers consistent with the feedback so far.
+"""Scripted Wordle players, reading only the observations, like any agent.
 
-Used as the honest baseline in tests and benchmarks, and by ``llmgym play``
-demos. It reads only the observations, like any agent.
+- :class:`WordleSolver`: keeps the answers consistent with the feedback so far and
+  guesses the best of them; the honest baseline in tests and benchmarks
+  (``scripted:wordle``).
+- :class:`WordleSampler`: the same opener, then a consistent training answer at
+  random (``scripted:wordle-sampler``): the teacher of the Wordle agent's SFT
+  warm-up, varied enough that a model learns the rule rather than one decision tree.
+- :class:`RandomGuesser`: a random valid word every turn (``scripted:wordle-random``),
+  the floor a learned agent is compared with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import re
 from collections import Counter
 
-from llmgym.envs.wordle.env import load_words, score_guess
+from llmgym.envs.wordle.env import answer_split, load_words, score_guess
 
-__all__ = ["WordleSolver"]
+__all__ = ["WordleSolver", "WordleSampler", "RandomGuesser"]
 
 _FEEDBACK = re.compile(r"^([A-Z]{5}) ([GYx]) ([GYx]) ([GYx]) ([GYx]) ([GYx])$", re.MULTILINE)
 
@@ -59,3 +67,49 @@ class WordleSolver:
         pool = self.candidates or list(self.answers)
         counts = Counter(letter for word in pool for letter in set(word))
         return max(pool, key=lambda w: (sum(counts[c] for c in set(w)), w))
+
+
+class WordleSampler(WordleSolver):
+    """The solver's opener, then a random training answer consistent with all feedback, as a plain word.
+
+    The choice is seeded by the observations so far, so replaying a chat gives the same
+    guess (as :class:`~llmgym.wrappers.scripted.ScriptedPolicy` needs) while different
+    games take different paths. Its candidates are the ``"train"`` answers only: its
+    episodes never show a held-out answer (:func:`~llmgym.envs.wordle.env.answer_split`).
+    It solves about 90% of games within six guesses.
+    """
+
+    def __init__(self):
+        super().__init__(use_tool=False)
+        self.answers = answer_split("train")
+        self.reset()
+        self.seen: list[str] = []  # this game's observations: the seed of each choice
+
+    def act(self, observation: str) -> str:
+        if "Guess the five-letter word" in observation:
+            self.seen = []
+        self.seen.append(observation)
+        return super().act(observation)
+
+    def _choose(self) -> str:
+        if not self.history:
+            return super()._choose()
+        # a held-out answer is in no training candidate list: then any valid word the feedback allows
+        pool = self.candidates or [
+            w for w in sorted(load_words()[1]) if all(score_guess(g, w) == f for g, f in self.history)
+        ]
+        digest = hashlib.sha256("\n".join(self.seen).encode()).digest()
+        return random.Random(digest).choice(pool)
+
+
+class RandomGuesser:
+    """A valid word drawn at random every turn, as a plain word (seeded by the observations so far)."""
+
+    def __init__(self):
+        self.words = sorted(load_words()[1])
+        self.seen: list[str] = []
+
+    def act(self, observation: str) -> str:
+        self.seen.append(observation)
+        digest = hashlib.sha256("\n".join(self.seen).encode()).digest()
+        return random.Random(digest).choice(self.words)

@@ -45,6 +45,7 @@ _GRPO_FLAGS = {
     "base_url": "base_url",
     "micro_batch_size": "micro_batch_size",
     "device": "device",
+    "init_adapter": "init_adapter",
 }
 
 _GRPO_PRECEDENCE = (
@@ -87,6 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--seed", type=int, help="run seed (not the weights of --model tiny-random, always seed 0)")
     grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
+    grpo.add_argument(
+        "--init-adapter", metavar="DIR", help="start the LoRA adapter from this one (e.g. an SFT run's final/)"
+    )
     grpo.add_argument(
         "--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step"
     )

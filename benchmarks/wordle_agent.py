@@ -1,0 +1,358 @@
+"""The Wordle agent, end to end: teacher episodes, SFT warm-up, GRPO with turn-level credit, held-out evaluation.
+
+Every stage is one of llmgym's public commands, run as a subprocess and printed before it runs:
+
+1. ``teacher``: ``llmgym eval llmgym/Wordle-v1 --policy scripted:wordle-sampler`` on the training
+   answers (``answers="train"``): a player that guesses a random training answer consistent with
+   all the feedback so far (about 98% solved);
+2. ``sft``: ``llmgym train sft --lora`` on the solved teacher episodes;
+3. ``grpo``: ``llmgym train grpo --lora --init-adapter <sft>/final`` on the training answers, with
+   Wordle's per-turn rewards (``information``, ``invalid_guess``) reaching the advantages through
+   ``turn_lambda``;
+4. ``eval-*``: ``llmgym eval`` of the base model, the SFT and the GRPO adapters, and a player that
+   guesses random valid words, on the same held-out seeds of the 400 answers no stage trained on
+   (``answers="test"``, :func:`llmgym.envs.wordle.env.answer_split`);
+5. the report: per model mean reward, solved rate, valid-guess rate (turns with a valid guess) and
+   information, each with a 95% CI (1.96 x standard error), and paired-by-seed differences
+   (SFT - base, GRPO - SFT) with their CIs; ``benchmarks/results/wordle_agent.json`` and a PNG beside
+   it (the GRPO reward per component over steps, and the models' bars).
+
+Each stage leaves ``stage.json`` (its command and wall time) in the run folder when it finishes; a
+rerun skips finished stages, and a killed one resumes (``--resume`` for the evaluations and GRPO,
+SFT starts over). A stage folder made by a different command is an error rather than reused.
+
+Run (the defaults reproduce the shipped numbers; ``--tiny --model tiny-random`` exercises every
+stage in a minute)::
+
+    python benchmarks/wordle_agent.py [--out runs/wordle_agent] [--ship]
+    python benchmarks/wordle_agent.py --tiny --model tiny-random --out /tmp/wordle-try --results /tmp/wa.json
+
+``--ship`` copies the GRPO adapter into the package (``llmgym/wrappers/agents/smollm2-wordle``),
+where ``--model smollm2-wordle`` finds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Recipe", "run", "report", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "wordle_agent.json"
+SHIPPED = ROOT / "wrappers" / "agents" / "smollm2-wordle"
+ENV_ID = "llmgym/Wordle-v1"
+
+
+@dataclasses.dataclass
+class Recipe:
+    """What each stage runs; the defaults are the shipped agent's."""
+
+    model: str = "smollm2"
+    teacher_episodes: int = 640
+    sft_epochs: int = 1
+    sft_lr: float = 5e-4
+    sft_batch_size: int = 8
+    grpo_steps: int = 30
+    grpo_group_size: int = 8
+    grpo_prompts_per_step: int = 2
+    grpo_lr: float = 2e-5
+    grpo_turn_lambda: float = 1.0
+    grpo_temperature: float = 1.0
+    max_new_tokens: int = 8
+    eval_episodes: int = 200
+    eval_seed: int = 100_000
+    torch_threads: int = 1
+
+    @classmethod
+    def tiny(cls, model: str) -> Recipe:
+        """Budgets that exercise every stage in about a minute (for tests and trying the script)."""
+        return cls(
+            model=model,
+            teacher_episodes=8,
+            sft_batch_size=4,
+            grpo_steps=1,
+            grpo_group_size=2,
+            grpo_prompts_per_step=1,
+            eval_episodes=2,
+        )
+
+
+def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
+    """Each stage's ``llmgym`` arguments, in order."""
+    train, test = json.dumps({"answers": "train"}), json.dumps({"answers": "test"})
+    sft_adapter, grpo_adapter = out / "sft" / "final", out / "grpo" / "final"
+    evaluation = [ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
+    evaluation += ["--max-tokens", str(recipe.max_new_tokens), "--no-progress"]
+    model = ["--backend", "transformers", "--model"]
+    return {
+        "teacher": [
+            "eval",
+            ENV_ID,
+            "--policy",
+            "scripted:wordle-sampler",
+            "--env-kwargs",
+            train,
+            "-n",
+            str(recipe.teacher_episodes),
+            "--seed",
+            "0",
+            "--no-progress",
+            "--out",
+            str(out / "teacher"),
+        ],  # fmt: skip
+        "sft": [
+            "train",
+            "sft",
+            "--episodes",
+            str(out / "teacher" / "episodes.jsonl"),
+            "--min-reward",
+            "1.0",
+            "--model",
+            recipe.model,
+            "--lora",
+            "--epochs",
+            str(recipe.sft_epochs),
+            "--lr",
+            str(recipe.sft_lr),
+            "--batch-size",
+            str(recipe.sft_batch_size),
+            "--no-progress",
+            "--out",
+            str(out / "sft"),
+        ],  # fmt: skip
+        "grpo": [
+            "train",
+            "grpo",
+            ENV_ID,
+            "--env-kwargs",
+            train,
+            "--model",
+            recipe.model,
+            "--lora",
+            "--init-adapter",
+            str(sft_adapter),
+            "--steps",
+            str(recipe.grpo_steps),
+            "--group-size",
+            str(recipe.grpo_group_size),
+            "--prompts-per-step",
+            str(recipe.grpo_prompts_per_step),
+            "--max-new-tokens",
+            str(recipe.max_new_tokens),
+            "--lr",
+            str(recipe.grpo_lr),
+            "--turn-lambda",
+            str(recipe.grpo_turn_lambda),
+            "--temperature",
+            str(recipe.grpo_temperature),
+            "--set",
+            f"torch_threads={recipe.torch_threads}",
+            "--no-progress",
+            "--out",
+            str(out / "grpo"),
+        ],  # fmt: skip
+        "eval-random": ["eval", *evaluation, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")],
+        "eval-base": ["eval", *evaluation, *model, recipe.model, "--out", str(out / "eval-base")],
+        "eval-sft": ["eval", *evaluation, *model, str(sft_adapter), "--out", str(out / "eval-sft")],
+        "eval-grpo": ["eval", *evaluation, *model, str(grpo_adapter), "--out", str(out / "eval-grpo")],
+    }
+
+
+def _resume_args(name: str, folder: Path) -> list[str]:
+    """How a killed stage continues: evaluations and GRPO resume, SFT starts over."""
+    if name.startswith("eval-") and (folder / "episodes.jsonl").is_file():
+        return ["--resume"]
+    if name == "grpo" and any((folder / "checkpoints").glob("*")):
+        return ["--resume"]
+    if folder.exists():
+        shutil.rmtree(folder)
+    return []
+
+
+def run_stage(name: str, args: list[str], folder: Path, logs: Path) -> dict[str, Any]:
+    """Run one stage unless it already finished with the same arguments; its ``stage.json`` record."""
+    record_path = folder / "stage.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record["args"] != args:
+            raise SystemExit(
+                f"{folder} was made by another command:\n  {shlex.join(record['args'])}\n"
+                f"now:\n  {shlex.join(args)}\ndelete it or choose another --out"
+            )
+        print(f"[{name}] done before ({record['wall_s']:.0f} s), skipped", flush=True)
+        return record
+    command = [sys.executable, "-m", "llmgym", *args, *_resume_args(name, folder)]
+    print(f"[{name}] llmgym {shlex.join(command[3:])}", flush=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(logs / f"{name}.log", "a") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if done.returncode != 0:
+        tail = (logs / f"{name}.log").read_text()[-3000:]
+        raise SystemExit(f"[{name}] failed with exit status {done.returncode}; the log ends:\n{tail}")
+    record = {"args": args, "wall_s": time.perf_counter() - start}
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"[{name}] {record['wall_s']:.0f} s", flush=True)
+    return record
+
+
+def run(recipe: Recipe, out: Path) -> dict[str, float]:
+    """Every stage in order (skipping finished ones); wall seconds per stage."""
+    out.mkdir(parents=True, exist_ok=True)
+    return {
+        name: run_stage(name, args, out / name, out / "logs")["wall_s"] for name, args in stages(recipe, out).items()
+    }
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def mean_ci(values: list[float]) -> dict[str, float]:
+    """Mean and the 95% CI half-width (1.96 x standard error) of ``values``."""
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return {"mean": mean, "ci95": 1.96 * std / math.sqrt(n), "n": n}
+
+
+def episode_scores(path: Path) -> dict[int, dict[str, float]]:
+    """Per seed: total reward, solved (0/1), turns with a valid guess over turns, information, turns."""
+    scores = {}
+    for line in path.read_text().splitlines():
+        episode = json.loads(line)
+        turns = episode["reward_components"]
+        invalid = sum(turn.get("invalid_guess", 0.0) for turn in turns)
+        scores[episode["seed"]] = {
+            "reward": sum(episode["turn_rewards"]),
+            "solved": sum(turn.get("solved", 0.0) for turn in turns),
+            "valid_guess_rate": 1.0 - invalid / len(turns) if turns else 0.0,
+            "information": sum(turn.get("information", 0.0) for turn in turns),
+            "turns": float(len(turns)),
+        }
+    return scores
+
+
+METRICS = ("reward", "solved", "valid_guess_rate", "information", "turns")
+PAIRS = (("sft", "base"), ("grpo", "sft"), ("grpo", "base"))
+
+
+def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
+    """The results: each model's metrics with CIs, paired differences, the GRPO curve, stage wall times."""
+    scores = {
+        name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ("random", "base", "sft", "grpo")
+    }
+    seeds = sorted(set.intersection(*(set(s) for s in scores.values())))
+    models = {
+        name: {metric: mean_ci([per_seed[seed][metric] for seed in seeds]) for metric in METRICS}
+        for name, per_seed in scores.items()
+    }
+    paired = {
+        f"{a}-{b}": {
+            metric: mean_ci([scores[a][seed][metric] - scores[b][seed][metric] for seed in seeds])
+            for metric in ("reward", "solved", "valid_guess_rate")
+        }
+        for a, b in PAIRS
+    }
+    curve = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {
+        "benchmark": "wordle_agent",
+        "command": "python benchmarks/wordle_agent.py",
+        "env": ENV_ID,
+        "recipe": dataclasses.asdict(recipe),
+        "held_out_seeds": len(seeds),
+        "models": models,
+        "paired": paired,
+        "grpo_curve": [
+            {key: value for key, value in row.items() if key == "step" or key.startswith(("reward", "time/step"))}
+            for row in curve
+        ],
+        "stage_wall_s": walls,
+        "total_wall_s": sum(walls.values()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """The GRPO reward per component over steps, and each model's solved rate and mean reward with CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (curve, bars) = plt.subplots(1, 2, figsize=(11, 4))
+    rows = results["grpo_curve"]
+    for key in sorted({key for row in rows for key in row if key.startswith("reward/") and key.endswith("mean")}):
+        curve.plot([row["step"] for row in rows], [row.get(key, math.nan) for row in rows], label=key)
+    curve.set(xlabel="GRPO step", ylabel="per episode (training answers)", title="GRPO rewards")
+    curve.legend(fontsize=7)
+    names = list(results["models"])
+    for offset, metric in ((-0.2, "solved"), (0.2, "reward")):
+        stats = [results["models"][name][metric] for name in names]
+        bars.bar(
+            [i + offset for i in range(len(names))],
+            [s["mean"] for s in stats],
+            yerr=[s["ci95"] for s in stats],
+            width=0.4,
+            label=metric,
+        )
+    bars.set_xticks(range(len(names)), names)
+    bars.axhline(0, color="black", linewidth=0.5)
+    bars.set(title=f"held-out answers, {results['held_out_seeds']} episodes (95% CI)")
+    bars.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def ship(out: Path, target: Path = SHIPPED) -> Path:
+    """Copy the GRPO adapter into the package, its base recorded as ``smollm2`` (not this machine's path)."""
+    source = out / "grpo" / "final"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source / "adapter_model.safetensors", target / "adapter_model.safetensors")
+    config = json.loads((source / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "smollm2"
+    (target / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return target
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "wordle_agent", help="run folder")
+    parser.add_argument("--model", default="smollm2", help="base model (tiny-random to try the pipeline)")
+    parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in about a minute")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
+    parser.add_argument("--ship", action="store_true", help="copy the GRPO adapter into the package")
+    args = parser.parse_args(argv)
+    recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
+    walls = run(recipe, args.out.resolve())
+    results = report(recipe, args.out.resolve(), walls)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    plot(results, args.results.with_suffix(".png"))
+    for name, stats in results["models"].items():
+        shown = "  ".join(f"{m} {stats[m]['mean']:.3f}±{stats[m]['ci95']:.3f}" for m in METRICS[:4])
+        print(f"{name:>6}: {shown}")
+    for pair, stats in results["paired"].items():
+        shown = "  ".join(f"{m} {stats[m]['mean']:+.3f}±{stats[m]['ci95']:.3f}" for m in stats)
+        print(f"{pair:>10}: {shown}")
+    print(f"total {results['total_wall_s'] / 60:.1f} min; results in {args.results}")
+    if args.ship:
+        print(f"shipped the GRPO adapter to {ship(args.out.resolve())}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

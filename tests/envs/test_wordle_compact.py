@@ -1,0 +1,95 @@
+"""Wordle-v1 (plain words, the running summary) and the answer split both Wordle versions draw from."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import llmgym  # noqa: F401
+from llmgym.envs.wordle.env import answer_split, load_words
+from llmgym.envs.wordle.solver import RandomGuesser, WordleSampler
+from llmgym.rollout import rollout
+from llmgym.wrappers.scripted import load_scripted
+
+
+def test_the_split_holds_out_every_fifth_answer():
+    answers = load_words()[0]
+    train, test = answer_split("train"), answer_split("test")
+    assert len(test) == 400 and len(train) == 1600 and not set(train) & set(test)
+    assert set(train) | set(test) == set(answers) and answer_split("all") == answers
+    assert test[:2] == (answers[4], answers[9])
+    with pytest.raises(ValueError, match="answers must be one of all, train, test"):
+        answer_split("dev")
+
+
+@pytest.mark.parametrize("env_id", ["llmgym/Wordle-v0", "llmgym/Wordle-v1"])
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_episodes_draw_their_answer_from_the_split(env_id, split):
+    env = gym.make(env_id, answers=split)
+    drawn = set()
+    for seed in range(60):
+        env.reset(seed=seed)
+        drawn.add(env.unwrapped.answer)
+    assert drawn <= set(answer_split(split)) and len(drawn) > 40
+
+
+def test_bad_split_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="answers must be one of"):
+        gym.make("llmgym/Wordle-v1", answers="holdout")
+
+
+def test_v1_plays_plain_words_with_a_running_summary():
+    env = gym.make("llmgym/Wordle-v1")
+    obs, info = env.reset(options={"answer": "swept"})
+    assert info["tools"] == [] and "Reply with one word" in env.unwrapped.system_prompt
+    obs, reward, terminated, truncated, info = env.step("taser")
+    assert obs.splitlines() == ["TASER Y x Y Y x", "Known: _____, also E S T; not A R", "5 guesses left."]
+    obs, *_ = env.step("Guess: SLEPT")
+    assert obs.splitlines()[1] == "Known: S_EPT; not A L R"
+    obs, reward, terminated, truncated, info = env.step("swept")
+    assert terminated and obs.endswith("Solved in 3 guesses!") and "Known" not in obs
+    assert info["reward_components"]["solved"] == 1.0
+
+
+def test_v1_answers_mistakes_with_an_observation_and_a_penalty():
+    env = gym.make("llmgym/Wordle-v1")
+    env.reset(options={"answer": "swept"})
+    obs, reward, *_, info = env.step("I think the answer is a fruit.")
+    assert obs == "No guess found. Reply with one five-letter word." and info["reward_components"]["invalid_guess"] == 1
+    obs, *_ = env.step("qzxvw")
+    assert obs == "Error: 'qzxvw' is not in the word list; guess a real English word."
+    obs, *_ = env.step('<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
+    assert "unknown tool" in obs  # v1 has no tools: the reply is the word
+
+
+def test_v1_has_six_replies_by_default():
+    env = gym.make("llmgym/Wordle-v1")
+    env.reset(options={"answer": "swept"})
+    for _ in range(5):
+        *_, terminated, truncated, _ = env.step("hello there")
+        assert not (terminated or truncated)
+    obs, _, terminated, truncated, _ = env.step("hello there")
+    assert truncated and obs.endswith("Out of turns. The word was SWEPT.")
+
+
+def test_the_sampler_solves_training_answers_and_never_guesses_held_out_ones():
+    episodes = rollout(
+        "llmgym/Wordle-v1", load_scripted("wordle-sampler"), seeds=range(40), env_kwargs={"answers": "train"}
+    )
+    solved = sum(e.component_totals().get("solved", 0) for e in episodes)
+    guesses = {m["content"] for e in episodes for m in e.messages if m["role"] == "assistant"}
+    assert solved >= 36 and not guesses & set(answer_split("test"))
+    assert len({e.messages[4]["content"] for e in episodes}) > 10  # second guesses vary: no single decision tree
+
+
+def test_scripted_players_replay_the_same_choice_for_the_same_chat():
+    first = "Guess the five-letter word. You have 6 guesses."
+    later = "TASER Y x Y Y x\nKnown: _____, also E S T; not A R\n5 guesses left."
+    for player in (WordleSampler, RandomGuesser):
+        one, two = player(), player()
+        assert [one.act(first), one.act(later)] == [two.act(first), two.act(later)]
+
+
+def test_random_guesser_guesses_valid_words():
+    episodes = rollout("llmgym/Wordle-v1", load_scripted("wordle-random"), seeds=range(5))
+    assert all(e.component_totals()["invalid_guess"] == 0 for e in episodes)
