@@ -53,6 +53,7 @@ EXTRA_FOR_MODULE = {
     "trl": "trl",
     "wandb": "wandb",
     "openenv": "openenv",
+    "ray": "ray",
 }
 
 

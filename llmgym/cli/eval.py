@@ -57,7 +57,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--base-url",
         action="append",
         metavar="URL",
-        help="an OpenAI-compatible server's /v1 URL; repeat for several servers",
+        help="an OpenAI-compatible server's /v1 URL; repeat for several servers (a new episode goes to the "
+        "least busy, its later turns to the same one; a server that fails is taken out)",
+    )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="play each environment on a Ray actor (extra ray; joins the Ray cluster of RAY_ADDRESS, "
+        "else starts a local one)",
     )
     parser.add_argument("--api-key", help="the server's API key (default $OPENAI_API_KEY)")
     parser.add_argument(
@@ -194,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
             resume=args.resume,
             progress=not args.no_progress,
             env_kwargs=env_kwargs,
+            ray=args.ray,
         )
     except ValueError as err:
         raise CLIError(str(err)) from None

@@ -3,10 +3,12 @@
 Holds :func:`rollout` (blocking) and :func:`arollout` (async) from
 :mod:`~llmgym.rollout.engine`; token bookkeeping in :mod:`~llmgym.rollout.tokens`,
 the numbers ``llmgym eval`` prints (:func:`summarize`) in :mod:`~llmgym.rollout.stats`,
-the checks of a resumed JSONL file in :mod:`~llmgym.rollout.resume`.
+the checks of a resumed JSONL file in :mod:`~llmgym.rollout.resume`, envs on Ray actors
+(``rollout(..., ray=True)``) in :mod:`~llmgym.rollout.ray_envs`.
 """
 
 from llmgym.rollout.engine import EnvSource, arollout, rollout, run_sync
+from llmgym.rollout.play import EnvWorkerLost
 from llmgym.rollout.resume import episode_key, resume_conflict
 from llmgym.rollout.stats import summarize
 from llmgym.rollout.tokens import TokenMismatchError
@@ -19,5 +21,6 @@ __all__ = [
     "episode_key",
     "resume_conflict",
     "TokenMismatchError",
+    "EnvWorkerLost",
     "EnvSource",
 ]

@@ -19,7 +19,13 @@ the file (a file of other settings is refused: :func:`~llmgym.rollout.resume.res
 An exception from the policy or from the env on one episode does not stop
 the run: the episode is recorded with ``metadata["error"]`` and
 ``metadata["error_source"]`` and the run goes on (a policy does its own
-retries). A policy that breaks the token-prefix contract raises
+retries). An env whose worker process died (:class:`~llmgym.rollout.play.EnvWorkerLost`, a Ray
+actor killed) is replaced, and its episode played again from its reset, up to ``worker_retries``
+times, then recorded as failed: an episode is never lost, and never written twice.
+
+Remote envs (``env.unwrapped.remote`` true: ``llmgym/OpenEnv-v0``, the Ray actors of ``ray=True``)
+wait on the network in reset and step; theirs run on a thread pool of ``max_concurrency`` threads,
+so one episode's round trip does not hold up the others' turns. A policy that breaks the token-prefix contract raises
 :class:`~llmgym.rollout.tokens.TokenMismatchError`, because training on such tokens would be wrong.
 """
 
@@ -39,7 +45,7 @@ import numpy as np
 
 from llmgym.episode import Episode, JSONLWriter
 from llmgym.policy import Policy, SamplingParams
-from llmgym.rollout.play import _describe, _env_name, _play, _spec_id
+from llmgym.rollout.play import EnvWorkerLost, _describe, _env_name, _play, _spec_id
 from llmgym.rollout.resume import as_recorded, resumed_episodes
 
 __all__ = ["rollout", "arollout", "run_sync", "EnvSource"]
@@ -62,6 +68,8 @@ def rollout(
     resume: bool = False,
     progress: bool | ProgressFn = False,
     env_kwargs: dict[str, Any] | None = None,
+    ray: bool | dict[str, Any] = False,
+    worker_retries: int = 2,
 ) -> list[Episode]:
     """Play ``policy`` on ``env`` for every seed, ``group_size`` times each; return the episodes.
 
@@ -83,6 +91,11 @@ def rollout(
         progress: ``True`` shows a rich progress bar on stderr; a callable is
             called as ``progress(done, total, episode)`` after each episode.
         env_kwargs: keyword arguments for ``gymnasium.make``.
+        ray: ``True`` (or a dict of Ray actor options, such as ``{"num_cpus": 1}``) puts each env
+            instance on a Ray actor of its own (:mod:`llmgym.rollout.ray_envs`, extra ``ray``; ``env``
+            must be an id). Ray is started if it is not (``ray.init()``), or joined as the caller set it up.
+        worker_retries: times an episode whose env worker died is played again on a fresh one
+            before it is recorded as failed.
 
     Returns:
         One :class:`~llmgym.Episode` per (seed, index), ordered by seed then
@@ -115,6 +128,8 @@ def rollout(
         resume=resume,
         progress=progress,
         env_kwargs=env_kwargs,
+        ray=ray,
+        worker_retries=worker_retries,
     )
     return run_sync(coro)
 
@@ -173,6 +188,8 @@ async def arollout(
     resume: bool = False,
     progress: bool | ProgressFn = False,
     env_kwargs: dict[str, Any] | None = None,
+    ray: bool | dict[str, Any] = False,
+    worker_retries: int = 2,
 ) -> list[Episode]:
     """The async form of :func:`rollout` (same arguments), for callers with an event loop."""
     seed_list = _check_seeds(seeds)
@@ -182,7 +199,15 @@ async def arollout(
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
     if resume and jsonl_path is None:
         raise ValueError("resume=True needs jsonl_path: the file to resume from")
+    if worker_retries < 0:
+        raise ValueError(f"worker_retries must be >= 0, got {worker_retries}")
     make_env = _env_factory(env, env_kwargs)
+    if ray is not False:
+        if not isinstance(env, str):
+            raise TypeError("ray=True places envs by id on Ray actors: pass an env id, not a factory")
+        from llmgym.rollout.ray_envs import ray_env_factory
+
+        make_env = ray_env_factory(env, env_kwargs, {} if ray is True else dict(ray))
     env_id = env if isinstance(env, str) else None
     # recorded in every episode, so that a resume can refuse other settings; kwargs that are not JSON are not
     recorded_kwargs = as_recorded(env_kwargs or {}) if env_id is not None else None
@@ -210,6 +235,12 @@ async def arollout(
     total = len(seed_list) * group_size
 
     results = dict(done)
+    # a remote env's reset and step wait on the network: off the event loop, one thread per episode in flight
+    remote = spare is not None and bool(getattr(getattr(spare, "unwrapped", spare), "remote", False))
+    executor = (
+        concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="llmgym-env") if remote else None
+    )
+    attempts: dict[tuple[int, int], int] = {}  # episodes played again after their env worker died
     queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
     for job in jobs:
         queue.put_nowait(job)
@@ -230,7 +261,18 @@ async def arollout(
                     except Exception as err:  # an env was built before, so not bad arguments: one failed episode
                         episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
                 if instance is not None:
-                    episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed])
+                    try:
+                        episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed], executor)
+                    except EnvWorkerLost as err:  # nothing of it is kept: played again on a fresh env, or failed
+                        _close(instance)
+                        instance = None
+                        attempts[(seed, index)] = attempts.get((seed, index), 0) + 1
+                        if attempts[(seed, index)] <= worker_retries:
+                            queue.put_nowait((seed, index))
+                            continue
+                        episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
+                if attempts.get((seed, index)):
+                    episode.metadata["worker_retries"] = attempts[(seed, index)]
                 if recorded_kwargs is not None:
                     episode.metadata["env_kwargs"] = recorded_kwargs
                 results[(seed, index)] = episode
@@ -256,6 +298,8 @@ async def arollout(
         await asyncio.gather(*workers, return_exceptions=True)
         if spare is not None:  # no job left to play (all resumed)
             _close(spare)
+        if executor is not None:
+            executor.shutdown(wait=False)
         reporter.close()
         if writer is not None:
             writer.close()
@@ -296,7 +340,7 @@ def _unbuilt(
     group: int,
     err: Exception,
 ) -> Episode:
-    """The record of an episode whose env could not be built: nothing played, the error kept."""
+    """The record of an episode with nothing played to keep (its env was not built, or its worker died)."""
     name = env_id or getattr(source, "__name__", type(source).__name__)
     return Episode(
         env_id=name,

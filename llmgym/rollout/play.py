@@ -6,6 +6,8 @@ state lives in :class:`_PlayState`. The steps are small functions in the order t
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import math
 import time
@@ -22,6 +24,14 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
 
+class EnvWorkerLost(RuntimeError):
+    """The process that held the env died (a Ray actor killed): the episode is played again on a fresh env.
+
+    Raised by a remote env's ``reset``/``step``; the rollout does not record the half-played
+    episode, it plays it again from its reset (up to its ``worker_retries``), else records it as failed.
+    """
+
+
 async def _play(
     env: gym.Env,
     env_id: str | None,
@@ -30,15 +40,28 @@ async def _play(
     seed: int,
     index: int,
     group: int,
+    executor: concurrent.futures.Executor | None = None,
 ) -> Episode:
     """One episode: reset, then generate and step until the env says it is over.
 
     An exception from the policy or the env ends this episode only; it is recorded
     in ``metadata["error"]`` with ``metadata["error_source"]`` ("policy" or "env").
+    With ``executor``, the env's resets and steps run there: a remote env waits on the
+    network, which must not hold up the other episodes' turns.
+
+    Raises:
+        EnvWorkerLost: the env's worker died; the caller plays the episode again or records it.
     """
     start = time.perf_counter()
     state = _PlayState()
-    _reset_episode(state, env, seed)
+
+    async def env_call(function: Any, *args: Any) -> None:
+        if executor is None:
+            function(*args)
+        else:
+            await asyncio.get_running_loop().run_in_executor(executor, function, *args)
+
+    await env_call(_reset_episode, state, env, seed)
     turn = 0
     while state.error is None and not (state.terminated or state.truncated):
         turn += 1
@@ -47,7 +70,7 @@ async def _play(
         if generation is None:  # the policy failed: the episode ends here
             break
         _record_reply(state, generation, turn, request.prefix_token_ids)
-        _step_episode(state, env, generation.message, turn)
+        await env_call(_step_episode, state, env, generation.message, turn)
     episode = _episode_record(state, env, env_id, seed)
     _fill_record(episode, state, policy, sampling, seed, index, group, start)
     return episode
@@ -82,7 +105,7 @@ def _reset_episode(state: _PlayState, env: gym.Env, seed: int) -> None:
     tick = time.perf_counter()
     try:
         state.messages, state.tools = _reset(env, seed)
-    except TokenMismatchError:
+    except (TokenMismatchError, EnvWorkerLost):
         raise
     except Exception as err:  # a broken env (a sandbox that did not start) fails this episode only
         state.error = ("env", _describe(err))
@@ -148,7 +171,7 @@ def _step_episode(state: _PlayState, env: gym.Env, reply: Message, turn: int) ->
     tick = time.perf_counter()
     try:
         reward, components, after, state.terminated, state.truncated = _step(env, reply, state.messages, turn)
-    except TokenMismatchError:
+    except (TokenMismatchError, EnvWorkerLost):
         raise
     except Exception as err:  # the record keeps the reply the env failed on, so the failure can be replayed
         state.error = ("env", _describe(err))
