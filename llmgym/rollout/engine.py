@@ -257,7 +257,10 @@ async def arollout(
                     return
                 if instance is None:
                     try:
-                        instance = make_env()
+                        if executor is None:
+                            instance = make_env()
+                        else:  # a remote env starts its session or worker over the network: off the event loop too
+                            instance = await asyncio.get_running_loop().run_in_executor(executor, make_env)
                     except Exception as err:  # an env was built before, so not bad arguments: one failed episode
                         episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
                 if instance is not None:
