@@ -43,18 +43,26 @@ def _actor_pids() -> list[int]:
     return pids
 
 
-class KillsAWorker(Policy):
-    """The scripted Wordle solver, which kills one env actor's process on its ``at``-th request (mid-episode)."""
+class KillsWorkers(Policy):
+    """The scripted Wordle solver, which kills the env actors' processes on its ``at``-th request (mid-episode).
+
+    Every listed actor process is killed (one of an earlier test's actors may still be exiting), so
+    the one or two episodes in flight then are lost mid-episode.
+    """
 
     def __init__(self, at: int):
-        self.inner, self.at, self.requests, self.killed = load_scripted("wordle"), at, 0, None
+        self.inner, self.at, self.requests, self.killed = load_scripted("wordle"), at, 0, []
         self.name = self.inner.name
 
     async def agenerate(self, request: PolicyRequest):
         self.requests += 1
         if self.requests == self.at:
-            self.killed = _actor_pids()[0]
-            os.kill(self.killed, signal.SIGKILL)
+            for pid in _actor_pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed.append(pid)
+                except ProcessLookupError:
+                    pass
         return await self.inner.agenerate(request)
 
 
@@ -79,13 +87,13 @@ def test_ray_rollout_records_the_local_episodes(tmp_path):
 
 def test_a_worker_killed_mid_episode_is_replayed_never_lost_nor_duplicated(tmp_path):
     path = tmp_path / "killed.jsonl"
-    policy = KillsAWorker(at=3)  # two episodes in flight, each past its first turn
+    policy = KillsWorkers(at=3)  # two episodes in flight, each past its first turn
     episodes = rollout(WORDLE, policy, seeds=4, max_concurrency=2, ray=True, jsonl_path=path)
-    assert policy.killed is not None
+    assert policy.killed
     local = rollout(WORDLE, load_scripted("wordle"), seeds=4)
     assert all("error" not in e.metadata for e in episodes)
     assert all(_same_play(a, b) for a, b in zip(episodes, local))  # replayed from its reset: the same episode
-    assert sum(e.metadata.get("worker_retries", 0) for e in episodes) == 1
+    assert 1 <= sum(e.metadata.get("worker_retries", 0) for e in episodes) <= 2
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted((line["seed"], line["metadata"]["group_index"]) for line in lines) == [(s, 0) for s in range(4)]
 
@@ -93,11 +101,12 @@ def test_a_worker_killed_mid_episode_is_replayed_never_lost_nor_duplicated(tmp_p
 def test_with_no_retries_left_the_episode_is_recorded_as_failed(tmp_path):
     path = tmp_path / "failed.jsonl"
     episodes = rollout(
-        WORDLE, KillsAWorker(at=3), seeds=4, max_concurrency=2, ray=True, jsonl_path=path, worker_retries=0
+        WORDLE, KillsWorkers(at=3), seeds=4, max_concurrency=2, ray=True, jsonl_path=path, worker_retries=0
     )
     failed = [e for e in episodes if "error" in e.metadata]
-    assert len(failed) == 1 and failed[0].metadata["error"].startswith("EnvWorkerLost: the Ray actor of")
-    assert failed[0].metadata["error_source"] == "env" and failed[0].messages == []
+    assert 1 <= len(failed) <= 2
+    assert all(e.metadata["error"].startswith("EnvWorkerLost: the Ray actor of") for e in failed)
+    assert all(e.metadata["error_source"] == "env" and e.messages == [] for e in failed)
     assert len(path.read_text().splitlines()) == 4  # the failed one too, once: a resume plays it again
 
 
