@@ -64,15 +64,16 @@ class Recipe:
     sft_epochs: int = 1
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
-    grpo_steps: int = 30
+    grpo_steps: int = 20
     grpo_group_size: int = 8
     grpo_prompts_per_step: int = 2
-    grpo_lr: float = 2e-5
+    grpo_lr: float = 5e-5
     grpo_turn_lambda: float = 1.0
     grpo_temperature: float = 1.0
     max_new_tokens: int = 8
     eval_episodes: int = 200
     eval_seed: int = 100_000
+    eval_backend: str = "llama.cpp"  # the adapters as GGUF LoRA on the Q4_1 base: what --model smollm2-wordle runs
     torch_threads: int = 1
 
     @classmethod
@@ -86,6 +87,7 @@ class Recipe:
             grpo_group_size=2,
             grpo_prompts_per_step=1,
             eval_episodes=2,
+            eval_backend="transformers",  # tiny-random's llama.cpp form has other weights than the one trained
         )
 
 
@@ -104,7 +106,7 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     train, test = json.dumps({"answers": "train"}), json.dumps({"answers": "test"})
     sft_adapter, grpo_adapter = out / "sft" / "final", out / "grpo" / "final"
     held_out = ["eval", ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
-    held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend="transformers")
+    held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
     teacher = flags(policy="scripted:wordle-sampler", env_kwargs=train, num_seeds=recipe.teacher_episodes, seed=0)
     sft = flags(episodes=out / "teacher" / "episodes.jsonl", min_reward=1.0, model=recipe.model, lora=True)
     sft += flags(epochs=recipe.sft_epochs, lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
@@ -275,13 +277,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def ship(out: Path, target: Path = SHIPPED) -> Path:
-    """Copy the GRPO adapter into the package, its base recorded as ``smollm2`` (not this machine's path)."""
+    """Copy the GRPO adapter into the package: the peft weights in fp16 with ``smollm2`` as their base (not this
+    machine's path), and their llama.cpp GGUF form, so a ``local`` install runs it without converting."""
+    from safetensors.torch import load_file, save_file
+
+    from llmgym.wrappers.lora_gguf import write_lora_gguf
+
     source = out / "grpo" / "final"
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source / "adapter_model.safetensors", target / "adapter_model.safetensors")
+    weights = {name: tensor.half() for name, tensor in load_file(source / "adapter_model.safetensors").items()}
+    save_file(weights, target / "adapter_model.safetensors")
     config = json.loads((source / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = "smollm2"
     (target / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_lora_gguf(target, target / "adapter.gguf")
     return target
 
 

@@ -116,10 +116,13 @@ def write_lora_gguf(adapter: str | os.PathLike[str], path: str | os.PathLike[str
 
 def lora_gguf_for(adapter: str | os.PathLike[str]) -> Path:
     """The GGUF form of an adapter folder: ``adapter.gguf`` inside it, written once (again when the adapter's
-    weights are newer); in llmgym's cache when the folder is read-only (an installed package)."""
-    from llmgym.wrappers.weights import cache_dir
+    weights are newer); in llmgym's cache when the folder is read-only. A shipped agent (``wrappers/agents/``)
+    carries its own, used as it is: a ``local`` install (no ``gguf``/``safetensors``) runs it."""
+    from llmgym.wrappers.weights import agents_dir, cache_dir
 
     adapter = Path(adapter)
+    if adapter.resolve().parent == agents_dir().resolve() and (adapter / "adapter.gguf").is_file():
+        return adapter / "adapter.gguf"
     weights = adapter / "adapter_model.safetensors"
     cached = cache_dir() / "adapters" / f"{hashlib.sha256(str(adapter.resolve()).encode()).hexdigest()[:16]}.gguf"
     for candidate in (adapter / "adapter.gguf", cached):

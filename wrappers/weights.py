@@ -39,6 +39,7 @@ __all__ = [
     "TINY_RANDOM",
     "adapter_folder",
     "AGENTS",
+    "agents_dir",
     "adapter_base",
     "TINY_RANDOM_SEED",
     "default_gguf_path",
@@ -300,8 +301,13 @@ def load_model(
     return model, tokenizer
 
 
-#: Trained agents shipped inside the package, by name: LoRA adapters on SmolLM2 (wrappers/agents/)
-AGENTS = {"smollm2-wordle": "agents/smollm2-wordle"}
+#: Trained agents shipped inside the package (``wrappers/agents/<name>``): LoRA adapters on SmolLM2, by name
+AGENTS = ("smollm2-wordle",)
+
+
+def agents_dir() -> Path:
+    """The folder of the shipped agents."""
+    return Path(str(files("llmgym.wrappers") / "agents"))
 
 
 def adapter_folder(name_or_path: Any) -> Path | None:
@@ -310,7 +316,7 @@ def adapter_folder(name_or_path: Any) -> Path | None:
     if name_or_path is None:
         return None
     if str(name_or_path).lower() in AGENTS:
-        return Path(str(files("llmgym.wrappers") / AGENTS[str(name_or_path).lower()]))
+        return agents_dir() / str(name_or_path).lower()
     path = Path(str(name_or_path)).expanduser()
     return path if (path / "adapter_config.json").is_file() else None
 

@@ -1,0 +1,48 @@
+"""benchmarks/wordle_agent.py with tiny budgets on tiny-random: every stage runs, its outputs load, a rerun skips
+finished stages, and a stage folder made by another command is refused rather than reused. No numbers asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("matplotlib")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wordle_agent.py"
+STAGES = ["teacher", "sft", "grpo", "eval-random", "eval-base", "eval-sft", "eval-grpo"]
+
+
+def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(SCRIPT), "--tiny", "--model", "tiny-random", "--out", str(out)]
+    command += ["--results", str(out / "results.json"), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
+    out = tmp_path / "run"
+    done = run(out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for stage in STAGES:
+        assert json.loads((out / stage / "stage.json").read_text())["args"][0] in ("eval", "train")
+    assert (out / "sft" / "final" / "adapter_config.json").is_file()
+    assert (out / "grpo" / "final" / "adapter_config.json").is_file()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["models"]) == {"random", "base", "sft", "grpo"} and results["held_out_seeds"] == 2
+    assert set(results["paired"]) == {"sft-base", "grpo-sft", "grpo-base"}
+    assert results["grpo_curve"] and set(results["stage_wall_s"]) == set(STAGES)
+    assert (out / "results.png").stat().st_size > 1000
+
+    again = run(out)
+    assert again.returncode == 0 and again.stdout.count("skipped") == len(STAGES)
+
+    record = json.loads((out / "eval-grpo" / "stage.json").read_text())
+    record["args"][-1] = "elsewhere"
+    (out / "eval-grpo" / "stage.json").write_text(json.dumps(record))
+    refused = run(out)
+    assert refused.returncode != 0 and "was made by another command" in refused.stderr
