@@ -1,0 +1,436 @@
+"""A byte-offset index over an episodes JSONL file: table rows, filters, sorting and search without loading it.
+
+Holds :class:`EpisodeIndex` and :class:`Query`. The index reads the file once, line by
+line, and keeps for each episode only where its line starts and ends and the numbers
+the table shows (reward, each component's total, turns, tokens, outcome), in flat
+arrays: about 60 bytes an episode plus 8 per reward component. An episode is read
+back from its bytes when it is opened. Indexing runs in a background thread
+(:meth:`EpisodeIndex.start`), so the first page is served while a large file is
+still being read; a file that grows (a run still writing) is read on from where the
+index stopped, complete lines only.
+
+Text search scans the file's bytes for the query (as JSON writes it) and confirms each
+candidate by reading its messages, so a query for ``role`` or ``user`` matches only what
+the transcript says, never the keys around it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import re
+import threading
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EpisodeIndex", "Query", "row_numbers", "transcript_matches", "SORT_KEYS", "OUTCOMES"]
+
+#: Columns the table sorts by (``component:NAME`` sorts by a component's total).
+SORT_KEYS = ("index", "seed", "reward", "turns", "tokens", "step")
+#: An episode's outcome: a policy or env ``error``, ``solved`` (the final turn's ``solved``
+#: component > 0 after termination; where the env has no ``solved`` component, a total
+#: reward > 0, as ``summarize`` counts success), else ``failed``.
+OUTCOMES = ("solved", "failed", "error")
+_BATCH = 2000  # lines read between publishing rows to readers
+
+
+@dataclass
+class Query:
+    """What the episodes table shows: filters, order and page.
+
+    Attributes:
+        min_reward, max_reward: total reward range (inclusive); ``None`` = open.
+        component: a reward component's name; ``component_min``/``component_max`` bound its total.
+        outcome: one of :data:`OUTCOMES`, or ``None`` for all.
+        text: a case-insensitive substring of the transcript (any message's text, tool-call
+            names and arguments); ``""`` for all.
+        step: only the training samples of this step; ``None`` for all.
+        sort: one of :data:`SORT_KEYS` or ``component:NAME``; ``descending`` reverses it.
+        offset, limit: the page.
+    """
+
+    min_reward: float | None = None
+    max_reward: float | None = None
+    component: str | None = None
+    component_min: float | None = None
+    component_max: float | None = None
+    outcome: str | None = None
+    text: str = ""
+    step: int | None = None
+    sort: str = "index"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 50
+
+
+class EpisodeIndex:
+    """Episodes of one JSONL file, found by byte offset.
+
+    Args:
+        path: an episodes JSONL file (``llmgym eval``'s ``episodes.jsonl``, a rollout's
+            ``jsonl_path``, a training run's ``samples.jsonl``).
+
+    Example:
+        >>> import tempfile
+        >>> from llmgym.episode import Episode, save_jsonl
+        >>> path = Path(tempfile.mkdtemp()) / "e.jsonl"
+        >>> save_jsonl([Episode("x", seed=s, turn_rewards=[s / 2]) for s in range(4)], path)
+        >>> index = EpisodeIndex(path).build()
+        >>> page = index.page(Query(min_reward=0.5, sort="reward", descending=True, limit=2))
+        >>> page["total"], [row["seed"] for row in page["rows"]]
+        (3, [3, 2])
+        >>> index.episode(1)["turn_rewards"]
+        [0.5]
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._offsets = array("q")  # where each episode's line starts
+        self._lengths = array("q")  # its length in bytes, newline excluded
+        self._numbers = {name: array("d") for name in ("seed", "reward", "turns", "tokens", "step", "group_index")}
+        self._components: dict[str, array] = {}  # name -> each episode's total (0 where absent)
+        self._outcomes = array("b")  # index into OUTCOMES
+        self._truncated = array("b")
+        self._labels: dict[str, array] = {"env_id": array("i"), "policy": array("i")}
+        self._names: dict[str, list[str]] = {"env_id": [], "policy": []}
+        self._codes: dict[str, dict[str, int]] = {"env_id": {}, "policy": {}}
+        self.read_to = 0  # bytes of the file indexed (complete lines)
+        self.bad_lines: list[str] = []  # "line N: reason" for lines that are not episodes
+        self._line_number = 0
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self.error: str | None = None  # why indexing stopped (the file vanished...)
+
+    # -- building -------------------------------------------------------------------
+
+    def start(self) -> EpisodeIndex:
+        """Index the file in a background thread; rows appear as they are read."""
+        self._done.clear()
+        self._thread = threading.Thread(target=self._run, name=f"index {self.path.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def build(self) -> EpisodeIndex:
+        """Index the file now (what :meth:`start` does, in this thread)."""
+        self._done.clear()
+        self._run()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until indexing finished (an index never started is built now); whether it has."""
+        if self._thread is None and not self._done.is_set():
+            self.build()
+        return self._done.wait(timeout)
+
+    @property
+    def indexing(self) -> bool:
+        """Whether the background thread is still reading."""
+        return not self._done.is_set()
+
+    def refresh(self) -> None:
+        """Read lines appended since the index was built (a run still writing); no-op while indexing."""
+        if self._done.is_set() and self.path.is_file() and self.path.stat().st_size > self.read_to:
+            self.start()
+
+    def _run(self) -> None:
+        try:
+            self._read()
+        except OSError as err:
+            self.error = f"cannot read {self.path}: {err.strerror or err}"
+        finally:
+            self._done.set()
+
+    def _read(self) -> None:
+        batch: list[tuple[int, int, dict[str, Any] | None]] = []
+        offset = self.read_to
+        with open(self.path, "rb") as file:
+            file.seek(offset)
+            for raw in file:
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written: read it next time
+                self._line_number += 1
+                stripped = raw.rstrip(b"\r\n")
+                if stripped.strip():
+                    batch.append((offset, len(stripped), self._parse(stripped)))
+                offset += len(raw)
+                if len(batch) >= _BATCH:
+                    self._publish(batch, offset)
+                    batch = []
+        self._publish(batch, offset)
+
+    def _parse(self, raw: bytes) -> dict[str, Any] | None:
+        """The table's numbers of one line, or ``None`` (noted in :attr:`bad_lines`) if it is not an episode."""
+        try:
+            data = json.loads(raw, parse_constant=_no_constant)
+            if not isinstance(data, dict) or "env_id" not in data:
+                raise ValueError("no env_id")
+            return row_numbers(data)
+        except (ValueError, TypeError, AttributeError) as err:
+            if len(self.bad_lines) < 20:
+                self.bad_lines.append(f"line {self._line_number}: {str(err)[:120]}")
+            elif len(self.bad_lines) == 20:
+                self.bad_lines.append("(more lines not shown)")
+            return None
+
+    def _publish(self, batch: list[tuple[int, int, dict[str, Any] | None]], read_to: int) -> None:
+        with self._lock:
+            for offset, length, row in batch:
+                if row is None:
+                    continue
+                count = len(self._offsets)
+                self._offsets.append(offset)
+                self._lengths.append(length)
+                for name, column in self._numbers.items():
+                    column.append(row[name])
+                for name, value in row["components"].items():
+                    if name not in self._components:
+                        self._components[name] = array("d", bytes(8 * count))
+                    self._components[name].append(value)
+                for column in self._components.values():
+                    if len(column) == count:
+                        column.append(0.0)
+                self._outcomes.append(OUTCOMES.index(row["outcome"]))
+                self._truncated.append(row["truncated"])
+                for name, column in self._labels.items():
+                    codes = self._codes[name]
+                    if row[name] not in codes:
+                        codes[row[name]] = len(self._names[name])
+                        self._names[name].append(row[name])
+                    column.append(codes[row[name]])
+            self.read_to = read_to
+
+    # -- reading --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def components(self) -> list[str]:
+        """The reward components seen so far, sorted."""
+        with self._lock:
+            return sorted(self._components)
+
+    def status(self) -> dict[str, Any]:
+        """How far indexing got: episodes, bytes read of the file's size, unreadable lines."""
+        size = self.path.stat().st_size if self.path.is_file() else 0
+        return {
+            "path": str(self.path),
+            "episodes": len(self),
+            "bytes_read": self.read_to,
+            "bytes": size,
+            "indexing": self.indexing,
+            "bad_lines": list(self.bad_lines),
+            "error": self.error,
+            "components": self.components,
+            "steps": sorted({int(s) for s in self._column("step") if not math.isnan(s)}),
+        }
+
+    def _column(self, name: str) -> np.ndarray:
+        with self._lock:
+            if name.startswith("component:"):
+                source = self._components.get(name.partition(":")[2])
+                return np.array(source if source is not None else array("d", bytes(8 * len(self))), dtype=np.float64)
+            if name == "index":
+                return np.arange(len(self._offsets), dtype=np.float64)
+            if name == "outcome":
+                return np.array(self._outcomes, dtype=np.int8)
+            return np.array(self._numbers[name], dtype=np.float64)
+
+    def select(self, query: Query) -> np.ndarray:
+        """The indices of the episodes that pass ``query``'s filters, in its order.
+
+        Raises:
+            ValueError: an unknown sort key, outcome or component.
+        """
+        if query.sort not in SORT_KEYS and not (
+            query.sort.startswith("component:") and query.sort.partition(":")[2] in self.components
+        ):
+            raise ValueError(f"cannot sort by {query.sort!r}: one of {', '.join(SORT_KEYS)} or component:NAME")
+        if query.outcome is not None and query.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {query.outcome!r}: one of {', '.join(OUTCOMES)}")
+        if query.component is not None and query.component not in self.components:
+            raise ValueError(f"unknown reward component {query.component!r}: one of {', '.join(self.components)}")
+        count = len(self)
+        keep = np.ones(count, dtype=bool)
+        reward = self._column("reward")[:count]
+        keep &= _within(reward, query.min_reward, query.max_reward)
+        if query.component is not None:
+            keep &= _within(
+                self._column(f"component:{query.component}")[:count], query.component_min, query.component_max
+            )
+        if query.outcome is not None:
+            keep &= self._column("outcome")[:count] == OUTCOMES.index(query.outcome)
+        if query.step is not None:
+            keep &= self._column("step")[:count] == query.step
+        if query.text:
+            keep &= self.search(query.text, count)
+        chosen = np.flatnonzero(keep)
+        values = self._column(query.sort)[:count][chosen]
+        order = np.argsort(-values if query.descending else values, kind="stable")
+        return chosen[order]
+
+    def page(self, query: Query) -> dict[str, Any]:
+        """One page of table rows: ``{"total": matches, "rows": [...]}`` (see :meth:`rows`)."""
+        chosen = self.select(query)
+        offset = max(query.offset, 0)
+        return {"total": int(chosen.size), "rows": self.rows(chosen[offset : offset + max(query.limit, 0)])}
+
+    def rows(self, indices: np.ndarray | list[int]) -> list[dict[str, Any]]:
+        """The table rows of these episodes: index, env, seed, policy, reward, components, turns, tokens, outcome."""
+        with self._lock:
+            out = []
+            for i in (int(i) for i in indices):
+                numbers = {name: column[i] for name, column in self._numbers.items()}
+                out.append(
+                    {
+                        "index": i,
+                        "env_id": self._names["env_id"][self._labels["env_id"][i]],
+                        "policy": self._names["policy"][self._labels["policy"][i]],
+                        "seed": _int_or_none(numbers["seed"]),
+                        "group_index": _int_or_none(numbers["group_index"]),
+                        "step": _int_or_none(numbers["step"]),
+                        "reward": numbers["reward"],
+                        "turns": int(numbers["turns"]),
+                        "tokens": _int_or_none(numbers["tokens"]),
+                        "outcome": OUTCOMES[self._outcomes[i]],
+                        "truncated": bool(self._truncated[i]),
+                        "components": {name: column[i] for name, column in sorted(self._components.items())},
+                    }
+                )
+            return out
+
+    def raw(self, i: int) -> bytes:
+        """The JSON line of episode ``i``.
+
+        Raises:
+            IndexError: no such episode.
+        """
+        if not 0 <= i < len(self):
+            raise IndexError(f"no episode {i}: the file has {len(self)}")
+        with self._lock:
+            offset, length = self._offsets[i], self._lengths[i]
+        with open(self.path, "rb") as file:
+            file.seek(offset)
+            return file.read(length)
+
+    def episode(self, i: int) -> dict[str, Any]:
+        """Episode ``i`` as the dict its line holds (``NaN`` and ``Infinity``, which strict JSON lacks, as ``None``)."""
+        return json.loads(self.raw(i), parse_constant=_no_constant)
+
+    def search(self, text: str, count: int | None = None) -> np.ndarray:
+        """A boolean mask over the first ``count`` episodes: whose transcript contains ``text`` (any case)."""
+        count = len(self) if count is None else count
+        found = np.zeros(count, dtype=bool)
+        if count == 0 or not text:
+            return found
+        with self._lock:
+            starts = np.frombuffer(self._offsets, dtype=np.int64)[:count].copy()
+            end = self._offsets[count - 1] + self._lengths[count - 1]
+        candidates = set()
+        with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for match in _byte_pattern(text).finditer(data, 0, end):
+                candidates.add(int(np.searchsorted(starts, match.start(), side="right")) - 1)
+        needle = text.casefold()
+        for i in sorted(candidates):
+            if transcript_matches(self.episode(i).get("messages") or [], needle):
+                found[i] = True
+        return found
+
+
+def transcript_matches(messages: list[Any], needle: str) -> bool:
+    """Whether ``needle`` (already casefolded) is in a message's text, a tool call's name or its arguments."""
+    return any(needle in piece.casefold() for piece in _transcript_text(messages))
+
+
+def _transcript_text(messages: list[Any]) -> Iterator[str]:
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        for key in ("content", "reasoning_content", "name"):
+            if isinstance(message.get(key), str):
+                yield message[key]
+        if isinstance(message.get("content"), list):  # content parts
+            yield from (p["text"] for p in message["content"] if isinstance(p, dict) and isinstance(p.get("text"), str))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                yield from (str(function.get(key, "")) for key in ("name", "arguments"))
+
+
+def _byte_pattern(text: str) -> re.Pattern[bytes]:
+    """Any way a JSON line can hold ``text`` inside a string: raw UTF-8 or ``\\u`` escaped, any case."""
+    forms = {json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text, ensure_ascii=True)[1:-1]}
+    return re.compile(b"|".join(re.escape(form.encode("utf-8")) for form in sorted(forms)), re.IGNORECASE)
+
+
+def row_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """The table's values of one episode dict (as :meth:`~llmgym.episode.Episode.to_dict` writes it).
+
+    Example:
+        >>> row = row_numbers({"env_id": "x", "seed": 3, "turn_rewards": [0.5, 1.0], "terminated": True,
+        ...                    "reward_components": [{"solved": 0.0}, {"solved": 1.0}]})
+        >>> row["reward"], row["turns"], row["components"], row["outcome"]
+        (1.5, 2.0, {'solved': 1.0}, 'solved')
+    """
+    rewards = [float(r) for r in data.get("turn_rewards") or [] if r is not None]
+    turn_components = [c for c in data.get("reward_components") or [] if isinstance(c, dict)]
+    components: dict[str, float] = {}
+    for turn in turn_components:
+        for name, value in turn.items():
+            if isinstance(value, (int, float)):
+                components[str(name)] = components.get(str(name), 0.0) + float(value)
+    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    reward = float(sum(rewards))
+    if metadata.get("error"):
+        outcome = "error"
+    elif any("solved" in turn for turn in turn_components):
+        final = turn_components[-1] if turn_components else {}
+        outcome = "solved" if data.get("terminated") and (final.get("solved") or 0) > 0 else "failed"
+    else:
+        outcome = "solved" if reward > 0 else "failed"
+    tokens = metadata.get("generated_tokens")
+    if tokens is None and data.get("mask"):
+        tokens = sum(data["mask"])
+    return {
+        "env_id": str(data.get("env_id")),
+        "policy": str(data.get("policy") or ""),
+        "seed": _float(data.get("seed")),
+        "group_index": _float(metadata.get("group_index")),
+        "step": _float(metadata.get("train_step")),
+        "reward": reward,
+        "turns": float(len(rewards)),
+        "tokens": _float(tokens),
+        "components": components,
+        "outcome": outcome,
+        "truncated": bool(data.get("truncated")),
+    }
+
+
+def _no_constant(name: str) -> None:
+    return None
+
+
+def _float(value: Any) -> float:
+    """A number for a float column; ``nan`` stands for none."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _int_or_none(value: float) -> int | None:
+    return None if math.isnan(value) else int(value)
+
+
+def _within(values: np.ndarray, low: float | None, high: float | None) -> np.ndarray:
+    keep = np.ones(values.shape, dtype=bool)
+    if low is not None:
+        keep &= values >= low
+    if high is not None:
+        keep &= values <= high
+    return keep
