@@ -91,6 +91,61 @@ def _sample(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generat
     return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1]), len(probs) - 1))
 
 
+class _Turn:
+    """One turn being decoded: each token sampled from the logits it follows, until a stop.
+
+    :meth:`advance` takes the logits after the last token fed to llama.cpp and
+    returns the next token (sampled, or forced to close a thinking block over its
+    budget); ``finish`` is then ``"stop"`` (end-of-turn token or stop string),
+    ``"length"``, or ``None`` while the turn goes on. The single-stream loop and
+    the batched scheduler (:mod:`llmgym.wrappers.llamacpp_batch`) both decode with it,
+    so a seed gives the same tokens from the same logits in either.
+    """
+
+    def __init__(self, policy: LlamaCppPolicy, ready: Prompt, rng: np.random.Generator, top_k: int = 0) -> None:
+        self.sampling = ready.request.sampling
+        self.rng, self.top_k = rng, top_k
+        self.piece, self.eos_ids, self.forced_close = policy._piece, policy.eos_ids, policy.forced_close
+        self.want_logprobs = policy.logprobs
+        self.max_tokens = min(self.sampling.max_tokens, policy.n_ctx - len(ready.ids))
+        self.tracker = ThinkingTracker(self.sampling.thinking_budget, inside=ready.opens_thinking)
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.tops: list[dict[int, float]] = []
+        self.forced_positions: list[int] = []
+        # a budget of 0 inside a block the prompt opened: close it before any token
+        self.forced: list[int] = list(self.forced_close) if self.tracker.must_close() else []
+        self.text = ""
+        self.finish: str | None = None
+
+    def advance(self, logits: np.ndarray) -> int:
+        """Choose the next token from ``logits`` (``[vocab]``) and record it; sets ``finish`` when the turn ends."""
+        if self.forced:
+            self.forced_positions.append(len(self.tokens))
+            token = self.forced.pop(0)
+        else:
+            token = _sample(logits, self.sampling, self.rng)
+        self.tokens.append(token)
+        if self.want_logprobs or self.top_k:
+            top, norm = _log_norm(logits)
+            if self.want_logprobs:
+                self.logprobs.append(float(logits[token]) - top - norm)
+            if self.top_k:
+                self.tops.append(_top_k(logits, self.top_k, top, norm))
+        piece = self.piece(token)
+        self.text += piece
+        self.tracker.feed(piece)
+        if token in self.eos_ids and not self.forced:
+            self.finish = "stop"
+        elif any(stop and stop in self.text for stop in self.sampling.stop):
+            self.finish = "stop"
+        elif len(self.tokens) >= self.max_tokens:
+            self.finish = "length"
+        elif self.tracker.must_close():
+            self.forced.extend(self.forced_close)
+        return token
+
+
 class LlamaCppPolicy(Policy):
     """Generate with llama.cpp from a GGUF file; returns token ids and log-probs.
 
@@ -310,17 +365,21 @@ class LlamaCppPolicy(Policy):
         """Text of token ids; special tokens (``<|im_end|>``) are rendered only with ``special=True``."""
         return self.llm.detokenize(list(token_ids), special=special).decode("utf-8", errors="replace")
 
+    def _rng(self, sampling: SamplingParams) -> np.random.Generator:
+        """The request's sampler: its own seed, else the next of the policy's seeds (caller holds the order)."""
+        seed = sampling.seed
+        if seed is None and self._seeds is not None:
+            seed = int(self._seeds.integers(2**63))
+        if seed is not None and seed < 0:  # numpy refuses negative seeds; torch (and vLLM) take them
+            seed %= 2**64
+        return np.random.default_rng(seed)
+
     def _generate_prompt(self, ready: Prompt, top_logprobs: int = 0, prompt_logprobs: bool = False) -> Generation:
         # checked by the callers
-        prompt, sampling, opens_thinking = ready.ids, ready.request.sampling, ready.opens_thinking
+        prompt = ready.ids
         scored: dict[str, Any] = {}
         with self._lock:
-            seed = sampling.seed
-            if seed is None and self._seeds is not None:
-                seed = int(self._seeds.integers(2**63))
-            if seed is not None and seed < 0:  # numpy refuses negative seeds; torch (and vLLM) take them
-                seed %= 2**64
-            rng = np.random.default_rng(seed)
+            turn = _Turn(self, ready, self._rng(ready.request.sampling), top_logprobs)
             started = time.perf_counter()
             if prompt_logprobs:
                 scored["prompt_logprobs"], scored["prompt_top_logprobs"] = self._evaluate_scored(prompt, top_logprobs)
@@ -328,33 +387,46 @@ class LlamaCppPolicy(Policy):
             else:
                 reused = self._evaluate_prompt(prompt)
             prompt_seconds = time.perf_counter() - started
-            tokens, logprobs, forced_positions, tracker, finish_reason, tops = self._decode(
-                sampling, rng, min(sampling.max_tokens, self.n_ctx - len(prompt)), opens_thinking, top_logprobs
-            )
+            get_logits = self._llama_cpp.llama_get_logits_ith
+            while True:
+                if self.abort.is_set():
+                    turn.finish = "abort"
+                    break
+                token = turn.advance(np.ctypeslib.as_array(get_logits(self.llm.ctx, -1), shape=(self.n_vocab,)))
+                if turn.finish:
+                    break
+                self.llm.eval([token])
             elapsed = time.perf_counter() - started
-        if top_logprobs:
-            scored["top_logprobs"] = tops
-        content = self.detokenize(tokens)
-        for stop in sampling.stop:
+        return self._generation(ready, turn, reused, prompt_seconds, elapsed, scored)
+
+    def _generation(
+        self, ready: Prompt, turn: _Turn, reused: int, prompt_seconds: float, elapsed: float, scored: dict[str, Any]
+    ) -> Generation:
+        """The :class:`Generation` of a decoded turn: content cut at a stop string, thinking split off."""
+        if turn.top_k:
+            scored["top_logprobs"] = turn.tops
+        content = self.detokenize(turn.tokens)
+        for stop in ready.request.sampling.stop:
             if stop and stop in content:
                 content = content[: content.index(stop)]
         message: dict[str, Any] = {"role": "assistant", "content": content}
-        reasoning, answer = split_thinking(content, opens_thinking)
+        reasoning, answer = split_thinking(content, ready.opens_thinking)
         if reasoning is not None:
             message = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
         return Generation(
             message=message,
-            prompt_token_ids=prompt,
-            token_ids=tokens,
-            logprobs=logprobs if self.logprobs else None,
-            finish_reason=finish_reason,
-            thinking_tokens=tracker.thinking_tokens,
+            prompt_token_ids=ready.ids,
+            token_ids=turn.tokens,
+            logprobs=turn.logprobs if self.logprobs else None,
+            finish_reason=turn.finish or "abort",
+            thinking_tokens=turn.tracker.thinking_tokens,
             metadata={
                 "model": self.name,
                 "backend": "llama.cpp",
                 "prefix_reused": ready.prefix_reused,
                 "cached_prompt_tokens": reused,
-                "forced_positions": forced_positions,
+                "prompt_tokens_processed": len(ready.ids) - reused,
+                "forced_positions": turn.forced_positions,
                 "prompt_seconds": prompt_seconds,
                 "seconds": elapsed,
                 **scored,
@@ -411,48 +483,6 @@ class LlamaCppPolicy(Policy):
         finally:
             lib.llama_batch_free(batch)
         return logprobs, tops
-
-    def _decode(
-        self, sampling: SamplingParams, rng: np.random.Generator, max_tokens: int, opens_thinking: bool, top_k: int = 0
-    ) -> tuple[list[int], list[float], list[int], ThinkingTracker, str, list[dict[int, float]]]:
-        tracker = ThinkingTracker(sampling.thinking_budget, inside=opens_thinking)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        tops: list[dict[int, float]] = []
-        forced: list[int] = []
-        forced_positions: list[int] = []
-        text = ""
-        if tracker.must_close():  # a budget of 0 inside a block the prompt opened: close it before any token
-            forced.extend(self.forced_close)
-        get_logits = self._llama_cpp.llama_get_logits_ith
-        while True:
-            if self.abort.is_set():
-                return tokens, logprobs, forced_positions, tracker, "abort", tops
-            logits = np.ctypeslib.as_array(get_logits(self.llm.ctx, -1), shape=(self.n_vocab,))
-            if forced:
-                forced_positions.append(len(tokens))
-                token = forced.pop(0)
-            else:
-                token = _sample(logits, sampling, rng)
-            tokens.append(token)
-            if self.logprobs or top_k:
-                top, norm = _log_norm(logits)
-                if self.logprobs:
-                    logprobs.append(float(logits[token]) - top - norm)
-                if top_k:
-                    tops.append(_top_k(logits, top_k, top, norm))
-            piece = self._piece(token)
-            text += piece
-            tracker.feed(piece)
-            if token in self.eos_ids and not forced:
-                return tokens, logprobs, forced_positions, tracker, "stop", tops
-            if any(stop and stop in text for stop in sampling.stop):
-                return tokens, logprobs, forced_positions, tracker, "stop", tops
-            if len(tokens) >= max_tokens:
-                return tokens, logprobs, forced_positions, tracker, "length", tops
-            if tracker.must_close():
-                forced.extend(self.forced_close)
-            self.llm.eval([token])
 
     def close(self) -> None:
         """Free the llama.cpp model and context."""
