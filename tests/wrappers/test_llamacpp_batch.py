@@ -1,0 +1,189 @@
+"""LlamaCppBatchPolicy: concurrent requests decoded together, on the tiny random GGUF (fast) and SmolLM2 (a few
+tokens per request)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
+from llmgym.rollout import rollout  # noqa: E402
+from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy, converted_gguf  # noqa: E402
+from llmgym.wrappers.models import tiny_random_gguf  # noqa: E402
+
+#: Log-probs of the same tokens decoded alone and in a batch may differ by at most this. Q8_0 (the default) and
+#: Q4_1 are batch-invariant in llama.cpp (the measured difference is 0.0); the margin is for float summation order.
+BATCH_LOGPROB_TOLERANCE = 1e-5
+
+
+def request(text: str = "hi", prefix=None, messages=None, **sampling) -> PolicyRequest:
+    sampling.setdefault("max_tokens", 6)
+    sampling.setdefault("temperature", 1.0)
+    return PolicyRequest(messages or [{"role": "user", "content": text}], [], SamplingParams(**sampling), prefix)
+
+
+@pytest.fixture(scope="module")
+def gguf_path():
+    return tiny_random_gguf(seed=0)
+
+
+@pytest.fixture(scope="module")
+def policy(gguf_path):
+    policy = LlamaCppBatchPolicy(gguf_path, slots=4, n_ctx=512)
+    yield policy
+    policy.close()
+
+
+def run_concurrently(policy, requests, cancel_after_steps=None, cancel_index=None):
+    """``agenerate`` every request at once; optionally cancel one once the batch has run some steps."""
+
+    async def main():
+        tasks = [asyncio.create_task(policy.agenerate(r)) for r in requests]
+        if cancel_index is not None:
+            start = policy.steps
+            while policy.steps < start + cancel_after_steps:
+                await asyncio.sleep(0.001)
+            tasks[cancel_index].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    return asyncio.run(main())
+
+
+def test_same_seed_gives_the_same_output_when_rerun(policy):
+    requests = [request(f"episode {i}", seed=i, max_tokens=10) for i in range(4)]
+    first, second = run_concurrently(policy, requests), run_concurrently(policy, requests)
+    assert [g.token_ids for g in first] == [g.token_ids for g in second]
+    assert [g.logprobs for g in first] == [g.logprobs for g in second]
+    assert len({tuple(g.token_ids) for g in first}) == 4  # distinct seeds, distinct samples
+
+
+def test_batched_and_alone_give_the_same_tokens_and_logprobs(gguf_path, policy):
+    requests = [request(f"episode {i}", seed=10 + i, max_tokens=10) for i in range(4)]
+    together = run_concurrently(policy, requests)
+    single = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512)
+    alone = [single.generate([r])[0] for r in requests]
+    single.close()
+    for a, b in zip(alone, together):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= BATCH_LOGPROB_TOLERANCE
+
+
+def test_next_turn_evaluates_only_its_new_tokens(policy):
+    first_turns = run_concurrently(policy, [request(f"episode {i}", seed=i, max_tokens=5) for i in range(4)])
+    second = []
+    for i, first in enumerate(first_turns):
+        messages = [
+            {"role": "user", "content": f"episode {i}"},
+            first.message,
+            {"role": "user", "content": f"next {i}"},
+        ]
+        second.append(request(messages=messages, prefix=first.prompt_token_ids + first.token_ids, seed=i))
+    for first, out in zip(first_turns, run_concurrently(policy, second)):
+        # the KV cache holds the first prompt and every generated token but the last (never fed back)
+        held = len(first.prompt_token_ids) + len(first.token_ids) - 1
+        assert out.metadata["cached_prompt_tokens"] == held
+        assert out.metadata["prompt_tokens_processed"] == len(out.prompt_token_ids) - held
+
+
+def test_rollout_episodes_are_token_exact_and_their_history_is_evaluated_once(gguf_path):
+    policy = LlamaCppBatchPolicy(gguf_path, slots=4, n_ctx=512)  # empty slots: nothing cached from other tests
+    episodes = rollout(
+        "llmgym/Wordle-v0",
+        policy,
+        seeds=4,
+        max_concurrency=4,
+        sampling=SamplingParams(max_tokens=8, seed=0),
+        env_kwargs={"max_turns": 3},
+    )
+    for episode in episodes:
+        assert "error" not in episode.metadata and "token_ids_dropped" not in episode.metadata
+        assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) > 0
+        assert episode.num_turns > 1
+    # every token of an episode is evaluated once, but the last one generated (never fed back)
+    assert policy.tokens_evaluated == sum(len(e.token_ids) - 1 for e in episodes)
+    policy.close()
+
+
+def test_stop_strings_end_one_sequence_and_not_the_others(policy):
+    stopped, running = run_concurrently(
+        policy,
+        [request(temperature=0, max_tokens=12, stop=["\n\n\n"]), request("other", temperature=0, max_tokens=12)],
+    )
+    assert stopped.finish_reason == "stop" and len(stopped.token_ids) == 3 and stopped.message["content"] == ""
+    assert running.finish_reason == "length" and len(running.token_ids) == 12
+
+
+def test_cancelling_one_request_mid_batch_leaves_the_others_intact(policy):
+    requests = [request(f"episode {i}", seed=20 + i, max_tokens=30) for i in range(4)]
+    undisturbed = run_concurrently(policy, requests)
+    results = run_concurrently(policy, requests, cancel_after_steps=5, cancel_index=1)
+    assert isinstance(results[1], asyncio.CancelledError)
+    for i in (0, 2, 3):
+        assert results[i].token_ids == undisturbed[i].token_ids and results[i].logprobs == undisturbed[i].logprobs
+    assert policy.generate([requests[1]])[0].token_ids == undisturbed[1].token_ids  # its slot works afterwards
+
+
+def test_more_requests_than_slots_wait_for_one(policy):
+    requests = [request(f"episode {i}", seed=i, max_tokens=4) for i in range(9)]
+    outs = policy.generate(requests)
+    assert [len(o.token_ids) for o in outs] == [4] * 9 and policy.widest_step <= 4
+
+
+def test_abort_ends_every_turn_in_progress(policy):
+    async def main():
+        tasks = [asyncio.create_task(policy.agenerate(request(seed=i, max_tokens=200))) for i in range(2)]
+        start = policy.steps
+        while policy.steps < start + 3:
+            await asyncio.sleep(0.001)
+        policy.abort.set()
+        return await asyncio.gather(*tasks)
+
+    try:
+        outs = asyncio.run(main())
+    finally:
+        policy.abort.clear()
+    assert [o.finish_reason for o in outs] == ["abort", "abort"] and all(len(o.token_ids) < 200 for o in outs)
+
+
+def test_bad_requests_fail_before_any_is_generated(policy):
+    steps = policy.steps
+    with pytest.raises(ValueError, match="n_ctx"):
+        policy.generate([request(), request("word " * 2000)])
+    with pytest.raises(ValueError, match="top_p"):
+        policy.generate([request(top_p=0)])
+    assert policy.steps == steps
+    with pytest.raises(ValueError, match="slots"):
+        LlamaCppBatchPolicy(slots=0)
+    with pytest.raises(ValueError, match="weights"):
+        converted_gguf(tiny_random_gguf(seed=0), "q3")
+
+
+def test_conversion_is_cached(gguf_path, policy):
+    path = converted_gguf(gguf_path, "q8_0")
+    assert path == policy.model_path and path.stat().st_mtime_ns == converted_gguf(gguf_path, "q8_0").stat().st_mtime_ns
+    assert converted_gguf(gguf_path, "gguf") == gguf_path
+
+
+def test_closed_policy_refuses_requests(gguf_path):
+    policy = LlamaCppBatchPolicy(gguf_path, slots=2, n_ctx=128)
+    policy.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        policy.generate([request()])
+
+
+def test_smollm2_logprobs_at_concurrency_1_and_16_agree():
+    """The real model, 16 requests of 4 tokens: the same tokens and log-probs as some of them decoded alone."""
+    requests = [request(f"Name a fruit number {i}.", seed=i, max_tokens=4) for i in range(16)]
+    policy = LlamaCppBatchPolicy(slots=16, n_ctx=256)
+    together = policy.generate(requests)
+    policy.close()
+    single = LlamaCppBatchPolicy(slots=1, n_ctx=256)
+    alone = [single.generate([r])[0] for r in requests[::5]]
+    single.close()
+    for a, b in zip(alone, together[::5]):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= BATCH_LOGPROB_TOLERANCE

@@ -1,0 +1,426 @@
+"""Concurrent requests decoded together by llama.cpp: one KV sequence per slot, one ``llama_decode`` per step.
+
+Holds :class:`LlamaCppBatchPolicy`, the llama.cpp policy for concurrent
+episodes (``llmgym eval`` at concurrency > 1, ``llmgym serve``), and
+:func:`converted_gguf`, which writes a GGUF's weights in another type.
+
+Decoding one sequence on a CPU leaves most of the compute idle; a batch of
+sequences shares each read of the weights. A scheduler thread owns a llama.cpp
+context with ``slots`` KV sequences (``n_seq_max``, each its own stream of
+``n_ctx`` cells, so a token attends only to its own sequence). Each step it
+admits waiting requests into free slots, then evaluates in one
+``llama_decode``: one token for every sequence that is generating, and the
+new prompt tokens of those just admitted (up to ``n_batch`` in all). The
+logits of each sequence's last position are sampled in numpy by the same
+:class:`~llmgym.wrappers.llamacpp_policy._Turn` as the single-stream policy:
+same seeds, log-probs, stop strings, thinking budget.
+
+Each slot remembers the tokens its KV cache holds and the episode it served
+(``PolicyRequest.episode_id``, set by the rollout); a request goes to its
+episode's slot, else to the free slot that shares the longest prefix with its
+prompt (the least recently used among equals), so an episode's next turn lands
+where its history is and evaluates only its new tokens
+(``metadata["prompt_tokens_processed"]``).
+
+The weights: llama.cpp multiplies the shipped Q4_1 weights one activation row at
+a time, so a batch of 16 costs nearly 16 single steps. The policy loads the same
+weights converted once to ``weights`` (default ``"q8_0"``, about 2x the Q4_1
+batched rate here; ``"gguf"`` keeps the file as it is). Q8_0 and Q4_1 are
+batch-invariant in llama.cpp: a sequence's logits are bitwise the same whatever
+else shares its batch, so the tokens of a seed do not depend on which requests
+happened to be decoded beside it. The float types (``"f32"``, ``"bf16"``) are
+faster still for wide batches but take another kernel path for a batch than for
+one row (log-probs moved by up to 0.08): the same seed then gives other tokens when
+the batch differs. docs/policies-local.md has the measurements.
+
+Not here: prompt log-probs (:meth:`score`, ``complete(prompt_logprobs=True)``)
+run on the single-stream context that :class:`LlamaCppPolicy` keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmgym.policy import Generation, PolicyRequest, SamplingParams
+from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _import_llama_cpp, _Turn
+from llmgym.wrappers.prompting import Prompt
+
+__all__ = ["LlamaCppBatchPolicy", "converted_gguf", "WEIGHT_TYPES"]
+
+#: ``weights=`` names and the llama.cpp file types they convert to (``"gguf"``: no conversion).
+WEIGHT_TYPES = {
+    "gguf": None,
+    "f32": "LLAMA_FTYPE_ALL_F32",
+    "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+}
+
+
+def converted_gguf(path: str | os.PathLike[str], weights: str) -> Path:
+    """``path``'s model with its weights in type ``weights`` (a key of :data:`WEIGHT_TYPES`), converted once.
+
+    The copy lives in ``$LLMGYM_CACHE/gguf`` under a name that holds the source's
+    path, size and modification time, so a changed source is converted again; it is
+    written beside its final name and renamed into place (concurrent processes never
+    read half a file). ``"gguf"`` returns ``path`` itself.
+
+    Raises:
+        ValueError: an unknown type.
+        RuntimeError: llama.cpp could not convert the file.
+    """
+    from llmgym.wrappers.weights import cache_dir
+
+    if weights not in WEIGHT_TYPES:
+        raise ValueError(f"weights must be one of {sorted(WEIGHT_TYPES)}, got {weights!r}")
+    source = Path(path)
+    if WEIGHT_TYPES[weights] is None:
+        return source
+    stat = source.stat()
+    key = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "gguf" / f"{source.stem}-{key}.{weights}.gguf"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lib = _import_llama_cpp()
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    params = lib.llama_model_quantize_default_params()
+    params.ftype = getattr(lib, WEIGHT_TYPES[weights])
+    params.allow_requantize = True  # Q4_1 -> bf16: dequantized, then stored in the new type
+    params.nthread = 1
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    os.close(fd)
+    try:
+        with suppress_stdout_stderr(disable=False):  # llama.cpp prints a line per tensor
+            failed = lib.llama_model_quantize(str(source).encode(), tmp.encode(), params) != 0
+        if failed:
+            raise RuntimeError(f"llama.cpp could not convert {source} to {weights}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@dataclass(eq=False)  # compared by identity
+class _Request:
+    """A turn waiting for, or holding, a slot."""
+
+    ready: Prompt
+    turn: _Turn
+    future: concurrent.futures.Future[Generation]
+    slot: int = -1
+    reused: int = 0  # prompt tokens found in the slot's KV cache
+    pending: list[int] = field(
+        default_factory=list
+    )  # tokens to evaluate next: the prompt's rest, then the last sampled
+    submitted: float = field(default_factory=time.perf_counter)
+    prompt_done: float = 0.0
+
+
+class LlamaCppBatchPolicy(LlamaCppPolicy):
+    """:class:`~llmgym.wrappers.llamacpp_policy.LlamaCppPolicy` with concurrent requests decoded as one batch.
+
+    Args:
+        model_path: a ``.gguf`` file or model alias (``None`` = SmolLM2-135M-Instruct).
+        slots: sequences decoded at once, each with its own KV cache of ``n_ctx``
+            tokens (the episodes a rollout runs concurrently; more requests wait).
+        weights: the weight type llama.cpp computes with (:data:`WEIGHT_TYPES`).
+        n_batch: most tokens evaluated per ``llama_decode`` (decoding tokens first,
+            then new prompt tokens).
+        **kwargs: as :class:`LlamaCppPolicy` (``n_ctx`` is per slot).
+
+    ``generate(requests)`` decodes its requests together; ``agenerate`` calls from
+    any thread or event loop join the running batch at its next step. A cancelled
+    ``agenerate`` leaves the batch at the next step, the others go on; ``abort``
+    ends every turn in progress (finish reason ``"abort"``).
+
+    Example:
+        >>> policy = LlamaCppBatchPolicy(slots=16)  # doctest: +SKIP
+        >>> outs = policy.generate([PolicyRequest([{"role": "user", "content": "hi"}])] * 16)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        slots: int = 16,
+        weights: str = "q8_0",
+        n_batch: int = 512,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
+
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        if n_batch < slots:
+            raise ValueError(f"n_batch ({n_batch}) must hold one token per slot ({slots})")
+        source = resolve_gguf(model_path)
+        if source is None:
+            raise ValueError(
+                f"LlamaCppBatchPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}"
+            )
+        default_name = DEFAULT_MODEL if source.name == MODEL_ALIASES[DEFAULT_MODEL] else source.stem
+        if kwargs.get("name") is None:
+            kwargs["name"] = default_name
+        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        super().__init__(converted_gguf(source, weights), n_ctx=n_ctx, n_threads=n_threads, **kwargs)
+        self.source_path, self.weights, self.slots, self.n_batch = source, weights, slots, n_batch
+        self.max_concurrency = slots
+        lib = self._llama_cpp
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx * slots
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = slots
+        params.kv_unified = False  # a stream per sequence: attention reads only its own cells
+        params.n_threads = params.n_threads_batch = n_threads
+        with suppress_stdout_stderr(disable=bool(kwargs.get("verbose"))):
+            self._ctx = lib.llama_init_from_model(self.llm.model, params)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp could not make a context of {slots} x {n_ctx} tokens")
+        self._memory = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        self._held: list[list[int]] = [[] for _ in range(slots)]  # the tokens each slot's KV cache holds
+        self._last_used = [0.0] * slots
+        self._owner: list[str | None] = [None] * slots  # the episode (PolicyRequest.episode_id) a slot last served
+        self._waiting: list[_Request] = []
+        self._active: list[_Request] = []
+        self._submit_lock = threading.Lock()  # seeds are drawn in submission order
+        self._wake = threading.Condition()
+        self._closing = False
+        self._scheduler = threading.Thread(target=self._run, name="llama.cpp batch", daemon=True)
+        self._scheduler.start()
+        #: Counters: llama_decode steps run, tokens they evaluated, the most sequences in one step.
+        self.steps = 0
+        self.tokens_evaluated = 0
+        self.widest_step = 0
+
+    # -- requests ------------------------------------------------------------------
+
+    def generate(self, requests: list[PolicyRequest], *, top_logprobs: int = 0) -> list[Generation]:
+        """Generate one assistant turn per request, all decoded together (see the class docstring).
+
+        Raises:
+            TypeError / ValueError: a malformed request, or a prompt longer than ``n_ctx``
+                (every request is checked before any is generated).
+        """
+        self._check_open()
+        ready = [self._prepare(request) for request in requests]
+        return [future.result() for future in self._submit(ready, top_logprobs)]
+
+    async def agenerate(self, request: PolicyRequest) -> Generation:
+        """Generate one turn; it joins the batch being decoded (cancelling it frees its slot)."""
+        self._check_open()
+        (future,) = self._submit([self._prepare(request)], 0)
+        return await asyncio.wrap_future(future)
+
+    def complete(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams | None = None,
+        *,
+        top_logprobs: int = 0,
+        prompt_logprobs: bool = False,
+    ) -> list[Generation]:
+        """As :meth:`LlamaCppPolicy.complete`; decoded together unless ``prompt_logprobs`` asks for the prompt's
+        scores (those run one at a time on the single-stream context)."""
+        self._check_open()
+        if prompt_logprobs:
+            return super().complete(prompts, sampling, top_logprobs=top_logprobs, prompt_logprobs=True)
+        ready = [self._check_context(self.prompter.raw(ids, sampling or SamplingParams())) for ids in prompts]
+        return [future.result() for future in self._submit(ready, top_logprobs)]
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise RuntimeError("the policy is closed")
+
+    def _submit(self, ready: list[Prompt], top_logprobs: int) -> list[concurrent.futures.Future[Generation]]:
+        with self._submit_lock:
+            requests = [
+                _Request(
+                    prompt,
+                    _Turn(self, prompt, self._rng(prompt.request.sampling), top_logprobs),
+                    concurrent.futures.Future(),
+                )
+                for prompt in ready
+            ]
+        with self._wake:
+            self._waiting.extend(requests)
+            self._wake.notify()
+        return [request.future for request in requests]
+
+    # -- the scheduler ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._waiting or self._active or self._closing):
+                    self._wake.wait()
+                if self._closing:
+                    break
+                self._admit()
+            try:
+                self._step()
+            except Exception as err:  # noqa: BLE001  the requests in flight fail; the scheduler goes on
+                for request in self._active:  # what their slots hold is unknown now: empty them
+                    self._llama_cpp.llama_memory_seq_rm(self._memory, request.slot, 0, -1)
+                    self._held[request.slot] = []
+                    self._release(request)
+                    _fail(request.future, err)
+                self._active = []
+        for request in self._active + self._waiting:
+            _fail(request.future, RuntimeError("the policy was closed"))
+
+    def _admit(self) -> None:
+        """Give waiting requests (in order) the free slots: an episode's own slot when it is free, else the
+        free slot holding most of the prompt, least recently used among equals, and never one whose
+        episode has a request waiting too."""
+        self._waiting = [request for request in self._waiting if not request.future.cancelled()]
+        free = set(range(self.slots)) - {request.slot for request in self._active}
+        waiting_episodes = {request.ready.request.episode_id for request in self._waiting} - {None}
+        later = []
+        for request in self._waiting:
+            episode = request.ready.request.episode_id
+            own = [s for s in free if episode is not None and self._owner[s] == episode]
+            if own:
+                self._assign(request, own[0])
+                free.discard(own[0])
+            else:
+                later.append(request)
+        self._waiting = []
+        for request in later:
+            open_slots = [s for s in free if self._owner[s] not in waiting_episodes] or sorted(free)
+            if not open_slots:
+                self._waiting.append(request)
+                continue
+            ids = request.ready.ids
+            slot = max(open_slots, key=lambda s: (_common_prefix(self._held[s], ids), -self._last_used[s]))
+            self._assign(request, slot)
+            free.discard(slot)
+
+    def _assign(self, request: _Request, slot: int) -> None:
+        """Seat ``request`` in ``slot``: keep the KV cache of the prefix they share, drop the rest."""
+        ids = request.ready.ids
+        common = min(_common_prefix(self._held[slot], ids), len(ids) - 1)  # the last prompt token is evaluated again
+        self._llama_cpp.llama_memory_seq_rm(self._memory, slot, common, -1)
+        self._held[slot] = self._held[slot][:common]
+        self._owner[slot] = request.ready.request.episode_id
+        request.slot, request.reused, request.pending = slot, common, list(ids[common:])
+        self._active.append(request)
+
+    def _step(self) -> None:
+        """One ``llama_decode`` for every active sequence, then a token for each that reached its last position."""
+        lib, batch = self._llama_cpp, self._batch
+        if self.abort.is_set():
+            for request in self._active:
+                request.turn.finish = "abort"
+            self._finish_done()
+            return
+        cancelled = [request for request in self._active if request.future.cancelled()]
+        for request in cancelled:
+            self._release(request)
+        self._active = [request for request in self._active if request not in cancelled]
+        # decoding sequences (one pending token) first, so a long prompt never delays their next token
+        order = sorted(self._active, key=lambda r: len(r.pending) > 1)
+        room, sampled = self.n_batch, []
+        batch.n_tokens = 0
+        for request in order:
+            if room == 0:
+                break
+            chunk = request.pending[:room]
+            held = self._held[request.slot]
+            for token in chunk:
+                i = batch.n_tokens
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, len(held), 1
+                batch.seq_id[i][0] = request.slot
+                batch.logits[i] = False
+                held.append(token)
+                batch.n_tokens += 1
+            del request.pending[: len(chunk)]
+            room -= len(chunk)
+            if not request.pending:  # its last position is in: its logits give the next token
+                batch.logits[batch.n_tokens - 1] = True
+                sampled.append((request, batch.n_tokens - 1))
+        if batch.n_tokens == 0:
+            return
+        if lib.llama_decode(self._ctx, batch) != 0:
+            raise RuntimeError(f"llama_decode failed on a batch of {batch.n_tokens} tokens")
+        self.steps += 1
+        self.tokens_evaluated += batch.n_tokens
+        self.widest_step = max(self.widest_step, len(sampled))
+        now = time.perf_counter()
+        for request, index in sampled:
+            if not request.prompt_done:
+                request.prompt_done = now
+            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, index), shape=(self.n_vocab,))
+            request.pending.append(request.turn.advance(logits))
+        self._finish_done()
+
+    def _finish_done(self) -> None:
+        going = []
+        for request in self._active:
+            if request.turn.finish is None:
+                going.append(request)
+                continue
+            self._release(request)
+            now = time.perf_counter()
+            prompt_seconds = (request.prompt_done or now) - request.submitted
+            result = self._generation(
+                request.ready, request.turn, request.reused, prompt_seconds, now - request.submitted, {}
+            )
+            result.metadata["backend"] = "llama.cpp batch"
+            _succeed(request.future, result)
+        self._active = going
+
+    def _release(self, request: _Request) -> None:
+        """Free the request's slot; its KV cache stays for a later prompt that shares it."""
+        self._last_used[request.slot] = time.perf_counter()
+
+    def close(self) -> None:
+        """Stop the scheduler (requests still in flight fail), free the batch context, then the model."""
+        if getattr(self, "_scheduler", None) is not None and not self._closing:
+            with self._wake:
+                self._closing = True
+                self._wake.notify()
+            self._scheduler.join()
+            self._llama_cpp.llama_batch_free(self._batch)
+            self._llama_cpp.llama_free(self._ctx)
+        super().close()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _succeed(future: concurrent.futures.Future[Generation], result: Generation) -> None:
+    try:
+        future.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled by its caller meanwhile
+        pass
+
+
+def _fail(future: concurrent.futures.Future[Generation], error: BaseException) -> None:
+    try:
+        future.set_exception(error)
+    except concurrent.futures.InvalidStateError:
+        pass
