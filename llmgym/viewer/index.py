@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import re
 import threading
@@ -39,6 +38,7 @@ SORT_KEYS = ("index", "seed", "reward", "turns", "tokens", "step")
 #: reward > 0, as ``summarize`` counts success), else ``failed``.
 OUTCOMES = ("solved", "failed", "error")
 _BATCH = 2000  # lines read between publishing rows to readers
+_SEARCH_BLOCK = 8 << 20  # bytes a text search reads at once
 
 
 @dataclass
@@ -334,10 +334,19 @@ class EpisodeIndex:
         with self._lock:
             starts = np.frombuffer(self._offsets, dtype=np.int64)[:count].copy()
             end = self._offsets[count - 1] + self._lengths[count - 1]
-        candidates = set()
-        with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            for match in _byte_pattern(text).finditer(data, 0, end):
-                candidates.add(int(np.searchsorted(starts, match.start(), side="right")) - 1)
+        pattern, longest = _byte_pattern(text)
+        candidates: set[int] = set()
+        with open(self.path, "rb") as file:  # in blocks: memory stays flat however large the file
+            position, tail = 0, b""
+            while position < end:
+                block = file.read(min(_SEARCH_BLOCK, end - position))
+                if not block:
+                    break
+                data = tail + block
+                hits = [position - len(tail) + m.start() for m in pattern.finditer(data)]
+                candidates.update((np.searchsorted(starts, hits, side="right") - 1).tolist())
+                position += len(block)
+                tail = data[-(longest - 1) :] if longest > 1 else b""  # a match may straddle two blocks
         needle = text.casefold()
         for i in sorted(candidates):
             if transcript_matches(self.episode(i).get("messages") or [], needle):
@@ -365,10 +374,23 @@ def _transcript_text(messages: list[Any]) -> Iterator[str]:
                 yield from (str(function.get(key, "")) for key in ("name", "arguments"))
 
 
-def _byte_pattern(text: str) -> re.Pattern[bytes]:
-    """Any way a JSON line can hold ``text`` inside a string: raw UTF-8 or ``\\u`` escaped, any case."""
-    forms = {json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text, ensure_ascii=True)[1:-1]}
-    return re.compile(b"|".join(re.escape(form.encode("utf-8")) for form in sorted(forms)), re.IGNORECASE)
+def _byte_pattern(text: str) -> tuple[re.Pattern[bytes], int]:
+    """Any way a JSON line can hold ``text`` inside a string, and the longest such form's length in bytes.
+
+    Character by character: lower or upper case (regex ``IGNORECASE`` on bytes folds ASCII
+    only), each as raw UTF-8 or as JSON escapes it (``\\u00e9``, ``\\"``).
+    """
+    pieces, longest = [], 0
+    for char in text:
+        forms = {
+            json.dumps(variant, ensure_ascii=ascii_only)[1:-1].encode("utf-8", "surrogatepass")
+            for variant in {char, char.lower(), char.upper()}
+            if len(variant) == 1
+            for ascii_only in (False, True)
+        }
+        pieces.append(b"(?:" + b"|".join(re.escape(form) for form in sorted(forms)) + b")")
+        longest += max(len(form) for form in forms)
+    return re.compile(b"".join(pieces), re.IGNORECASE), longest
 
 
 def row_numbers(data: dict[str, Any]) -> dict[str, Any]:
