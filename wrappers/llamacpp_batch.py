@@ -151,6 +151,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         >>> outs = policy.generate([PolicyRequest([{"role": "user", "content": "hi"}])] * 16)  # doctest: +SKIP
     """
 
+    #: ``agenerate``/``acomplete`` join a running batch: a server hands them each request as it comes.
+    continuous_batching = True
+
     def __init__(
         self,
         model_path: str | os.PathLike[str] | None = None,
@@ -223,10 +226,16 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         ready = [self._prepare(request) for request in requests]
         return [future.result() for future in self._submit(ready, top_logprobs)]
 
-    async def agenerate(self, request: PolicyRequest) -> Generation:
+    async def agenerate(self, request: PolicyRequest, *, top_logprobs: int = 0) -> Generation:
         """Generate one turn; it joins the batch being decoded (cancelling it frees its slot)."""
         self._check_open()
-        (future,) = self._submit([self._prepare(request)], 0)
+        (future,) = self._submit([self._prepare(request)], top_logprobs)
+        return await asyncio.wrap_future(future)
+
+    async def acomplete(self, prompt_ids: list[int], sampling: SamplingParams, *, top_logprobs: int = 0) -> Generation:
+        """Continue one raw prompt (token ids, no chat template) in the running batch; see :meth:`complete`."""
+        self._check_open()
+        (future,) = self._submit([self._check_context(self.prompter.raw(prompt_ids, sampling))], top_logprobs)
         return await asyncio.wrap_future(future)
 
     def complete(

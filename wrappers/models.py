@@ -59,7 +59,8 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
         model: model name or path for the backend; ``None`` = SmolLM2-135M-Instruct;
             ``"tiny-random"`` = :func:`tiny_random_model` (transformers) or
             :func:`tiny_random_gguf` (llama.cpp) of :data:`TINY_RANDOM_SEED`, for trying things in seconds.
-        **kwargs: passed to the policy class.
+        **kwargs: passed to the policy class; for llama.cpp, ``slots=N`` builds
+            :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` (N requests decoded together).
 
     Raises:
         ValueError: an unknown backend name.
@@ -68,9 +69,14 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
     key = backend.lower().replace("_", ".").replace("-", ".")
     tiny = isinstance(model, str) and model.lower() == TINY_RANDOM
     if key in ("llama.cpp", "llamacpp", "llama"):
+        path = tiny_random_gguf() if tiny else model
+        if "slots" in kwargs:  # concurrent requests decoded together
+            from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
+
+            return LlamaCppBatchPolicy(path, **kwargs)
         from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy
 
-        return LlamaCppPolicy(tiny_random_gguf() if tiny else model, **kwargs)
+        return LlamaCppPolicy(path, **kwargs)
     if key in ("transformers", "hf"):
         from llmgym.wrappers.transformers_policy import TransformersPolicy
 

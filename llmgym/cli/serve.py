@@ -41,7 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     parser.add_argument(
-        "--max-batch-size", type=int, default=16, help="most requests generated together (default: %(default)s)"
+        "--max-batch-size",
+        type=int,
+        default=16,
+        help="most requests generated together (default: %(default)s; llama.cpp: the KV cache slots, "
+        "--max-model-len tokens each)",
     )
     parser.add_argument(
         "--max-model-len",
@@ -127,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
                     else {"max_model_len": args.max_model_len}
                 )
             )
+            if args.backend == "llama.cpp":  # concurrent requests decoded together, one KV slot each
+                context["slots"] = args.max_batch_size
             policy = load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None

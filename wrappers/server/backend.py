@@ -3,7 +3,11 @@
 Holds :class:`ServedModel`, which wraps any :class:`~llmgym.policy.Policy`
 for the HTTP layer in :mod:`llmgym.wrappers.server`:
 
-- **Batching.** Concurrent requests wait in one queue; a single worker takes
+- **Batching.** A policy that batches concurrent requests itself
+  (``continuous_batching``: :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy`)
+  gets each chat or completion request as it arrives, joining the batch it is
+  decoding; requests for prompt log-probs, and every request to other policies,
+  go through the queue. Concurrent requests wait in one queue; a single worker takes
   everything queued (up to ``max_batch_size``, waiting ``batch_wait_s`` for
   stragglers), groups it by LoRA adapter and hands each group to
   ``policy.generate`` as one batch, on a worker thread so the event loop keeps
@@ -92,8 +96,12 @@ class ServedModel:
         # the jobs now generating in a thread, and the event that ends their generation early (the policy's own,
         # which its decode loop reads); set when every client of the running batch has gone (a force-quit, a cancel)
         self._running: list[_Job] = []
+        # a policy that batches concurrent requests itself (llama.cpp batch) gets each request as it comes; its
+        # abort event would end every request it is decoding, so the queue's batches get an event of their own
+        self.continuous = bool(getattr(policy, "continuous_batching", False))
         policy_abort = getattr(policy, "abort", None)
-        self._abort = policy_abort if isinstance(policy_abort, threading.Event) else threading.Event()
+        shared = isinstance(policy_abort, threading.Event) and not self.continuous
+        self._abort = policy_abort if shared else threading.Event()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -190,6 +198,8 @@ class ServedModel:
                 "top_logprobs needs the transformers or llama.cpp backend; this one returns only "
                 "the chosen token's log-prob.",
             )
+        if self.continuous and job.adapter is None and not job.prompt_logprobs and job.request.sampling.max_tokens > 0:
+            return await self._join_batch(job)
         await self._queue.put(job)
         try:
             return await asyncio.shield(job.future)
@@ -201,6 +211,19 @@ class ServedModel:
             if any(running is job for running in self._running) and all(j.future.done() for j in self._running):
                 self._abort.set()
             raise
+
+    async def _join_batch(self, job: _Job) -> Generation:
+        """Hand one request to a policy that decodes concurrent requests together; a client that goes
+        away cancels it, and the policy drops it at its next step."""
+        self.batches_run += 1  # each request is its own entry into the policy's running batch
+        try:
+            if job.prompt_ids is not None:
+                return await self.policy.acomplete(job.prompt_ids, job.request.sampling, top_logprobs=job.top_logprobs)
+            return await self.policy.agenerate(job.request, top_logprobs=job.top_logprobs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001  the failure is this request's alone (see _as_api_error)
+            raise _as_api_error(err) from err
 
     async def _run_worker(self) -> None:
         assert self._queue is not None and self._model_lock is not None
