@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import hashlib
 import os
 import tempfile
@@ -113,6 +114,10 @@ def converted_gguf(path: str | os.PathLike[str], weights: str) -> Path:
     return target
 
 
+#: Shortest shared prompt prefix worth copying from another slot's KV cache instead of evaluating it.
+MIN_COPIED_PREFIX = 32
+
+
 @dataclass(eq=False)  # compared by identity
 class _Request:
     """A turn waiting for, or holding, a slot."""
@@ -165,12 +170,18 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         n_threads: int | None = None,
         **kwargs: Any,
     ) -> None:
-        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, adapter_base, adapter_folder, resolve_gguf
 
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         if n_batch < slots:
             raise ValueError(f"n_batch ({n_batch}) must hold one token per slot ({slots})")
+        adapter = adapter_folder(model_path)
+        if adapter is not None:  # a LoRA adapter folder or shipped agent: its base, with the adapter as GGUF LoRA
+            from llmgym.wrappers.lora_gguf import lora_gguf_for
+
+            model_path, kwargs["lora_path"] = adapter_base(adapter), lora_gguf_for(adapter)
+            kwargs.setdefault("name", adapter.name)
         source = resolve_gguf(model_path)
         if source is None:
             raise ValueError(
@@ -196,6 +207,10 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             self._ctx = lib.llama_init_from_model(self.llm.model, params)
         if not self._ctx:
             raise RuntimeError(f"llama.cpp could not make a context of {slots} x {n_ctx} tokens")
+        if self.lora_path is not None:  # the adapter the single-stream context got, on the batch context too
+            adapters = (lib.llama_adapter_lora_p_ctypes * 1)(self.llm._lora_adapter)
+            if lib.llama_set_adapters_lora(self._ctx, adapters, 1, (ctypes.c_float * 1)(1.0)):
+                raise RuntimeError(f"llama.cpp could not apply the LoRA adapter {self.lora_path}")
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._held: list[list[int]] = [[] for _ in range(slots)]  # the tokens each slot's KV cache holds
@@ -208,10 +223,12 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._closing = False
         self._scheduler = threading.Thread(target=self._run, name="llama.cpp batch", daemon=True)
         self._scheduler.start()
-        #: Counters: llama_decode steps run, tokens they evaluated, the most sequences in one step.
+        #: Counters: llama_decode steps run, tokens they evaluated, the most sequences in one step, prompt
+        #: prefixes copied from another slot's cache.
         self.steps = 0
         self.tokens_evaluated = 0
         self.widest_step = 0
+        self.prefixes_copied = 0
 
     # -- requests ------------------------------------------------------------------
 
@@ -323,10 +340,21 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             free.discard(slot)
 
     def _assign(self, request: _Request, slot: int) -> None:
-        """Seat ``request`` in ``slot``: keep the KV cache of the prefix they share, drop the rest."""
-        ids = request.ready.ids
-        common = min(_common_prefix(self._held[slot], ids), len(ids) - 1)  # the last prompt token is evaluated again
-        self._llama_cpp.llama_memory_seq_rm(self._memory, slot, common, -1)
+        """Seat ``request`` in ``slot``: keep the KV cache of the prefix they share, drop the rest. When another
+        slot holds a longer prefix of the prompt (the system prompt every episode starts with), its cache is
+        copied in first: a copy of the KV buffer costs far less than evaluating the prefix again."""
+        lib, ids = self._llama_cpp, request.ready.ids
+        last = len(ids) - 1  # the last prompt token is evaluated again, for fresh logits
+        common = min(_common_prefix(self._held[slot], ids), last)
+        donor = max(range(self.slots), key=lambda s: _common_prefix(self._held[s], ids))
+        shared = min(_common_prefix(self._held[donor], ids), last)
+        if shared >= common + MIN_COPIED_PREFIX:
+            lib.llama_memory_seq_rm(self._memory, slot, 0, -1)
+            lib.llama_memory_seq_cp(self._memory, donor, slot, -1, -1)  # another stream: the whole buffer
+            self._held[slot] = list(self._held[donor])
+            common = shared
+            self.prefixes_copied += 1
+        lib.llama_memory_seq_rm(self._memory, slot, common, -1)
         self._held[slot] = self._held[slot][:common]
         self._owner[slot] = request.ready.request.episode_id
         request.slot, request.reused, request.pending = slot, common, list(ids[common:])
