@@ -25,6 +25,10 @@ work. Results go to ``benchmarks/results/rollout.json``.
 The machine's load average is recorded with the results: on a shared machine the
 absolute numbers move with it, the ratios (measured minutes apart) less so.
 
+Batched llama.cpp decoding (eval at 1/4/16 episodes, serve at 1/16/64 requests, against one
+plain llama-cpp-python stream, with the compute limit) is ``--only llamacpp_batch``, which runs
+``benchmarks/llamacpp_batch.py``.
+
 Run: ``python benchmarks/rollout.py [--max-tokens 24] [--max-turns 2] [--only serve,llamacpp]``
 """
 
@@ -49,7 +53,7 @@ from llmgym.rollout import rollout
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "rollout.json"
 ENV_ID = "llmgym/Wordle-v0"
-CASES = ("llamacpp", "transformers", "serve", "serve_scripted")
+CASES = ("llamacpp", "transformers", "serve", "serve_scripted", "llamacpp_batch")
 
 
 def measure(
@@ -106,7 +110,7 @@ def _free_port() -> int:
 class Server:
     """An ``llmgym serve`` subprocess on a free loopback port, stopped on exit."""
 
-    def __init__(self, backend: str, model: str | None = None):
+    def __init__(self, backend: str, model: str | None = None, max_batch_size: int = 64):
         self.port = _free_port()
         command = [
             sys.executable,
@@ -120,7 +124,7 @@ class Server:
             "--log-level",
             "warning",
             "--max-batch-size",
-            "64",
+            str(max_batch_size),
         ]
         if model:
             command += ["--model", model]
@@ -138,6 +142,13 @@ class Server:
             except OSError:
                 time.sleep(0.5)
         raise RuntimeError("llmgym serve did not come up in 180 s")
+
+    def peak_rss_mb(self) -> float:
+        """The server process's peak resident memory so far (VmHWM), in MB."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return float("nan")
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
@@ -182,6 +193,12 @@ def main() -> None:
     common = {"sampling": sampling, "max_turns": args.max_turns}
     results: dict[str, Any] = {}
     load_before = [round(x, 2) for x in os.getloadavg()]
+
+    if "llamacpp_batch" in only:  # its own script and results file: batched vs single-stream llama.cpp
+        subprocess.run([sys.executable, str(HERE / "llamacpp_batch.py")], check=True)
+        only.discard("llamacpp_batch")
+        if not only:
+            return
 
     loaded: dict[str, Policy] = {}
 

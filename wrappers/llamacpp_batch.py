@@ -9,8 +9,11 @@ sequences shares each read of the weights. A scheduler thread owns a llama.cpp
 context with ``slots`` KV sequences (``n_seq_max``, each its own stream of
 ``n_ctx`` cells, so a token attends only to its own sequence). Each step it
 admits waiting requests into free slots, then evaluates in one
-``llama_decode``: one token for every sequence that is generating, and the
-new prompt tokens of those just admitted (up to ``n_batch`` in all). The
+``llama_decode`` the next token of every sequence that is generating, and in
+one more per prompt the next ``n_batch`` tokens of each prompt being evaluated:
+a prompt is evaluated alone, since llama.cpp computes a sequence's prompt in
+a mixed batch differently from alone (log-probs moved by up to 0.9), while the
+one-token steps of many sequences are batch-invariant. The
 logits of each sequence's last position are sampled in numpy by the same
 :class:`~llmgym.wrappers.llamacpp_policy._Turn` as the single-stream policy:
 same seeds, log-probs, stop strings, thinking budget.
@@ -142,8 +145,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         slots: sequences decoded at once, each with its own KV cache of ``n_ctx``
             tokens (the episodes a rollout runs concurrently; more requests wait).
         weights: the weight type llama.cpp computes with (:data:`WEIGHT_TYPES`).
-        n_batch: most tokens evaluated per ``llama_decode`` (decoding tokens first,
-            then new prompt tokens).
+        n_batch: most prompt tokens evaluated per ``llama_decode``.
         **kwargs: as :class:`LlamaCppPolicy` (``n_ctx`` is per slot).
 
     ``generate(requests)`` decodes its requests together; ``agenerate`` calls from
@@ -202,6 +204,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         params.n_batch = params.n_ubatch = n_batch
         params.n_seq_max = slots
         params.kv_unified = False  # a stream per sequence: attention reads only its own cells
+        # flash attention's half-precision sums depend on how a prompt was split into llama_decode calls
+        # (log-probs moved by up to 0.4); without it, a prompt's numbers do not depend on where it was cut
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.n_threads = params.n_threads_batch = n_threads
         with suppress_stdout_stderr(disable=bool(kwargs.get("verbose"))):
             self._ctx = lib.llama_init_from_model(self.llm.model, params)
@@ -224,11 +229,11 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._scheduler = threading.Thread(target=self._run, name="llama.cpp batch", daemon=True)
         self._scheduler.start()
         #: Counters: llama_decode steps run, tokens they evaluated, the most sequences in one step, prompt
-        #: prefixes copied from another slot's cache.
+        #: tokens whose KV cache was copied from another slot instead of evaluated.
         self.steps = 0
         self.tokens_evaluated = 0
         self.widest_step = 0
-        self.prefixes_copied = 0
+        self.prompt_tokens_copied = 0
 
     # -- requests ------------------------------------------------------------------
 
@@ -353,7 +358,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             lib.llama_memory_seq_cp(self._memory, donor, slot, -1, -1)  # another stream: the whole buffer
             self._held[slot] = list(self._held[donor])
             common = shared
-            self.prefixes_copied += 1
+            self.prompt_tokens_copied += shared
         lib.llama_memory_seq_rm(self._memory, slot, common, -1)
         self._held[slot] = self._held[slot][:common]
         self._owner[slot] = request.ready.request.episode_id
@@ -361,8 +366,8 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._active.append(request)
 
     def _step(self) -> None:
-        """One ``llama_decode`` for every active sequence, then a token for each that reached its last position."""
-        lib, batch = self._llama_cpp, self._batch
+        """One ``llama_decode`` of the next token of every generating sequence, then one of the next chunk of each
+        prompt being evaluated (alone: llama.cpp's numbers for a sequence then never depend on its neighbours)."""
         if self.abort.is_set():
             for request in self._active:
                 request.turn.finish = "abort"
@@ -372,15 +377,23 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         for request in cancelled:
             self._release(request)
         self._active = [request for request in self._active if request not in cancelled]
-        # decoding sequences (one pending token) first, so a long prompt never delays their next token
-        order = sorted(self._active, key=lambda r: len(r.pending) > 1)
-        room, sampled = self.n_batch, []
+        generating = [request for request in self._active if len(request.pending) == 1]
+        if generating:
+            self._decode(generating)
+        for request in self._active:
+            if len(request.pending) > 1:
+                self._decode([request])
+        self._finish_done()
+
+    def _decode(self, requests: list[_Request]) -> None:
+        """Evaluate the pending tokens of ``requests`` (``n_batch`` at most) in one ``llama_decode``; each one whose
+        last pending token went in samples its next token from the logits there."""
+        lib, batch = self._llama_cpp, self._batch
         batch.n_tokens = 0
-        for request in order:
-            if room == 0:
-                break
-            chunk = request.pending[:room]
+        sampled = []
+        for request in requests:
             held = self._held[request.slot]
+            chunk = request.pending[: self.n_batch - batch.n_tokens]
             for token in chunk:
                 i = batch.n_tokens
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, len(held), 1
@@ -389,24 +402,20 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
                 held.append(token)
                 batch.n_tokens += 1
             del request.pending[: len(chunk)]
-            room -= len(chunk)
             if not request.pending:  # its last position is in: its logits give the next token
                 batch.logits[batch.n_tokens - 1] = True
                 sampled.append((request, batch.n_tokens - 1))
-        if batch.n_tokens == 0:
-            return
         if lib.llama_decode(self._ctx, batch) != 0:
             raise RuntimeError(f"llama_decode failed on a batch of {batch.n_tokens} tokens")
         self.steps += 1
         self.tokens_evaluated += batch.n_tokens
-        self.widest_step = max(self.widest_step, len(sampled))
+        self.widest_step = max(self.widest_step, len(requests))
         now = time.perf_counter()
         for request, index in sampled:
             if not request.prompt_done:
                 request.prompt_done = now
             logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, index), shape=(self.n_vocab,))
             request.pending.append(request.turn.advance(logits))
-        self._finish_done()
 
     def _finish_done(self) -> None:
         going = []

@@ -103,8 +103,10 @@ def test_rollout_episodes_are_token_exact_and_their_history_is_evaluated_once(gg
         assert "error" not in episode.metadata and "token_ids_dropped" not in episode.metadata
         assert len(episode.token_ids) == len(episode.mask) == len(episode.logprobs) > 0
         assert episode.num_turns > 1
-    # every token of an episode is evaluated once, but the last one generated (never fed back)
-    assert policy.tokens_evaluated == sum(len(e.token_ids) - 1 for e in episodes)
+    # every token of an episode is evaluated once, but the last one generated (never fed back), unless the
+    # system prompt's KV cache was copied from another slot
+    assert policy.prompt_tokens_copied > 0
+    assert policy.tokens_evaluated + policy.prompt_tokens_copied == sum(len(e.token_ids) - 1 for e in episodes)
     policy.close()
 
 
@@ -187,3 +189,20 @@ def test_smollm2_logprobs_at_concurrency_1_and_16_agree():
     for a, b in zip(alone, together[::5]):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= BATCH_LOGPROB_TOLERANCE
+
+
+def test_a_shared_prefix_copied_from_another_slot_gives_the_same_tokens(gguf_path):
+    system = {"role": "system", "content": "You play word games with care. " * 8}
+    requests = [
+        request(messages=[system, {"role": "user", "content": f"word {i}"}], seed=i, max_tokens=8) for i in range(3)
+    ]
+    policy = LlamaCppBatchPolicy(gguf_path, slots=3, n_ctx=512)
+    policy.generate(requests[:1])
+    copied = policy.generate(requests[1:])  # both seated beside the first: the system prompt's cache is copied
+    assert policy.prompt_tokens_copied > 0
+    policy.close()
+    fresh = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512)
+    for r, out in zip(requests[1:], copied):
+        alone = fresh.generate([r])[0]
+        assert alone.token_ids == out.token_ids and alone.logprobs == out.logprobs
+    fresh.close()

@@ -1,0 +1,285 @@
+"""Batched llama.cpp decoding against one plain llama-cpp-python stream of the same model, in one run.
+
+Measures, with SmolLM2-135M-Instruct and the same thread count everywhere:
+
+- ``single_stream``: plain ``llama_cpp.Llama.create_completion`` on the shipped Q4_1 GGUF,
+  one sequence (the reference every ratio divides by);
+- ``eval_cN``: :func:`llmgym.rollout.rollout` on Wordle at N = 1, 4, 16 concurrent
+  episodes, as ``llmgym eval`` builds the policy (N = 1: ``LlamaCppPolicy``, one
+  stream; N > 1: ``LlamaCppBatchPolicy`` with N slots); aggregate generated tokens/s
+  and the prompt tokens evaluated per turn (first turn vs later turns: later turns
+  should evaluate only the env's reply);
+- ``serve_cN``: an ``llmgym serve`` subprocess (its default 16 slots) at N = 1, 16, 64
+  concurrent one-turn episodes through the OpenAI client, and the server's peak RSS;
+- ``decode_step``: the batched policy's aggregate decode rate at 16 sequences,
+  next to the int8 torch decoder's (``TransformersPolicy(rollout_precision="int8")``,
+  batch 16), the alternative the issue named;
+- ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against a
+  measured fp32 ``torch.matmul`` rate with the same threads: how far the batch is
+  from the machine's compute.
+
+Results go to ``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
+The load average is recorded: on a shared machine absolute numbers move with it.
+
+Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 32] [--max-turns 3] [--threads 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import llmgym  # noqa: F401  registers the envs
+from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
+from llmgym.rollout import rollout
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "llamacpp_batch.json"
+ENV_ID = "llmgym/Wordle-v0"
+
+
+class Recording(Policy):
+    """Delegates to a policy and keeps each turn's prompt accounting."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.returns_tokens = inner, inner.name, True
+        self.max_concurrency = inner.max_concurrency
+        self.turns: list[dict[str, int]] = []
+
+    async def agenerate(self, request: PolicyRequest) -> Generation:
+        out = await self.inner.agenerate(request)
+        self.turns.append(
+            {
+                "first_turn": request.prefix_token_ids is None,
+                "prompt": len(out.prompt_token_ids),
+                "processed": out.metadata["prompt_tokens_processed"],
+            }
+        )
+        return out
+
+
+def single_stream(model: str, threads: int, tokens: int) -> dict[str, Any]:
+    """Plain llama-cpp-python: one sequence, ``tokens`` sampled tokens (end-of-text banned), after a warm-up."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model, n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+    prompt = "<|im_start|>user\nTell me a long story about a dragon.<|im_end|>\n<|im_start|>assistant\n"
+    ban = {llm.token_eos(): -1e9, 2: -1e9}
+    llm.create_completion(prompt, max_tokens=8, temperature=0.7, seed=0, logit_bias=ban)
+    rates = []
+    for seed in range(3):
+        llm.reset()
+        start = time.perf_counter()
+        out = llm.create_completion(prompt, max_tokens=tokens, temperature=0.7, seed=seed, logit_bias=ban)
+        rates.append(out["usage"]["completion_tokens"] / (time.perf_counter() - start))
+    llm.close()
+    return {"tokens_per_s": round(sorted(rates)[1], 2), "runs": [round(r, 2) for r in rates], "threads": threads}
+
+
+def eval_case(concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int) -> dict:
+    from llmgym.wrappers.models import load_policy
+
+    slots = {"slots": concurrency} if concurrency > 1 else {}
+    policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
+    recording = Recording(policy)
+    rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
+    recording.turns.clear()
+    start = time.perf_counter()
+    records = rollout(
+        ENV_ID,
+        recording,
+        seeds=episodes,
+        max_concurrency=concurrency,
+        sampling=sampling,
+        env_kwargs={"max_turns": max_turns},
+    )
+    wall = time.perf_counter() - start
+    policy.close()
+    generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
+    first = [t for t in recording.turns if t["first_turn"]]
+    later = [t for t in recording.turns if not t["first_turn"]]
+    return {
+        "concurrency": concurrency,
+        "episodes": episodes,
+        "failed": sum("error" in e.metadata for e in records),
+        "generated_tokens": generated,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(generated / wall, 2),
+        "first_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in first) / max(1, len(first)), 1),
+        "first_turn_processed_mean": round(sum(t["processed"] for t in first) / max(1, len(first)), 1),
+        "later_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in later) / max(1, len(later)), 1),
+        "later_turn_processed_mean": round(sum(t["processed"] for t in later) / max(1, len(later)), 1),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+def serve_cases(levels: list[int], sampling: SamplingParams) -> dict[str, Any]:
+    from rollout import Server, measure  # benchmarks/rollout.py: the llmgym serve subprocess and its timing
+
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+    results: dict[str, Any] = {}
+    with Server("llama.cpp", max_batch_size=16) as server:
+        for level in levels:
+            policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
+            measure(policy, concurrency=1, episodes=1, sampling=sampling, max_turns=1)  # warm-up
+            results[f"serve_c{level}"] = measure(
+                policy, concurrency=level, episodes=max(level, 4), sampling=sampling, max_turns=1
+            )
+            policy.close()
+            print(f"-- serve_c{level}: {json.dumps(results[f'serve_c{level}'])}", flush=True)
+        results["serve_peak_rss_mb"] = server.peak_rss_mb()
+    return results
+
+
+def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
+    """The int8 torch decoder at batch 16: aggregate generated tokens/s of one batch (after a warm-up)."""
+    import torch
+
+    from llmgym.wrappers.models import load_policy
+
+    torch.set_num_threads(threads)
+    policy = load_policy("transformers", None, rollout_precision="int8", batch_size=16)
+    requests = [
+        PolicyRequest(
+            [{"role": "user", "content": f"Tell me a long story about {i}."}],
+            sampling=SamplingParams(temperature=0.7, max_tokens=tokens, seed=i),
+        )
+        for i in range(16)
+    ]
+    policy.generate(requests[:2])
+    start = time.perf_counter()
+    outs = policy.generate(requests)
+    wall = time.perf_counter() - start
+    policy.close()
+    generated = sum(len(o.token_ids) for o in outs)
+    return {
+        "batch": 16,
+        "generated_tokens": generated,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(generated / wall, 2),
+    }
+
+
+def batch_rate(threads: int, tokens: int) -> dict[str, Any]:
+    """LlamaCppBatchPolicy at 16 sequences, the same requests as :func:`int8_torch_rate`."""
+    from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
+
+    policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads)
+    requests = [
+        PolicyRequest(
+            [{"role": "user", "content": f"Tell me a long story about {i}."}],
+            sampling=SamplingParams(temperature=0.7, max_tokens=tokens, seed=i),
+        )
+        for i in range(16)
+    ]
+    policy.generate(requests[:2])
+    start = time.perf_counter()
+    outs = policy.generate(requests)
+    wall = time.perf_counter() - start
+    n_params = policy._llama_cpp.llama_model_n_params(policy.llm.model)
+    policy.close()
+    generated = sum(len(o.token_ids) for o in outs)
+    return {
+        "batch": 16,
+        "generated_tokens": generated,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(generated / wall, 2),
+        "parameters": n_params,
+    }
+
+
+def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
+    """fp32 FLOP/s of a square ``torch.matmul`` on ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per turn (default 32)")
+    parser.add_argument("--max-turns", type=int, default=3, help="turns per eval episode (default 3)")
+    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="CPU threads")
+    parser.add_argument("--eval", default="1,4,16", help="eval concurrencies (default 1,4,16)")
+    parser.add_argument("--serve", default="1,16,64", help="serve concurrencies (default 1,16,64)")
+    parser.add_argument("--skip", default="", help="parts to skip: eval,serve,int8")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    from llmgym.wrappers.weights import default_gguf_path
+
+    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    results: dict[str, Any] = {}
+    results["single_stream"] = single_stream(str(default_gguf_path()), args.threads, 128)
+    print(f"-- single_stream: {results['single_stream']}", flush=True)
+    results["batch16"] = batch_rate(args.threads, 64)
+    print(f"-- batch16: {results['batch16']}", flush=True)
+    if "int8" not in skip:
+        try:
+            results["int8_torch16"] = int8_torch_rate(args.threads, 64)
+        except Exception as err:  # a backend that cannot run here is reported, not fatal
+            results["int8_torch16"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
+        print(f"-- int8_torch16: {results['int8_torch16']}", flush=True)
+    if "eval" not in skip:
+        for level in (int(x) for x in args.eval.split(",")):
+            results[f"eval_c{level}"] = eval_case(level, level, sampling, args.max_turns, args.threads)
+            print(f"-- eval_c{level}: {json.dumps(results[f'eval_c{level}'])}", flush=True)
+    if "serve" not in skip:
+        results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling))  # the server's default threads
+    base = results["single_stream"]["tokens_per_s"]
+    ratios = {
+        name: round(value["tokens_per_s"] / base, 2)
+        for name, value in results.items()
+        if isinstance(value, dict) and value.get("tokens_per_s") and name != "single_stream"
+    }
+    flops = matmul_rate(args.threads)
+    best = max(v["tokens_per_s"] for v in results.values() if isinstance(v, dict) and "tokens_per_s" in v)
+    per_token = 2 * results["batch16"]["parameters"]
+    limit = {
+        "flops_per_token": per_token,
+        "matmul_fp32_gflops": round(flops / 1e9, 1),
+        "compute_limit_tokens_per_s": round(flops / per_token, 1),
+        "best_tokens_per_s": best,
+        "best_fraction_of_limit": round(best * per_token / flops, 3),
+    }
+    report = {
+        "benchmark": "llamacpp_batch",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "threads": args.threads,
+        "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
+        "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7},
+        "results": results,
+        "ratios_vs_single_stream": ratios,
+        "targets": {"eval_c16": ">= 2.5", "serve_c16": ">= 2.5", "serve_c64": ">= 2.5"},
+        "limit": limit,
+        "peak_rss_mb_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nsingle stream: {base} tok/s ({args.threads} threads)")
+    print("ratios vs single stream (target >= 2.5 for eval_c16, serve_c16, serve_c64):")
+    for name, value in ratios.items():
+        print(f"  {name}: {value}")
+    print(f"limit: {json.dumps(limit)}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
