@@ -11,9 +11,9 @@ Measures, with SmolLM2-135M-Instruct and the same thread count everywhere:
   should evaluate only the env's reply);
 - ``serve_cN``: an ``llmgym serve`` subprocess (its default 16 slots) at N = 1, 16, 64
   concurrent one-turn episodes through the OpenAI client, and the server's peak RSS;
-- ``decode_step``: the batched policy's aggregate decode rate at 16 sequences,
-  next to the int8 torch decoder's (``TransformersPolicy(rollout_precision="int8")``,
-  batch 16), the alternative the issue named;
+- ``batch16`` / ``int8_torch16``: 16 requests generated as one batch by the batched
+  policy and by the int8 torch decoder (``TransformersPolicy(rollout_precision="int8")``),
+  the alternative; ``eval_c16_int8_torch``: the eval at 16 episodes on the int8 decoder;
 - ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against a
   measured fp32 ``torch.matmul`` rate with the same threads: how far the batch is
   from the machine's compute.
@@ -21,7 +21,7 @@ Measures, with SmolLM2-135M-Instruct and the same thread count everywhere:
 Results go to ``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
 The load average is recorded: on a shared machine absolute numbers move with it.
 
-Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 32] [--max-turns 3] [--threads 1]``
+Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 128] [--max-turns 3] [--threads 1]``
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class Recording(Policy):
             {
                 "first_turn": request.prefix_token_ids is None,
                 "prompt": len(out.prompt_token_ids),
-                "processed": out.metadata["prompt_tokens_processed"],
+                # the transformers policy evaluates every prompt whole
+                "processed": out.metadata.get("prompt_tokens_processed", len(out.prompt_token_ids)),
             }
         )
         return out
@@ -82,11 +83,19 @@ def single_stream(model: str, threads: int, tokens: int) -> dict[str, Any]:
     return {"tokens_per_s": round(sorted(rates)[1], 2), "runs": [round(r, 2) for r in rates], "threads": threads}
 
 
-def eval_case(concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int) -> dict:
+def eval_case(
+    concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int, int8_torch: bool = False
+) -> dict:
     from llmgym.wrappers.models import load_policy
 
-    slots = {"slots": concurrency} if concurrency > 1 else {}
-    policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
+    if int8_torch:  # the alternative: the int8 torch decoder, batched by its micro-batcher (no KV kept across turns)
+        import torch
+
+        torch.set_num_threads(threads)
+        policy = load_policy("transformers", None, rollout_precision="int8", batch_size=concurrency)
+    else:
+        slots = {"slots": concurrency} if concurrency > 1 else {}
+        policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
     recording = Recording(policy)
     rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
     recording.turns.clear()
@@ -211,7 +220,7 @@ def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per turn (default 32)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="most tokens per turn (default 128)")
     parser.add_argument("--max-turns", type=int, default=3, help="turns per eval episode (default 3)")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="CPU threads")
     parser.add_argument("--eval", default="1,4,16", help="eval concurrencies (default 1,4,16)")
@@ -237,8 +246,14 @@ def main() -> None:
         print(f"-- int8_torch16: {results['int8_torch16']}", flush=True)
     if "eval" not in skip:
         for level in (int(x) for x in args.eval.split(",")):
-            results[f"eval_c{level}"] = eval_case(level, level, sampling, args.max_turns, args.threads)
+            results[f"eval_c{level}"] = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads)
             print(f"-- eval_c{level}: {json.dumps(results[f'eval_c{level}'])}", flush=True)
+        if "int8" not in skip:
+            try:
+                results["eval_c16_int8_torch"] = eval_case(16, 16, sampling, args.max_turns, args.threads, True)
+            except Exception as err:  # a backend that cannot run here is reported, not fatal
+                results["eval_c16_int8_torch"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
+            print(f"-- eval_c16_int8_torch: {json.dumps(results['eval_c16_int8_torch'])}", flush=True)
     if "serve" not in skip:
         results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling))  # the server's default threads
     base = results["single_stream"]["tokens_per_s"]

@@ -25,16 +25,15 @@ prompt (the least recently used among equals), so an episode's next turn lands
 where its history is and evaluates only its new tokens
 (``metadata["prompt_tokens_processed"]``).
 
-The weights: llama.cpp multiplies the shipped Q4_1 weights one activation row at
-a time, so a batch of 16 costs nearly 16 single steps. The policy loads the same
-weights converted once to ``weights`` (default ``"q8_0"``, about 2x the Q4_1
-batched rate here; ``"gguf"`` keeps the file as it is). Q8_0 and Q4_1 are
-batch-invariant in llama.cpp: a sequence's logits are bitwise the same whatever
-else shares its batch, so the tokens of a seed do not depend on which requests
-happened to be decoded beside it. The float types (``"f32"``, ``"bf16"``) are
-faster still for wide batches but take another kernel path for a batch than for
-one row (log-probs moved by up to 0.08): the same seed then gives other tokens when
-the batch differs. docs/policies-local.md has the measurements.
+The weights: by default the GGUF as it is (``weights="gguf"``), so the model is
+the one the single-stream policy runs and a seed gives the same tokens.
+``weights="q8_0"`` converts it once (:func:`converted_gguf`): llama.cpp multiplies
+Q4_1 one activation row at a time and Q8_0 faster, which decoded 16 short
+sequences 1.6x faster, but on Wordle's long multi-turn contexts attention, not
+the weights, bounds a step, and the Q8_0 model wrote longer replies (see
+docs/policies-local.md). Both are batch-invariant in llama.cpp: a sequence's
+logits are bitwise the same whatever else shares its batch. The float types
+(``"f32"``, ``"bf16"``) are not (log-probs moved by up to 0.08 with the batch).
 
 Not here: prompt log-probs (:meth:`score`, ``complete(prompt_logprobs=True)``)
 run on the single-stream context that :class:`LlamaCppPolicy` keeps.
@@ -166,7 +165,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         model_path: str | os.PathLike[str] | None = None,
         *,
         slots: int = 16,
-        weights: str = "q8_0",
+        weights: str = "gguf",
         n_batch: int = 512,
         n_ctx: int = 4096,
         n_threads: int | None = None,

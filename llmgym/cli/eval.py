@@ -31,11 +31,6 @@ from llmgym.cli._policies import OPPONENT_HELP, build_player, build_policy, chec
 __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
 
-#: Episodes the local llama.cpp model plays at once by default: decoded together, one KV cache slot each
-#: (LlamaCppBatchPolicy); 16 gave ~2x one stream's tokens/s on 2 cores (docs/policies-local.md).
-BATCHED_LLAMACPP_EPISODES = 16
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
@@ -81,8 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--concurrency",
         type=int,
         default=None,
-        help="episodes in flight at once (default 32; 16 for the llama.cpp backend, which decodes them "
-        "together with a KV cache slot each; 1 with a local llama.cpp opponent)",
+        help="episodes in flight at once (default 32; 1 for the llama.cpp backend, where N > 1 decodes N "
+        "episodes together with a KV cache slot each)",
     )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
@@ -132,13 +127,14 @@ def run(args: argparse.Namespace) -> int:
     if args.env_id not in gym.registry and args.opponent is None:
         raise unknown_env(args.env_id, "eval")
     if args.concurrency is None:
-        # a local llama.cpp opponent decodes one sequence at a time; the evaluated llama.cpp model decodes
-        # BATCHED_LLAMACPP_EPISODES together (LlamaCppBatchPolicy)
-        llamacpp_opponent = any(
-            s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"]) for s in args.opponent or []
+        # llama.cpp: one stream; --concurrency N decodes N episodes together (LlamaCppBatchPolicy), which measured
+        # no faster on the README's job here (docs/policies-local.md) for 6x the memory
+        local = [f"local:{args.backend}"] if not args.policy and not args.base_url else []
+        local_llamacpp = any(
+            s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
+            for s in local + (args.opponent or [])
         )
-        local_llamacpp = not args.policy and not args.base_url and args.backend == "llama.cpp"
-        args.concurrency = 1 if llamacpp_opponent else BATCHED_LLAMACPP_EPISODES if local_llamacpp else 32
+        args.concurrency = 1 if local_llamacpp else 32
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")

@@ -15,8 +15,8 @@ from llmgym.rollout import rollout  # noqa: E402
 from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy, converted_gguf  # noqa: E402
 from llmgym.wrappers.models import tiny_random_gguf  # noqa: E402
 
-#: Log-probs of the same tokens decoded alone and in a batch may differ by at most this. Q8_0 (the default) and
-#: Q4_1 are batch-invariant in llama.cpp (the measured difference is 0.0); the margin is for float summation order.
+#: Log-probs of the same tokens decoded alone and in a batch may differ by at most this. Q4_1 (SmolLM2's file) and
+#: Q8_0 are batch-invariant in llama.cpp (the measured difference is 0.0); the margin is for float summation order.
 BATCH_LOGPROB_TOLERANCE = 1e-5
 
 
@@ -31,9 +31,14 @@ def gguf_path():
     return tiny_random_gguf(seed=0)
 
 
+#: The tiny file holds F32 weights, whose batched kernel rounds differently from one row's; Q8_0 is batch-invariant
+#: like SmolLM2's Q4_1 file, so the tiny tests decode with a Q8_0 copy.
+TINY_WEIGHTS = "q8_0"
+
+
 @pytest.fixture(scope="module")
 def policy(gguf_path):
-    policy = LlamaCppBatchPolicy(gguf_path, slots=4, n_ctx=512)
+    policy = LlamaCppBatchPolicy(gguf_path, slots=4, n_ctx=512, weights=TINY_WEIGHTS)
     yield policy
     policy.close()
 
@@ -64,7 +69,7 @@ def test_same_seed_gives_the_same_output_when_rerun(policy):
 def test_batched_and_alone_give_the_same_tokens_and_logprobs(gguf_path, policy):
     requests = [request(f"episode {i}", seed=10 + i, max_tokens=10) for i in range(4)]
     together = run_concurrently(policy, requests)
-    single = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512)
+    single = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512, weights=TINY_WEIGHTS)
     alone = [single.generate([r])[0] for r in requests]
     single.close()
     for a, b in zip(alone, together):
@@ -90,7 +95,9 @@ def test_next_turn_evaluates_only_its_new_tokens(policy):
 
 
 def test_rollout_episodes_are_token_exact_and_their_history_is_evaluated_once(gguf_path):
-    policy = LlamaCppBatchPolicy(gguf_path, slots=4, n_ctx=512)  # empty slots: nothing cached from other tests
+    policy = LlamaCppBatchPolicy(
+        gguf_path, slots=4, n_ctx=512, weights=TINY_WEIGHTS
+    )  # empty slots: nothing cached from other tests
     episodes = rollout(
         "llmgym/Wordle-v0",
         policy,
@@ -166,8 +173,12 @@ def test_bad_requests_fail_before_any_is_generated(policy):
 
 def test_conversion_is_cached(gguf_path, policy):
     path = converted_gguf(gguf_path, "q8_0")
-    assert path == policy.model_path and path.stat().st_mtime_ns == converted_gguf(gguf_path, "q8_0").stat().st_mtime_ns
+    assert path != gguf_path and path == policy.model_path
+    assert path.stat().st_mtime_ns == converted_gguf(gguf_path, "q8_0").stat().st_mtime_ns
     assert converted_gguf(gguf_path, "gguf") == gguf_path
+    as_is = LlamaCppBatchPolicy(gguf_path, slots=2, n_ctx=128)  # the default: the file itself
+    assert as_is.model_path == gguf_path and as_is.generate([request(max_tokens=2)])[0].token_ids
+    as_is.close()
 
 
 def test_closed_policy_refuses_requests(gguf_path):
@@ -196,12 +207,12 @@ def test_a_shared_prefix_copied_from_another_slot_gives_the_same_tokens(gguf_pat
     requests = [
         request(messages=[system, {"role": "user", "content": f"word {i}"}], seed=i, max_tokens=8) for i in range(3)
     ]
-    policy = LlamaCppBatchPolicy(gguf_path, slots=3, n_ctx=512)
+    policy = LlamaCppBatchPolicy(gguf_path, slots=3, n_ctx=512, weights=TINY_WEIGHTS)
     policy.generate(requests[:1])
     copied = policy.generate(requests[1:])  # both seated beside the first: the system prompt's cache is copied
     assert policy.prompt_tokens_copied > 0
     policy.close()
-    fresh = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512)
+    fresh = LlamaCppBatchPolicy(gguf_path, slots=1, n_ctx=512, weights=TINY_WEIGHTS)
     for r, out in zip(requests[1:], copied):
         alone = fresh.generate([r])[0]
         assert alone.token_ids == out.token_ids and alone.logprobs == out.logprobs

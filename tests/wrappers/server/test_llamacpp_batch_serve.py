@@ -28,7 +28,7 @@ def chat(seed: int, **extra) -> dict:
 
 
 def test_concurrent_requests_are_decoded_together_and_match_requests_sent_alone():
-    policy = LlamaCppBatchPolicy(tiny_random_gguf(seed=0), slots=4, n_ctx=256)
+    policy = LlamaCppBatchPolicy(tiny_random_gguf(seed=0), slots=4, n_ctx=256, weights="q8_0")  # batch-invariant
 
     async def send_all(base_url: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=60) as client:
