@@ -113,3 +113,21 @@ def test_with_no_retries_left_the_episode_is_recorded_as_failed(tmp_path):
 def test_ray_needs_an_env_id():
     with pytest.raises(TypeError, match="pass an env id"):
         rollout(lambda: None, load_scripted("wordle"), seeds=1, ray=True)
+
+
+def test_grpo_collects_its_episodes_on_ray_actors(tmp_path):
+    """The trainer's collection goes through the same rollout: ``GRPOConfig(ray=True)`` trains on envs played by
+    actors (a registered id: the actors import llmgym, not the test's modules)."""
+    pytest.importorskip("torch")
+    from llmgym.trainers.config import GRPOConfig
+    from llmgym.trainers.grpo import GRPOTrainer
+
+    config = GRPOConfig(
+        env_id="llmgym/Wordle-v1", env_kwargs={"max_turns": 2}, model="tiny-random", out=str(tmp_path), steps=1,
+        prompts_per_step=2, group_size=2, max_new_tokens=3, progress=False, plot=False, torch_threads=1, ray=True,
+    )  # fmt: skip
+    trainer = GRPOTrainer(config)
+    history = trainer.train()
+    trainer.close()
+    assert history[-1]["episodes_seen"] == 4
+    assert history[-1]["reward/invalid_guess/mean"] > 0  # the env's own rubric scored the actors' episodes

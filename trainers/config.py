@@ -166,6 +166,11 @@ class GRPOConfig:
     """Name the adapter is loaded under on the server (needs ``lora=True``)."""
     concurrency: int = 16
     """Concurrent requests in flight to ``base_url``."""
+    ray: bool = False
+    """Play each episode's environment on a Ray actor (``rollout(..., ray=True)``, the ``ray`` extra): for heavy
+    envs; generation stays where it is. An episode whose actor dies is replayed up to ``worker_retries`` times."""
+    worker_retries: int = 2
+    """With ``ray``: times an episode is replayed on a fresh actor after its actor died, before it counts as failed."""
     rollout_precision: str = "fp32"
     """In-process rollouts with the trained fp32 weights (``fp32``) or with int8 copies of its Linear weights refreshed
     after each optimizer step (``int8``, CPU only: ~2x faster decoding; log-probs are the int8 model's and the
@@ -354,6 +359,7 @@ _GRPO_RANGES: _Ranges = _SHARED_RANGES + (
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("resample_zero_signal", *_NON_NEGATIVE),
     ("sample_groups", *_NON_NEGATIVE),
+    ("worker_retries", *_NON_NEGATIVE),
     (
         "turn_lambda",
         lambda v: v >= 0,

@@ -89,6 +89,8 @@ class Generator:
             sampling=sampling,
             env_kwargs=self.env_kwargs(),
             max_concurrency=config.concurrency,
+            ray=config.ray,
+            worker_retries=config.worker_retries,
         )
 
     def generating(self) -> contextlib.AbstractContextManager[None]:

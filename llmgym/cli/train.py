@@ -89,6 +89,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--device", help="auto, cpu, cuda, cuda:1...")
     grpo.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
     grpo.add_argument(
+        "--ray", action="store_true", default=None, help="play the environments on Ray actors (the ray extra)"
+    )
+    grpo.add_argument(
         "--init-adapter", metavar="DIR", help="start the LoRA adapter from this one (e.g. an SFT run's final/)"
     )
     grpo.add_argument(
@@ -160,6 +163,8 @@ def _flag_values(args: argparse.Namespace) -> _Given:
             given[field] = (f"--{flag.replace('_', '-')} {getattr(args, flag)}", getattr(args, flag))
     if args.lora:
         given["lora"] = ("--lora", True)
+    if args.ray:
+        given["ray"] = ("--ray", True)
     if args.no_progress:
         given["progress"] = ("--no-progress", False)
     if args.env_kwargs:
