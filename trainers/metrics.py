@@ -16,8 +16,9 @@ import resource
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -134,13 +135,7 @@ class MetricsLogger:
         wandb_project: str | None = None,
     ):
         self.path = Path(out) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is None:
-            self.path.write_text("")
-        elif self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open_step_log(self.path, resume_step, _step_of)
         self._tensorboard = None
         self._wandb = None
         try:
@@ -203,6 +198,18 @@ def _start_wandb(out: Path, resume: bool, run_config: dict[str, Any], project: s
         dir=str(out),
         config=run_config,
     )
+
+
+def open_step_log(path: Path, resume_step: int | None, step_of: Callable[[str], float]) -> TextIO:
+    """Open a run's JSONL of per-step lines for appending: emptied for a new run; on resume, only the lines of
+    steps up to ``resume_step`` kept (``step_of(line)``: a line's step, ``inf`` for a torn one, which goes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if resume_step is None:
+        path.write_text("")
+    elif path.exists():
+        kept = [line for line in path.read_text().splitlines() if step_of(line) <= resume_step]
+        path.write_text("".join(line + "\n" for line in kept))
+    return open(path, "a", encoding="utf-8")
 
 
 def _step_of(line: str) -> int:

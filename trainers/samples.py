@@ -25,6 +25,7 @@ from typing import Any
 
 from llmgym.episode import Episode
 from llmgym.trainers.advantages import Advantages
+from llmgym.trainers.metrics import open_step_log
 
 __all__ = ["SampleLogger", "with_advantages"]
 
@@ -80,13 +81,7 @@ class SampleLogger:
 
     def __init__(self, out: str | os.PathLike[str], resume_step: int | None = None):
         self.path = Path(out) / "samples.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is None:
-            self.path.write_text("")
-        elif self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open_step_log(self.path, resume_step, _step_of)
 
     def log(self, episodes: list[Episode]) -> None:
         """Write the episodes (from :func:`with_advantages`)."""

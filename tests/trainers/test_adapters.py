@@ -15,7 +15,7 @@ from llmgym.trainers.checkpoint import save_weights  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.wrappers.models import load_model, tiny_random_model  # noqa: E402
-from tests.trainers.toy_env import ENV_REF  # noqa: E402
+from tests.trainers.test_grpo import one_step_config  # noqa: E402
 
 
 def trained_adapter(folder: Path) -> tuple[torch.nn.Module, Path]:
@@ -51,23 +51,7 @@ def test_an_adapter_whose_base_is_missing_says_which(tmp_path):
 
 
 def config(out: Path, **overrides) -> GRPOConfig:
-    settings = dict(
-        env_id=ENV_REF,
-        env_kwargs={"turns": 1},
-        model="tiny-random",
-        out=str(out),
-        steps=1,
-        prompts_per_step=2,
-        group_size=2,
-        max_new_tokens=3,
-        learning_rate=1e-2,
-        progress=False,
-        plot=False,
-        torch_threads=1,
-        lora=True,
-    )
-    settings.update(overrides)
-    return GRPOConfig(**settings)
+    return one_step_config(out, **{"lora": True, **overrides})
 
 
 def test_grpo_starts_from_the_given_adapter_and_trains_it(tmp_path):
