@@ -50,8 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--model",
-        help="model name or path (local: default SmolLM2-135M-Instruct; "
-        "server: the served name, default the server's first model)",
+        help="model name or path (local: default SmolLM2-135M-Instruct; a LoRA adapter folder; "
+        "smollm2-wordle, the shipped Wordle agent; server: the served name, default the server's first model)",
     )
     parser.add_argument(
         "--base-url",
