@@ -147,14 +147,8 @@ def serve_cases(levels: list[int], sampling: SamplingParams) -> dict[str, Any]:
     return results
 
 
-def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
-    """The int8 torch decoder at batch 16: aggregate generated tokens/s of one batch (after a warm-up)."""
-    import torch
-
-    from llmgym.wrappers.models import load_policy
-
-    torch.set_num_threads(threads)
-    policy = load_policy("transformers", None, rollout_precision="int8", batch_size=16)
+def one_batch_rate(policy: Any, tokens: int) -> dict[str, Any]:
+    """Aggregate generated tokens/s of one batch of 16 story requests (after a warm-up of two)."""
     requests = [
         PolicyRequest(
             [{"role": "user", "content": f"Tell me a long story about {i}."}],
@@ -166,14 +160,23 @@ def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
     start = time.perf_counter()
     outs = policy.generate(requests)
     wall = time.perf_counter() - start
-    policy.close()
     generated = sum(len(o.token_ids) for o in outs)
-    return {
-        "batch": 16,
-        "generated_tokens": generated,
-        "wall_s": round(wall, 2),
-        "tokens_per_s": round(generated / wall, 2),
-    }
+    rate = round(generated / wall, 2)
+    return {"batch": 16, "generated_tokens": generated, "wall_s": round(wall, 2), "tokens_per_s": rate}
+
+
+def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
+    """The int8 torch decoder at batch 16 (:func:`one_batch_rate`)."""
+    import torch
+
+    from llmgym.wrappers.models import load_policy
+
+    torch.set_num_threads(threads)
+    policy = load_policy("transformers", None, rollout_precision="int8", batch_size=16)
+    try:
+        return one_batch_rate(policy, tokens)
+    finally:
+        policy.close()
 
 
 def batch_rate(threads: int, tokens: int) -> dict[str, Any]:
@@ -181,27 +184,11 @@ def batch_rate(threads: int, tokens: int) -> dict[str, Any]:
     from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
 
     policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads)
-    requests = [
-        PolicyRequest(
-            [{"role": "user", "content": f"Tell me a long story about {i}."}],
-            sampling=SamplingParams(temperature=0.7, max_tokens=tokens, seed=i),
-        )
-        for i in range(16)
-    ]
-    policy.generate(requests[:2])
-    start = time.perf_counter()
-    outs = policy.generate(requests)
-    wall = time.perf_counter() - start
-    n_params = policy._llama_cpp.llama_model_n_params(policy.llm.model)
-    policy.close()
-    generated = sum(len(o.token_ids) for o in outs)
-    return {
-        "batch": 16,
-        "generated_tokens": generated,
-        "wall_s": round(wall, 2),
-        "tokens_per_s": round(generated / wall, 2),
-        "parameters": n_params,
-    }
+    try:
+        parameters = policy._llama_cpp.llama_model_n_params(policy.llm.model)
+        return {**one_batch_rate(policy, tokens), "parameters": parameters}
+    finally:
+        policy.close()
 
 
 def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
