@@ -19,7 +19,9 @@ Every stage is one of llmgym's public commands, run as a subprocess and printed 
 
 Each stage leaves ``stage.json`` (its command and wall time) in the run folder when it finishes; a
 rerun skips finished stages, and a killed one resumes (``--resume`` for the evaluations and GRPO,
-SFT starts over). A stage folder made by a different command is an error rather than reused.
+SFT starts over). A stage folder made by a different command is an error rather than reused, except
+GRPO asked for more steps (``--grpo-steps``): it trains on from its last checkpoint, and the stages that
+read its adapter run again.
 
 Run (the defaults reproduce the shipped numbers; ``--tiny --model tiny-random`` exercises every
 stage in a minute)::
@@ -64,7 +66,7 @@ class Recipe:
     sft_epochs: int = 1
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
-    grpo_steps: int = 20
+    grpo_steps: int = 40
     grpo_group_size: int = 8
     grpo_prompts_per_step: int = 2
     grpo_lr: float = 5e-5
@@ -139,15 +141,20 @@ def _resume_args(name: str, folder: Path) -> list[str]:
 def run_stage(name: str, args: list[str], folder: Path, logs: Path, threads: int) -> dict[str, Any]:
     """Run one stage unless it already finished with the same arguments; its ``stage.json`` record."""
     record_path = folder / "stage.json"
+    earlier = 0.0  # wall seconds of a GRPO run that now trains on
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record["args"] != args:
+        if name == "grpo" and _more_steps(record["args"], args):
+            earlier = record["wall_s"]
+            record_path.unlink()  # trains on from its last checkpoint (--resume): steps do not define a run
+        elif record["args"] != args:
             raise SystemExit(
                 f"{folder} was made by another command:\n  {shlex.join(record['args'])}\n"
                 f"now:\n  {shlex.join(args)}\ndelete it or choose another --out"
             )
-        print(f"[{name}] done before ({record['wall_s']:.0f} s), skipped", flush=True)
-        return record
+        else:
+            print(f"[{name}] done before ({record['wall_s']:.0f} s), skipped", flush=True)
+            return {**record, "ran": False}
     command = [sys.executable, "-m", "llmgym", *args, *_resume_args(name, folder)]
     # one torch/OpenMP thread per process: on a small shared CPU, spinning OpenMP workers waiting for a busy
     # core made an SFT step 10x slower (5 s -> 68 s per step with other work beside it)
@@ -160,18 +167,38 @@ def run_stage(name: str, args: list[str], folder: Path, logs: Path, threads: int
     if done.returncode != 0:
         tail = (logs / f"{name}.log").read_text()[-3000:]
         raise SystemExit(f"[{name}] failed with exit status {done.returncode}; the log ends:\n{tail}")
-    record = {"args": args, "wall_s": time.perf_counter() - start}
+    record = {"args": args, "wall_s": earlier + time.perf_counter() - start}
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"[{name}] {record['wall_s']:.0f} s", flush=True)
-    return record
+    return {**record, "ran": True}
+
+
+def _more_steps(recorded: list[str], now: list[str]) -> bool:
+    """``now`` is the ``recorded`` GRPO command with a larger ``--steps``."""
+
+    def split(args: list[str]) -> tuple[list[str], int]:
+        at = args.index("--steps")
+        return args[:at] + args[at + 2 :], int(args[at + 1])
+
+    (rest, before), (rest_now, after) = split(recorded), split(now)
+    return rest == rest_now and after > before
+
+
+#: the stages whose outputs each stage reads: a stage that ran again makes these run again too
+INPUTS = {"sft": ["teacher"], "grpo": ["sft"], "eval-sft": ["sft"], "eval-grpo": ["grpo"]}
 
 
 def run(recipe: Recipe, out: Path) -> dict[str, float]:
     """Every stage in order (skipping finished ones); wall seconds per stage."""
     out.mkdir(parents=True, exist_ok=True)
-    walls = {}
+    walls, ran = {}, set()
     for name, args in stages(recipe, out).items():
-        walls[name] = run_stage(name, args, out / name, out / "logs", recipe.torch_threads)["wall_s"]
+        if ran & set(INPUTS.get(name, ())) and (out / name).exists():
+            shutil.rmtree(out / name)  # made from an input that has changed since
+        record = run_stage(name, args, out / name, out / "logs", recipe.torch_threads)
+        walls[name] = record["wall_s"]
+        if record["ran"]:
+            ran.add(name)
     return walls
 
 
@@ -301,8 +328,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in about a minute")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
     parser.add_argument("--ship", action="store_true", help="copy the GRPO adapter into the package")
+    parser.add_argument("--grpo-steps", type=int, help="GRPO steps (more than a finished run's: it trains on)")
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
+    if args.grpo_steps is not None:
+        recipe.grpo_steps = args.grpo_steps
     walls = run(recipe, args.out.resolve())
     results = report(recipe, args.out.resolve(), walls)
     args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,13 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
     again = run(out)
     assert again.returncode == 0 and again.stdout.count("skipped") == len(STAGES)
 
+    longer = run(out, "--grpo-steps", "2")  # trains on from step 1; the GRPO adapter's evaluation runs again
+    assert longer.returncode == 0, longer.stdout[-2000:] + longer.stderr[-2000:]
+    assert "--steps 2" in longer.stdout and "--resume" in longer.stdout and longer.stdout.count("skipped") == 5
+    assert json.loads((out / "results.json").read_text())["grpo_curve"][-1]["step"] == 2
+
     record = json.loads((out / "eval-grpo" / "stage.json").read_text())
     record["args"][-1] = "elsewhere"
     (out / "eval-grpo" / "stage.json").write_text(json.dumps(record))
-    refused = run(out)
+    refused = run(out, "--grpo-steps", "2")
     assert refused.returncode != 0 and "was made by another command" in refused.stderr
