@@ -171,26 +171,21 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         n_threads: int | None = None,
         **kwargs: Any,
     ) -> None:
-        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, adapter_base, adapter_folder, resolve_gguf
+        from llmgym.wrappers.lora_gguf import with_adapter
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
 
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         if n_batch < slots:
             raise ValueError(f"n_batch ({n_batch}) must hold one token per slot ({slots})")
-        adapter = adapter_folder(model_path)
-        if adapter is not None:  # a LoRA adapter folder or shipped agent: its base, with the adapter as GGUF LoRA
-            from llmgym.wrappers.lora_gguf import lora_gguf_for
-
-            model_path, kwargs["lora_path"] = adapter_base(adapter), lora_gguf_for(adapter)
-            kwargs.setdefault("name", adapter.name)
+        model_path, kwargs["lora_path"], adapter_name = with_adapter(model_path, kwargs.get("lora_path"))
         source = resolve_gguf(model_path)
         if source is None:
             raise ValueError(
                 f"LlamaCppBatchPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}"
             )
         default_name = DEFAULT_MODEL if source.name == MODEL_ALIASES[DEFAULT_MODEL] else source.stem
-        if kwargs.get("name") is None:
-            kwargs["name"] = default_name
+        kwargs["name"] = kwargs.get("name") or adapter_name or default_name
         n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         super().__init__(converted_gguf(source, weights), n_ctx=n_ctx, n_threads=n_threads, **kwargs)
         self.source_path, self.weights, self.slots, self.n_batch = source, weights, slots, n_batch

@@ -192,17 +192,12 @@ class LlamaCppPolicy(Policy):
         verbose: bool = False,
         lora_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, adapter_base, adapter_folder, resolve_gguf
+        from llmgym.wrappers.lora_gguf import with_adapter
+        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
 
         llama_cpp = _import_llama_cpp()
-        adapter = adapter_folder(model_path)
-        if adapter is not None:  # a LoRA adapter folder (or a shipped agent's name): its base, with the adapter
-            from llmgym.wrappers.lora_gguf import lora_gguf_for
-
-            if lora_path is not None:
-                raise ValueError(f"{model_path} is an adapter already; pass lora_path= with a base model only")
-            model_path, lora_path = adapter_base(adapter), lora_gguf_for(adapter)
-            name = name or adapter.name
+        model_path, lora_path, adapter_name = with_adapter(model_path, lora_path)
+        name = name or adapter_name
         path = resolve_gguf(model_path)
         if path is None:
             raise ValueError(f"LlamaCppPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}")

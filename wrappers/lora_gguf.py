@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["write_lora_gguf", "lora_gguf_for", "GGUF_NAMES"]
+__all__ = ["write_lora_gguf", "lora_gguf_for", "with_adapter", "GGUF_NAMES"]
 
 #: Hugging Face Llama module suffix -> llama.cpp tensor name in block N
 GGUF_NAMES = {
@@ -134,3 +134,20 @@ def lora_gguf_for(adapter: str | os.PathLike[str]) -> Path:
         except PermissionError:
             continue
     raise PermissionError(f"cannot write the GGUF form of {adapter} inside it or in {cache_dir()}")
+
+
+def with_adapter(model_path: Any, lora_path: Any = None) -> tuple[Any, Any, str | None]:
+    """What llama.cpp loads for ``model_path``: ``(base, GGUF adapter, name)`` for a LoRA adapter folder or a
+    shipped agent's name, else ``(model_path, lora_path, None)`` unchanged.
+
+    Raises:
+        ValueError: ``model_path`` is an adapter and ``lora_path`` names another one.
+    """
+    from llmgym.wrappers.weights import adapter_base, adapter_folder
+
+    adapter = adapter_folder(model_path)
+    if adapter is None:
+        return model_path, lora_path, None
+    if lora_path is not None:
+        raise ValueError(f"{model_path} is an adapter already; pass lora_path= with a base model only")
+    return adapter_base(adapter), lora_gguf_for(adapter), adapter.name

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgym.envs.wordle.env import _PLAIN_GUESS, WORD_LENGTH, WordleEnv
+from llmgym.envs.wordle.env import WORD_LENGTH, WordleEnv, plain_guess
 from llmgym.tools import ToolError
 
 __all__ = ["CompactWordleEnv"]
@@ -80,12 +80,11 @@ class CompactWordleEnv(WordleEnv):
     guess = None  # no guess tool: the agent replies with the word
 
     def on_text(self, text: str) -> str:
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        match = _PLAIN_GUESS.match(lines[-1]) if lines else None
-        if match is None:
+        word = plain_guess(text)
+        if word is None:
             return "No guess found. Reply with one five-letter word."
         try:
-            return self.play_guess(match.group(1))
+            return self.play_guess(word)
         except ToolError as err:
             return f"Error: {err}."
 

@@ -17,7 +17,7 @@ from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.tools import ToolError, tool
 
-__all__ = ["WordleEnv", "score_guess", "load_words", "answer_split", "ANSWER_SPLITS"]
+__all__ = ["WordleEnv", "score_guess", "plain_guess", "load_words", "answer_split", "ANSWER_SPLITS"]
 
 WORD_LENGTH = 5
 #: the answer splits: every fifth answer (by frequency rank) is held out for evaluation
@@ -55,6 +55,19 @@ def answer_split(split: str = "all") -> tuple[str, ...]:
     if split == "train":
         return tuple(word for rank, word in enumerate(answers) if rank % 5 != 4)
     raise ValueError(f"answers must be one of {', '.join(ANSWER_SPLITS)}, got {split!r}")
+
+
+def plain_guess(text: str) -> str | None:
+    """The word a plain-text reply guesses: its last non-empty line, if that is one word (``crane``,
+    ``Guess: CRANE``, ``**crane**.``); else ``None``.
+
+    Example:
+        >>> plain_guess("Guess: CRANE"), plain_guess("I think it is crane")
+        ('CRANE', None)
+    """
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    match = _PLAIN_GUESS.match(lines[-1]) if lines else None
+    return match.group(1) if match else None
 
 
 def score_guess(guess: str, answer: str) -> str:
@@ -248,14 +261,13 @@ class WordleEnv(LLMEnv):
         return f"Out of {budget}. The word was {self.answer.upper()}."
 
     def on_text(self, text: str) -> str:
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        match = _PLAIN_GUESS.match(lines[-1]) if lines else None
-        if match is None:
+        word = plain_guess(text)
+        if word is None:
             return (
                 "No guess found. Reply with just a five-letter word, or call "
                 '<tool_call>{"name": "guess", "arguments": {"word": "..."}}</tool_call>'
             )
-        result = self.tools["guess"].call({"word": match.group(1)})
+        result = self.tools["guess"].call({"word": word})
         return result.content
 
     def is_done(self) -> bool:

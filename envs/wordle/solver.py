@@ -98,8 +98,7 @@ class WordleSampler(WordleSolver):
         pool = self.candidates or [
             w for w in sorted(load_words()[1]) if all(score_guess(g, w) == f for g, f in self.history)
         ]
-        digest = hashlib.sha256("\n".join(self.seen).encode()).digest()
-        return random.Random(digest).choice(pool)
+        return _seeded_by(self.seen).choice(pool)
 
 
 class RandomGuesser:
@@ -111,5 +110,9 @@ class RandomGuesser:
 
     def act(self, observation: str) -> str:
         self.seen.append(observation)
-        digest = hashlib.sha256("\n".join(self.seen).encode()).digest()
-        return random.Random(digest).choice(self.words)
+        return _seeded_by(self.seen).choice(self.words)
+
+
+def _seeded_by(observations: list[str]) -> random.Random:
+    """A generator seeded by a game's observations so far: replaying a chat makes the same choices."""
+    return random.Random(hashlib.sha256("\n".join(observations).encode()).digest())
