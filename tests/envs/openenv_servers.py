@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from importlib import resources
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.servers import free_port, wait_healthy
 
 
 def need_openenv() -> None:
@@ -22,26 +21,6 @@ def need_openenv() -> None:
         from openenv import GenericEnvClient  # noqa: F401
     except ImportError as err:
         pytest.skip(f"openenv is not usable here: {err}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen | None = None, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}: {process.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not come up in {timeout} s")
 
 
 def start_serve_env(env_id: str, *args: str) -> tuple[subprocess.Popen, str]:

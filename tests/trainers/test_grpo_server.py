@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,13 +23,8 @@ from llmgym.cli import main  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

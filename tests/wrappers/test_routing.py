@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
 from llmgym.episode import load_jsonl
 from llmgym.policy import Policy, PolicyRequest
 from llmgym.rollout import rollout
 from llmgym.wrappers.routing import ServerRouter
+from tests.servers import free_port, wait_healthy
 
 pytest.importorskip("openai")
 
@@ -88,12 +86,6 @@ class Recorder(Policy):
         return generation
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _serve(port: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "llmgym", "serve", "--backend", "scripted", "--model", "wordle"]
@@ -104,30 +96,17 @@ def _serve(port: int) -> subprocess.Popen:
     )
 
 
-def _wait_up(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "llmgym serve exited"
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(url)
-
-
 @pytest.mark.slow  # three server processes: ~10-20 s on a busy 2-core machine
 def test_episodes_survive_a_server_killed_mid_run(tmp_path):
     from llmgym.wrappers.openai_policy import OpenAIPolicy
 
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     processes = [_serve(port) for port in ports]
     urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
     policy = None
     try:
         for url, process in zip(urls, processes):
-            _wait_up(url, process)
+            wait_healthy(url.removesuffix("/v1"), process)
         victim = urls[0]
 
         def kill_victim(turns: int) -> None:

@@ -22,6 +22,7 @@ import pytest
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.scripted import load_scripted
 from llmgym.wrappers.server import create_app, serve_in_thread
+from tests.servers import free_port
 
 GUESS_TOOL = {
     "type": "function",
@@ -368,14 +369,8 @@ def test_tools_refused_like_vllm_without_auto_tool_choice():
         assert chat(base_url, messages=START).status_code == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_cli_serve_scripted_backend():
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
             *LLMGYM,
