@@ -67,6 +67,9 @@ REQUIREMENTS = [
     "safetensors>=0.4",
     "accelerate==1.15.0",
     "peft==0.21.2",
+    "fastapi>=0.110",  # the gpu tests that train against `llmgym serve`
+    "uvicorn>=0.29",
+    "openai>=1.40",
     "pytest>=8",
     "pytest-timeout>=2.3",
     "hypothesis>=6.100",
@@ -75,6 +78,9 @@ REQUIREMENTS = [
 ]
 # The machine's own CUDA torch brings these; never download them.
 TORCH_OWN = ("torch", "triton", "nvidia-", "sympy", "mpmath", "networkx", "jinja2", "markupsafe")
+# The GPU machine's image has these in versions that satisfy the requirements (numpy 2.5, tokenizers 0.23.2,
+# huggingface_hub 1.33 for transformers' >=1.31, so its hf-xet stays): carrying them would crowd out the tree.
+MACHINE_HAS = ("numpy", "tokenizers", "hf-xet", "hf_xet", "pygments")
 PLATFORM = [
     "--only-binary=:all:",
     "--python-version",
@@ -141,7 +147,7 @@ def prepare(dest: Path) -> int:
     pins = [
         f"{item['metadata']['name']}=={item['metadata']['version']}"
         for item in resolved
-        if not item["metadata"]["name"].lower().startswith(TORCH_OWN)
+        if not item["metadata"]["name"].lower().startswith(TORCH_OWN + MACHINE_HAS)
     ]
     subprocess.run([*python, "download", "--no-deps", "--quiet", "--dest", str(dest), *PLATFORM, *pins], check=True)
     (dest / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n")
@@ -150,9 +156,17 @@ def prepare(dest: Path) -> int:
     tokenizer_dir = dest / TOKENIZER
     shutil.rmtree(tokenizer_dir, ignore_errors=True)
     load_tokenizer().save_pretrained(str(tokenizer_dir))
+    for stale in dest.glob("*.whl"):  # wheels of an earlier prepare that this one did not ask for
+        if not any(stale.name.lower().startswith(pin.split("==")[0].lower().replace("-", "_") + "-") for pin in pins):
+            stale.unlink()
     size_mb = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / 2**20
-    print(f"{dest}: {len(pins)} wheels + the tokenizer, {size_mb:.1f} MiB (the device tool carries {CARRY_LIMIT_MB})")
-    return 0 if size_mb < CARRY_LIMIT_MB - 8 else 1  # the repository's files travel too
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True).stdout.split("\0")
+    tree_mb = sum((REPO / name).stat().st_size for name in tracked if name and (REPO / name).is_file()) / 2**20
+    print(
+        f"{dest}: {len(pins)} wheels + the tokenizer, {size_mb:.1f} MiB; with the tracked tree ({tree_mb:.1f} MiB)"
+        f" {size_mb + tree_mb:.1f} MiB of the {CARRY_LIMIT_MB} the device tool carries"
+    )
+    return 0 if size_mb + tree_mb < CARRY_LIMIT_MB - 2 else 1
 
 
 # -- run (on the GPU machine) ---------------------------------------------------------------

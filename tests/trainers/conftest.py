@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# cuBLAS picks its reduction order per call unless it is given a fixed workspace; the deterministic
+# tests (deterministic_kernels) need it set before CUDA starts. Harmless on a CPU.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
@@ -49,3 +53,18 @@ def test_device(monkeypatch):
     resolve = grpo.resolve_device
     monkeypatch.setattr(grpo, "resolve_device", lambda name: resolve(device if name == "auto" else name))
     yield device
+
+
+@pytest.fixture
+def deterministic_kernels():
+    """Deterministic kernels for tests that compare two runs to 1e-6.
+
+    On CUDA an embedding's backward adds rows with atomics in whatever order the
+    threads finish, so two identical runs differ in the last bits, and Adam
+    magnifies that for rows with tiny gradients. On a CPU this changes nothing.
+    """
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    torch.use_deterministic_algorithms(False)

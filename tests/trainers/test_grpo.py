@@ -87,7 +87,7 @@ def test_two_step_smoke_run_with_kl_to_a_frozen_reference(tmp_path):
 
 
 @pytest.mark.gpu
-def test_resume_continues_the_same_run(tmp_path):
+def test_resume_continues_the_same_run(tmp_path, deterministic_kernels):
     straight = GRPOTrainer(small_config(tmp_path / "a"))
     straight.train()
     straight.close()
@@ -98,13 +98,14 @@ def test_resume_continues_the_same_run(tmp_path):
     assert resumed.step == 1 and resumed.episodes_seen == 8
     resumed.train()
     resumed.close()
-    a, b = straight.model.state_dict(), resumed.model.state_dict()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
     metrics_a = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
     metrics_b = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics_b) == 2
+    # the same episodes first (the sampler's RNG was restored), then the same weights
     assert [json.loads(x)["reward/mean"] for x in metrics_a] == [json.loads(x)["reward/mean"] for x in metrics_b]
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=lambda message, key=key: f"{key}: {message}")
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
