@@ -41,13 +41,12 @@ import json
 import math
 import os
 import platform
-import shlex
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script's own folder is on sys.path
 
 __all__ = ["Recipe", "run", "report", "main"]
 
@@ -93,16 +92,6 @@ class Recipe:
         )
 
 
-def flags(**values: Any) -> list[str]:
-    """Command-line flags: ``flags(max_tokens=8, lora=True)`` -> ``["--max-tokens", "8", "--lora"]``."""
-    args = []
-    for key, value in values.items():
-        args.append("--" + key.replace("_", "-"))
-        if value is not True:
-            args.append(str(value))
-    return args
-
-
 def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     """Each stage's ``llmgym`` arguments, in order."""
     train, test = json.dumps({"answers": "train"}), json.dumps({"answers": "test"})
@@ -127,63 +116,6 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     }
 
 
-def _resume_args(name: str, folder: Path) -> list[str]:
-    """How a killed stage continues: evaluations and GRPO resume, SFT starts over."""
-    if name.startswith("eval-") and (folder / "episodes.jsonl").is_file():
-        return ["--resume"]
-    if name == "grpo" and any((folder / "checkpoints").glob("*")):
-        return ["--resume"]
-    if folder.exists():
-        shutil.rmtree(folder)
-    return []
-
-
-def run_stage(name: str, args: list[str], folder: Path, logs: Path, threads: int) -> dict[str, Any]:
-    """Run one stage unless it already finished with the same arguments; its ``stage.json`` record."""
-    record_path = folder / "stage.json"
-    earlier = 0.0  # wall seconds of a GRPO run that now trains on
-    if record_path.is_file():
-        record = json.loads(record_path.read_text())
-        if name == "grpo" and _more_steps(record["args"], args):
-            earlier = record["wall_s"]
-            record_path.unlink()  # trains on from its last checkpoint (--resume): steps do not define a run
-        elif record["args"] != args:
-            raise SystemExit(
-                f"{folder} was made by another command:\n  {shlex.join(record['args'])}\n"
-                f"now:\n  {shlex.join(args)}\ndelete it or choose another --out"
-            )
-        else:
-            print(f"[{name}] done before ({record['wall_s']:.0f} s), skipped", flush=True)
-            return {**record, "ran": False}
-    command = [sys.executable, "-m", "llmgym", *args, *_resume_args(name, folder)]
-    # one torch/OpenMP thread per process: on a small shared CPU, spinning OpenMP workers waiting for a busy
-    # core made an SFT step 10x slower (5 s -> 68 s per step with other work beside it)
-    environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    print(f"[{name}] llmgym {shlex.join(command[3:])}", flush=True)
-    logs.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(logs / f"{name}.log", "a") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=environment)
-    if done.returncode != 0:
-        tail = (logs / f"{name}.log").read_text()[-3000:]
-        raise SystemExit(f"[{name}] failed with exit status {done.returncode}; the log ends:\n{tail}")
-    record = {"args": args, "wall_s": earlier + time.perf_counter() - start}
-    record_path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"[{name}] {record['wall_s']:.0f} s", flush=True)
-    return {**record, "ran": True}
-
-
-def _more_steps(recorded: list[str], now: list[str]) -> bool:
-    """``now`` is the ``recorded`` GRPO command with a larger ``--steps``."""
-
-    def split(args: list[str]) -> tuple[list[str], int]:
-        at = args.index("--steps")
-        return args[:at] + args[at + 2 :], int(args[at + 1])
-
-    (rest, before), (rest_now, after) = split(recorded), split(now)
-    return rest == rest_now and after > before
-
-
 #: the stages whose outputs each stage reads: a stage that ran again makes these run again too
 INPUTS = {"sft": ["teacher"], "grpo": ["sft"], "eval-sft": ["sft"], "eval-grpo": ["grpo"]}
 
@@ -203,14 +135,6 @@ def run(recipe: Recipe, out: Path) -> dict[str, float]:
 
 
 # -- the report -------------------------------------------------------------------------------
-
-
-def mean_ci(values: list[float]) -> dict[str, float]:
-    """Mean and the 95% CI half-width (1.96 x standard error) of ``values``."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return {"mean": mean, "ci95": 1.96 * std / math.sqrt(n), "n": n}
 
 
 def episode_scores(path: Path) -> dict[int, dict[str, float]]:

@@ -28,6 +28,11 @@ def register_envs() -> None:
         description="Multi-step word problems with calculator and Python (sandbox) tools; answers checked with sympy.",
     )
     register(
+        "llmgym/Multiply-v0",
+        "llmgym.envs.multiply:MultiplyEnv",
+        description="Multiply a 3-digit by a 2-digit number with a <calc> tool, then <answer>: two short turns.",
+    )
+    register(
         "llmgym/CodeTests-v0",
         "llmgym.envs.code_tests.env:CodeTestsEnv",
         description="Write a function from a spec; graded by hidden tests in a fresh sandbox.",

@@ -30,6 +30,8 @@ SCRIPTED_ACTORS: dict[str, str] = {
     "wordle": "llmgym.envs.wordle.solver:WordleSolver",
     "wordle-sampler": "llmgym.envs.wordle.solver:WordleSampler",
     "wordle-random": "llmgym.envs.wordle.solver:RandomGuesser",
+    "multiply": "llmgym.envs.multiply:MultiplySolver",
+    "multiply-mixed": "llmgym.envs.multiply:MixedMultiplyTeacher",
 }
 
 

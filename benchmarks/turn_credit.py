@@ -1,0 +1,314 @@
+"""Turn-level credit against trajectory-level GRPO: the MT-GRPO paper's three arms, in miniature, on a CPU.
+
+The paper (Zeng, Wei, Brown et al., "Reinforcing Multi-Turn Reasoning in LLM Agents via
+Turn-Level Credit Assignment", arXiv 2505.11821) trains Qwen2.5-7B on a two-turn search task
+and compares:
+
+- **GRPO-OR**: the outcome reward alone;
+- **GRPO-MR**: the turn rewards merged into the trajectory's reward;
+- **MT-GRPO**: turn-level advantages.
+
+Here the task is ``llmgym/Multiply-v0`` (a three-digit times a two-digit number: a calculator
+turn, then an answer turn; ``envs/multiply.py``) and the model SmolLM2-135M-Instruct with LoRA.
+The arms differ only in what reaches the advantages (``trainers/advantages.py``):
+
+=========  ==============================  =============  ==============================================
+arm        env                             ``turn_lambda``  advantage of a token on turn t
+=========  ==============================  =============  ==============================================
+``or``     ``turn_rewards=False``          0              ``A_i`` of the outcome (``correct``) alone
+``mr``     turn rewards paid               0              ``A_i`` of the summed turn rewards and outcome
+``mt``     turn rewards paid               lambda (1.0)   ``A_i + lambda * A_{i,t}``
+=========  ==============================  =============  ==============================================
+
+The base model never writes the tags (0 tool calls in 200 held-out episodes), so every arm
+starts from one shared SFT warm-up on ``scripted:multiply-mixed`` episodes: a teacher that
+uses the calculator on half the questions and answers the other half at once. The warm-up
+model calls the tool on some questions and guesses the product on others, the paper's
+starting point for the question "does the arm learn to use the tool?".
+
+Stages (each one ``llmgym`` command, run once and recorded: ``benchmarks/stages.py``)::
+
+    teacher -> sft -> grpo-{or,mr,mt}-s{0,1} -> eval-{base,sft,or-s0,...}
+
+Every GRPO run has the same budget (steps, episodes per step, tokens per reply) and draws
+training questions from seeds below ``eval_seed``; each is evaluated on the same 200 held-out
+seeds from ``eval_seed`` on (llama.cpp, the adapter as GGUF LoRA). The report gives, per arm
+and per run, the tool-call rate, the tool-execution success rate, the rate of calculations
+that returned the product, final-answer accuracy and the mean reward (every turn reward
+paid, whatever the arm trained on), with 95% CIs (1.96 x standard error over episodes),
+paired differences between the arms on the same seeds, the curves over training, and each
+stage's wall time: ``benchmarks/results/turn_credit.json`` and a PNG beside it.
+
+Run::
+
+    python benchmarks/turn_credit.py                         # everything (hours on 2 cores)
+    python benchmarks/turn_credit.py --seeds 0 & python benchmarks/turn_credit.py --seeds 1
+    python benchmarks/turn_credit.py --tiny --model tiny-random --out /tmp/tc --results /tmp/tc.json
+
+Two processes with different ``--seeds`` share the teacher and SFT stages (run one alone
+first, or let the first finish them); the report is written when every run has its evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script's own folder is on sys.path
+
+__all__ = ["ARMS", "Recipe", "run", "report", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "turn_credit.json"
+ENV_ID = "llmgym/Multiply-v0"
+#: each arm's env settings and whether the turn-level term reaches the advantages
+ARMS = {
+    "or": {"env_kwargs": {"turn_rewards": False}, "turn_level": False},
+    "mr": {"env_kwargs": {}, "turn_level": False},
+    "mt": {"env_kwargs": {}, "turn_level": True},
+}
+ARM_NAMES = {"or": "GRPO-OR", "mr": "GRPO-MR", "mt": "MT-GRPO"}
+#: the weights of Multiply-v0's components with every turn reward paid (envs/multiply.py)
+WEIGHTS = {"correct": 1.0, "tool_ran": 0.1, "tool_found": 0.4, "no_action": -0.1}
+
+
+@dataclasses.dataclass
+class Recipe:
+    """Every stage's budget; the defaults are the published run's."""
+
+    model: str = "smollm2"
+    teacher_episodes: int = 128
+    sft_lr: float = 5e-4
+    sft_batch_size: int = 8
+    grpo_steps: int = 30
+    grpo_group_size: int = 8
+    grpo_prompts_per_step: int = 2
+    grpo_lr: float = 1e-4
+    turn_lambda: float = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    seeds: tuple[int, ...] = (0, 1)
+    arms: tuple[str, ...] = ("or", "mr", "mt")
+    eval_episodes: int = 200
+    eval_seed: int = 100_000  # training questions come from seeds below it
+    eval_backend: str = "llama.cpp"
+    torch_threads: int = 1
+
+    @classmethod
+    def tiny(cls, model: str) -> Recipe:
+        """Budgets that run every stage in a minute or two (tests, trying the script)."""
+        return cls(
+            model=model,
+            teacher_episodes=8,
+            sft_batch_size=4,
+            grpo_steps=1,
+            grpo_group_size=2,
+            grpo_prompts_per_step=2,
+            max_new_tokens=8,
+            seeds=(0,),
+            eval_episodes=2,
+            eval_backend="transformers",  # tiny-random's llama.cpp form has other weights than the one trained
+        )
+
+
+def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
+    """Each stage's ``llmgym`` arguments, in order."""
+    sft_adapter = out / "sft" / "final"
+    held_out = ["eval", ENV_ID, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
+    held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
+    teacher = flags(policy="scripted:multiply-mixed", num_seeds=recipe.teacher_episodes, seed=0)
+    sft = flags(episodes=out / "teacher" / "episodes.jsonl", model=recipe.model, lora=True)
+    sft += flags(lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
+    result = {
+        "teacher": ["eval", ENV_ID, *teacher, "--no-progress", "--out", str(out / "teacher")],
+        "sft": ["train", "sft", *sft, "--no-progress", "--out", str(out / "sft")],
+        "eval-base": [*held_out, "--model", recipe.model, "--out", str(out / "eval-base")],
+        "eval-sft": [*held_out, "--model", str(sft_adapter), "--out", str(out / "eval-sft")],
+    }
+    for arm in recipe.arms:
+        for seed in recipe.seeds:
+            run = f"{arm}-s{seed}"
+            grpo = flags(env_kwargs=json.dumps(ARMS[arm]["env_kwargs"]), model=recipe.model, lora=True)
+            grpo += flags(init_adapter=sft_adapter, steps=recipe.grpo_steps, seed=seed)
+            grpo += flags(group_size=recipe.grpo_group_size, prompts_per_step=recipe.grpo_prompts_per_step)
+            grpo += flags(max_new_tokens=recipe.max_new_tokens, lr=recipe.grpo_lr, temperature=recipe.temperature)
+            grpo += flags(turn_lambda=recipe.turn_lambda if ARMS[arm]["turn_level"] else 0.0)
+            grpo += ["--set", f"seed_pool={recipe.eval_seed}", "--set", f"torch_threads={recipe.torch_threads}"]
+            result[f"grpo-{run}"] = ["train", "grpo", ENV_ID, *grpo, "--no-progress", "--out", str(out / f"grpo-{run}")]
+            adapter = out / f"grpo-{run}" / "final"
+            result[f"eval-{run}"] = [*held_out, "--model", str(adapter), "--out", str(out / f"eval-{run}")]
+    return result
+
+
+def run(recipe: Recipe, out: Path) -> dict[str, float]:
+    """Every stage in order, skipping finished ones; wall seconds per stage."""
+    out.mkdir(parents=True, exist_ok=True)
+    return {
+        name: run_stage(name, args, out / name, out / "logs", recipe.torch_threads)["wall_s"]
+        for name, args in stages(recipe, out).items()
+    }
+
+
+# -- the report -------------------------------------------------------------------------------
+
+METRICS = ("tool_call", "tool_success", "tool_found", "accuracy", "reward")
+
+
+def episode_scores(path: Path) -> dict[int, dict[str, float]]:
+    """Per held-out seed: the episode's metrics (each 0 or 1, and the reward with every turn reward paid)."""
+    scores = {}
+    for line in path.read_text().splitlines():
+        episode = json.loads(line)
+        totals: dict[str, float] = {}
+        for turn in episode["reward_components"]:
+            for name, value in turn.items():
+                totals[name] = totals.get(name, 0.0) + value
+        scores[episode["seed"]] = {
+            "tool_call": min(totals.get("called_tool", 0.0), 1.0),
+            "tool_success": min(totals.get("tool_ran", 0.0), 1.0),
+            "tool_found": min(totals.get("tool_found", 0.0), 1.0),
+            "accuracy": totals.get("correct", 0.0),
+            "reward": sum(weight * totals.get(name, 0.0) for name, weight in WEIGHTS.items()),
+        }
+    return scores
+
+
+def curve(path: Path) -> list[dict[str, float]]:
+    """A GRPO run's training curve: per step the components' means and the reward with every turn reward paid."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        metrics = json.loads(line)
+        mean = {name: metrics.get(f"reward/{name}/mean", 0.0) for name in (*WEIGHTS, "called_tool")}
+        rows.append(
+            {
+                "step": metrics["step"],
+                "tool_call": mean["called_tool"],
+                "tool_success": mean["tool_ran"],
+                "tool_found": mean["tool_found"],
+                "accuracy": mean["correct"],
+                "reward": sum(weight * mean[name] for name, weight in WEIGHTS.items()),
+                "zero_signal": metrics.get("groups/zero_signal", math.nan),
+                "step_s": metrics.get("time/step_s", math.nan),
+            }
+        )
+    return rows
+
+
+def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
+    """Per arm (both training seeds pooled) and per run: each metric with its CI; paired differences; curves."""
+    runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in recipe.seeds]
+    scores = {name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ["base", "sft", *runs]}
+    seeds = sorted(set.intersection(*(set(s) for s in scores.values())))
+
+    def pooled(names: list[str]) -> dict[str, dict[str, float]]:
+        return {m: mean_ci([scores[n][s][m] for n in names for s in seeds]) for m in METRICS}
+
+    arms = {"base": pooled(["base"]), "sft": pooled(["sft"])}
+    arms |= {arm: pooled([f"{arm}-s{seed}" for seed in recipe.seeds]) for arm in recipe.arms}
+    per_run = {name: pooled([name]) for name in runs}
+    paired = {}
+    for a, b in (("mt", "or"), ("mt", "mr"), ("mr", "or")):
+        if a in recipe.arms and b in recipe.arms:
+            paired[f"{a}-{b}"] = {
+                m: mean_ci([scores[f"{a}-s{x}"][s][m] - scores[f"{b}-s{x}"][s][m] for x in recipe.seeds for s in seeds])
+                for m in METRICS
+            }
+    return {
+        "benchmark": "turn_credit",
+        "command": "python benchmarks/turn_credit.py",
+        "env": ENV_ID,
+        "paper": "Zeng et al., arXiv 2505.11821 (MT-GRPO)",
+        "recipe": dataclasses.asdict(recipe),
+        "held_out_seeds": len(seeds),
+        "arms": arms,
+        "runs": per_run,
+        "paired": paired,
+        "curves": {name: curve(out / f"grpo-{name}" / "metrics.jsonl") for name in runs},
+        "stage_wall_s": walls,
+        "total_wall_s": sum(walls.values()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """The paper's Figure-2 shape: tool-execution success and accuracy over training, one line per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("tool_success", "tool execution success"), ("accuracy", "final-answer accuracy"), ("reward", "reward"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
+    colours = {"or": "tab:blue", "mr": "tab:orange", "mt": "tab:green"}
+    for axis, (metric, title) in zip(axes, panels):
+        for name, rows in results["curves"].items():
+            arm = name.split("-")[0]
+            smooth = _moving_mean([row[metric] for row in rows], 5)
+            axis.plot([row["step"] for row in rows], smooth, color=colours[arm], alpha=0.8, label=name)
+        axis.set(xlabel="GRPO step", title=f"{title} (training, 5-step mean)")
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _moving_mean(values: list[float], width: int) -> list[float]:
+    return [
+        sum(values[max(0, i - width + 1) : i + 1]) / len(values[max(0, i - width + 1) : i + 1])
+        for i in range(len(values))
+    ]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "turn_credit", help="run folder")
+    parser.add_argument("--model", default="smollm2", help="base model (tiny-random to try the pipeline)")
+    parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in a minute or two")
+    parser.add_argument("--seeds", type=int, nargs="+", help="training seeds to run (default: the recipe's)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="arms to run (default: all three)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
+    args = parser.parse_args(argv)
+    recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
+    full = recipe
+    if args.seeds or args.arms:
+        recipe = dataclasses.replace(
+            recipe, seeds=tuple(args.seeds or recipe.seeds), arms=tuple(args.arms or recipe.arms)
+        )
+    walls = run(recipe, args.out)
+    # the report covers the whole matrix: written once every run of it has finished its evaluation
+    missing = [name for name in stages(full, args.out) if not (args.out / name / "stage.json").is_file()]
+    if missing:
+        print(f"not reported yet: waiting for {', '.join(missing)}")
+        return None
+    recorded = {
+        name: json.loads((args.out / name / "stage.json").read_text())["wall_s"] for name in stages(full, args.out)
+    }
+    results = report(full, args.out, {**recorded, **walls})
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    plot(results, args.results.with_suffix(".png"))
+    print(table(results))
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    """The arms' held-out metrics, one row each."""
+    lines = [f"{'arm':<8} " + " ".join(f"{m:>16}" for m in METRICS)]
+    for arm, stats in results["arms"].items():
+        cells = " ".join(f"{stats[m]['mean']:>8.3f} ± {stats[m]['ci95']:<5.3f}" for m in METRICS)
+        lines.append(f"{ARM_NAMES.get(arm, arm):<8} {cells}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
