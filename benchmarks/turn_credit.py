@@ -68,6 +68,9 @@ __all__ = ["ARMS", "Recipe", "run", "report", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "turn_credit.json"
 ENV_ID = "llmgym/Multiply-v0"
+#: the task settings, each a matrix of its own: the product itself, and the product in a larger unit
+#: (cents -> dollars: one more step after the calculation, so a good tool turn need not end in a right answer)
+SETTINGS = {"product": {}, "convert": {"convert": True}}
 #: each arm's env settings and whether the turn-level term reaches the advantages
 ARMS = {
     "or": {"env_kwargs": {"turn_rewards": False}, "turn_level": False},
@@ -96,6 +99,7 @@ class Recipe:
     max_new_tokens: int = 24
     seeds: tuple[int, ...] = (0, 1)
     arms: tuple[str, ...] = ("or", "mr", "mt")
+    settings: tuple[str, ...] = ("product", "convert")
     eval_episodes: int = 200
     eval_seed: int = 100_000  # training questions come from seeds below it
     eval_backend: str = "llama.cpp"
@@ -113,21 +117,24 @@ class Recipe:
             grpo_prompts_per_step=2,
             max_new_tokens=8,
             seeds=(0,),
+            settings=("convert",),
             eval_episodes=2,
             eval_backend="transformers",  # tiny-random's llama.cpp form has other weights than the one trained
         )
 
 
-def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
-    """Each stage's ``llmgym`` arguments, in order."""
+def stages(recipe: Recipe, out: Path, setting: str) -> dict[str, list[str]]:
+    """Each stage's ``llmgym`` arguments for one setting (its folder ``out``), in order."""
+    task = SETTINGS[setting]
+    task_flags = ["--env-kwargs", json.dumps(task)] if task else []
     sft_adapter = out / "sft" / "final"
-    held_out = ["eval", ENV_ID, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
+    held_out = ["eval", ENV_ID, *task_flags, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
     held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
     teacher = flags(policy="scripted:multiply-mixed", num_seeds=recipe.teacher_episodes, seed=0)
     sft = flags(episodes=out / "teacher" / "episodes.jsonl", model=recipe.model, lora=True)
     sft += flags(lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
     result = {
-        "teacher": ["eval", ENV_ID, *teacher, "--no-progress", "--out", str(out / "teacher")],
+        "teacher": ["eval", ENV_ID, *task_flags, *teacher, "--no-progress", "--out", str(out / "teacher")],
         "sft": ["train", "sft", *sft, "--no-progress", "--out", str(out / "sft")],
         "eval-base": [*held_out, "--model", recipe.model, "--out", str(out / "eval-base")],
         "eval-sft": [*held_out, "--model", str(sft_adapter), "--out", str(out / "eval-sft")],
@@ -135,7 +142,8 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     for arm in recipe.arms:
         for seed in recipe.seeds:
             run = f"{arm}-s{seed}"
-            grpo = flags(env_kwargs=json.dumps(ARMS[arm]["env_kwargs"]), model=recipe.model, lora=True)
+            env_kwargs = json.dumps({**task, **ARMS[arm]["env_kwargs"]})
+            grpo = flags(env_kwargs=env_kwargs, model=recipe.model, lora=True)
             grpo += flags(init_adapter=sft_adapter, steps=recipe.grpo_steps, seed=seed)
             grpo += flags(group_size=recipe.grpo_group_size, prompts_per_step=recipe.grpo_prompts_per_step)
             grpo += flags(max_new_tokens=recipe.max_new_tokens, lr=recipe.grpo_lr, temperature=recipe.temperature)
@@ -147,13 +155,17 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     return result
 
 
-def run(recipe: Recipe, out: Path) -> dict[str, float]:
-    """Every stage in order, skipping finished ones; wall seconds per stage."""
-    out.mkdir(parents=True, exist_ok=True)
-    return {
-        name: run_stage(name, args, out / name, out / "logs", recipe.torch_threads)["wall_s"]
-        for name, args in stages(recipe, out).items()
-    }
+def run(recipe: Recipe, out: Path) -> dict[str, dict[str, float]]:
+    """Every setting's stages in order, skipping finished ones; wall seconds per setting and stage."""
+    walls: dict[str, dict[str, float]] = {}
+    for setting in recipe.settings:
+        folder = out / setting
+        folder.mkdir(parents=True, exist_ok=True)
+        walls[setting] = {
+            name: run_stage(name, args, folder / name, folder / "logs", recipe.torch_threads)["wall_s"]
+            for name, args in stages(recipe, folder, setting).items()
+        }
+    return walls
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -197,13 +209,32 @@ def curve(path: Path) -> list[dict[str, float]]:
                 "accuracy": mean["correct"],
                 "reward": sum(weight * mean[name] for name, weight in WEIGHTS.items()),
                 "zero_signal": metrics.get("groups/zero_signal", math.nan),
+                "advantage_std": metrics.get("advantage/std", math.nan),
                 "step_s": metrics.get("time/step_s", math.nan),
             }
         )
     return rows
 
 
-def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
+def report(recipe: Recipe, out: Path, walls: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Every setting's :func:`report_setting`, with the recipe and the machine."""
+    return {
+        "benchmark": "turn_credit",
+        "command": "python benchmarks/turn_credit.py",
+        "env": ENV_ID,
+        "paper": "Zeng et al., arXiv 2505.11821 (MT-GRPO)",
+        "recipe": dataclasses.asdict(recipe),
+        "settings": {
+            setting: report_setting(recipe, out / setting, walls[setting]) | {"env_kwargs": SETTINGS[setting]}
+            for setting in recipe.settings
+        },
+        "total_wall_s": sum(sum(w.values()) for w in walls.values()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
     """Per arm (both training seeds pooled) and per run: each metric with its CI; paired differences; curves."""
     runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in recipe.seeds]
     scores = {name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ["base", "sft", *runs]}
@@ -223,40 +254,36 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
                 for m in METRICS
             }
     return {
-        "benchmark": "turn_credit",
-        "command": "python benchmarks/turn_credit.py",
-        "env": ENV_ID,
-        "paper": "Zeng et al., arXiv 2505.11821 (MT-GRPO)",
-        "recipe": dataclasses.asdict(recipe),
         "held_out_seeds": len(seeds),
         "arms": arms,
         "runs": per_run,
         "paired": paired,
         "curves": {name: curve(out / f"grpo-{name}" / "metrics.jsonl") for name in runs},
         "stage_wall_s": walls,
-        "total_wall_s": sum(walls.values()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d"),
+        "wall_s": sum(walls.values()),
     }
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    """The paper's Figure-2 shape: tool-execution success and accuracy over training, one line per arm."""
+    """The paper's Figure-2 shape: tool-execution success, accuracy and reward over training, one line per run;
+    one row per setting."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = (("tool_success", "tool execution success"), ("accuracy", "final-answer accuracy"), ("reward", "reward"))
-    figure, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
+    settings = results["settings"]
+    figure, axes = plt.subplots(len(settings), len(panels), figsize=(13, 3.6 * len(settings)), squeeze=False)
     colours = {"or": "tab:blue", "mr": "tab:orange", "mt": "tab:green"}
-    for axis, (metric, title) in zip(axes, panels):
-        for name, rows in results["curves"].items():
-            arm = name.split("-")[0]
-            smooth = _moving_mean([row[metric] for row in rows], 5)
-            axis.plot([row["step"] for row in rows], smooth, color=colours[arm], alpha=0.8, label=name)
-        axis.set(xlabel="GRPO step", title=f"{title} (training, 5-step mean)")
-    axes[0].legend(fontsize=7)
+    for row, (setting, data) in zip(axes, settings.items()):
+        for axis, (metric, title) in zip(row, panels):
+            for name, rows in data["curves"].items():
+                arm = name.split("-")[0]
+                smooth = _moving_mean([r[metric] for r in rows], 5)
+                axis.plot([r["step"] for r in rows], smooth, color=colours[arm], alpha=0.8, label=name)
+            axis.set(xlabel="GRPO step", title=f"{setting}: {title} (training, 5-step mean)")
+        row[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -276,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in a minute or two")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds to run (default: the recipe's)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="arms to run (default: all three)")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="settings to run (default: both)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
@@ -286,14 +314,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         )
     walls = run(recipe, args.out)
     # the report covers the whole matrix: written once every run of it has finished its evaluation
-    missing = [name for name in stages(full, args.out) if not (args.out / name / "stage.json").is_file()]
+    everything = {setting: stages(full, args.out / setting, setting) for setting in full.settings}
+    missing = [f"{setting}/{name}" for setting, named in everything.items() for name in named]
+    missing = [name for name in missing if not (args.out / name / "stage.json").is_file()]
     if missing:
         print(f"not reported yet: waiting for {', '.join(missing)}")
         return None
     recorded = {
-        name: json.loads((args.out / name / "stage.json").read_text())["wall_s"] for name in stages(full, args.out)
+        setting: {name: json.loads((args.out / setting / name / "stage.json").read_text())["wall_s"] for name in named}
+        for setting, named in everything.items()
     }
-    results = report(full, args.out, {**recorded, **walls})
+    results = report(full, args.out, {setting: {**recorded[setting], **walls.get(setting, {})} for setting in recorded})
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1) + "\n")
     plot(results, args.results.with_suffix(".png"))
@@ -302,11 +333,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
 
 def table(results: dict[str, Any]) -> str:
-    """The arms' held-out metrics, one row each."""
-    lines = [f"{'arm':<8} " + " ".join(f"{m:>16}" for m in METRICS)]
-    for arm, stats in results["arms"].items():
-        cells = " ".join(f"{stats[m]['mean']:>8.3f} ± {stats[m]['ci95']:<5.3f}" for m in METRICS)
-        lines.append(f"{ARM_NAMES.get(arm, arm):<8} {cells}")
+    """Per setting, the arms' held-out metrics, one row each."""
+    lines = []
+    for setting, data in results["settings"].items():
+        lines.append(f"{setting} ({data['held_out_seeds']} held-out questions)")
+        lines.append(f"{'arm':<8} " + " ".join(f"{m:>16}" for m in METRICS))
+        for arm, stats in data["arms"].items():
+            cells = " ".join(f"{stats[m]['mean']:>8.3f} ± {stats[m]['ci95']:<5.3f}" for m in METRICS)
+            lines.append(f"{ARM_NAMES.get(arm, arm):<8} {cells}")
     return "\n".join(lines)
 
 

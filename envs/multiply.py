@@ -53,11 +53,10 @@ from typing import Any
 import sympy
 
 from llmgym.env import LLMEnv
-from llmgym.envs.math_tools.calculator import CalculatorError, evaluate
-from llmgym.envs.mental_math import last_integer
+from llmgym.envs.math_tools.calculator import CalculatorError, evaluate, format_number, numbers_in
 from llmgym.rubric import Reward, Rubric, TurnContext
 
-__all__ = ["MultiplyEnv", "MultiplySolver", "MixedMultiplyTeacher", "QUESTIONS"]
+__all__ = ["MultiplyEnv", "MultiplySolver", "MixedMultiplyTeacher", "QUESTIONS", "CONVERT_QUESTIONS"]
 
 #: The word problems, each asking for ``a * b``.
 QUESTIONS = (
@@ -66,6 +65,14 @@ QUESTIONS = (
     "A book has {a} pages. How many pages do {b} copies have in all?",
     "A farm plants {a} trees in each of {b} rows. How many trees is that?",
     "A worker earns {a} dollars a week. How much is that over {b} weeks?",
+)
+#: With ``convert=True``: the product in a larger unit (the answer divides it by the second value), one step more.
+CONVERT_QUESTIONS = (
+    ("A train seat costs {a} cents. What do {b} seats cost, in dollars?", 100),
+    ("A plank is {a} centimetres long. How many metres long are {b} planks laid end to end?", 100),
+    ("A box weighs {a} grams. How many kilograms do {b} boxes weigh?", 1000),
+    ("A worker earns {a} cents an hour. How many dollars is that for {b} hours?", 100),
+    ("A tile is {a} millimetres wide. How many metres wide is a row of {b} tiles?", 1000),
 )
 _CALC = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
@@ -79,9 +86,13 @@ class MultiplyEnv(LLMEnv):
         max_turns: replies allowed (default 2: the calculation and the answer).
         turn_rewards: pay the turn components (``tool_ran``, ``tool_found``,
             ``no_action``); ``False`` leaves the outcome (``correct``) alone.
+        convert: ask for the product in a larger unit (``347 * 89`` cents in dollars:
+            ``308.83``), one step more after the product; ``tool_found`` then pays for
+            a calculation that returned the product or the answer.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    ``reset(seed=s)`` draws the question from the seed; ``reset(options={"a": 347, "b": 89})`` asks that product.
+    ``reset(seed=s)`` draws the question from the seed; ``reset(options={"a": 347, "b": 89})`` asks that
+    product (with ``convert``, in dollars from cents).
     """
 
     description = "Multiply a 3-digit by a 2-digit number with a <calc> tool, then <answer>: two short turns."
@@ -90,18 +101,24 @@ class MultiplyEnv(LLMEnv):
         "When you have the result, reply with <answer>number</answer>."
     )
 
-    def __init__(self, max_turns: int = 2, turn_rewards: bool = True, **kwargs: Any):
+    def __init__(self, max_turns: int = 2, turn_rewards: bool = True, convert: bool = False, **kwargs: Any):
         self.turn_rewards = bool(turn_rewards)  # before LLMEnv.__init__, which builds the rubric
         super().__init__(max_turns=max_turns, **kwargs)
-        self.a, self.b = 0, 0
-        self.given: int | None = None
+        self.convert = bool(convert)
+        self.a, self.b, self.divisor = 0, 0, 1
+        self.given: sympy.Expr | None = None
         self.answered = False
         self.calls: list[tuple[int, sympy.Expr | None]] = []  # (turn, value; None when it failed) of each <calc>
 
     @property
     def product(self) -> int:
-        """The right answer."""
+        """``a * b``."""
         return self.a * self.b
+
+    @property
+    def answer(self) -> sympy.Rational:
+        """The right answer: the product, divided by the unit's size with ``convert``."""
+        return sympy.Rational(self.product, self.divisor)
 
     def setup(self, options: dict[str, Any] | None) -> str:
         options = options or {}
@@ -110,11 +127,12 @@ class MultiplyEnv(LLMEnv):
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b)):
                 raise ValueError(f"options needs int 'a' and 'b', got {options!r}")
             self.a, self.b = a, b
-            template = QUESTIONS[0]
+            pick = 0
         else:
             self.a = int(self.np_random.integers(100, 1000))
             self.b = int(self.np_random.integers(11, 100))
-            template = QUESTIONS[int(self.np_random.integers(len(QUESTIONS)))]
+            pick = int(self.np_random.integers(len(QUESTIONS)))
+        template, self.divisor = CONVERT_QUESTIONS[pick] if self.convert else (QUESTIONS[pick], 1)
         self.given, self.answered, self.calls = None, False, []
         return template.format(a=self.a, b=self.b)
 
@@ -130,12 +148,13 @@ class MultiplyEnv(LLMEnv):
                 replies.append(f"Calculator error: {err}")
             else:
                 self.calls.append((turn, value))
-                replies.append(f"Result: {value}")
+                replies.append(f"Result: {format_number(value)}")
         answers = _ANSWER.findall(text)
         if answers:
             self.answered = True
-            self.given = last_integer(answers[-1])
-            replies.append(f"Answer recorded: {'(no number)' if self.given is None else self.given}")
+            numbers = numbers_in(answers[-1].replace("$", ""))  # the last number written; no expression is evaluated
+            self.given = numbers[-1] if numbers else None
+            replies.append(f"Answer recorded: {'(no number)' if self.given is None else format_number(self.given)}")
         if not replies:
             replies.append("Reply with <calc>expression</calc> to calculate or <answer>number</answer> to answer.")
         return "\n".join(replies)
@@ -149,7 +168,7 @@ class MultiplyEnv(LLMEnv):
         weight = {name: (w if self.turn_rewards else 0.0) for name, w in TURN_COMPONENTS.items()}
         return Rubric(
             [
-                Reward(lambda ctx: 1.0 if self.given == self.product else 0.0, weight=1.0, when="end", name="correct"),
+                Reward(lambda ctx: 1.0 if self.given == self.answer else 0.0, weight=1.0, when="end", name="correct"),
                 Reward(self._tool_ran, weight=weight["tool_ran"], name="tool_ran"),
                 Reward(self._tool_found, weight=weight["tool_found"], name="tool_found"),
                 Reward(self._no_action, weight=weight["no_action"], name="no_action"),
@@ -166,7 +185,8 @@ class MultiplyEnv(LLMEnv):
         return 1.0 if self._first_turn(lambda value: value is not None) == ctx.turn else 0.0
 
     def _tool_found(self, ctx: TurnContext) -> float:
-        return 1.0 if self._first_turn(lambda value: value is not None and value == self.product) == ctx.turn else 0.0
+        found = {sympy.Integer(self.product), self.answer}
+        return 1.0 if self._first_turn(lambda value: value is not None and value in found) == ctx.turn else 0.0
 
     def _called_tool(self, ctx: TurnContext) -> float:
         return 1.0 if self._first_turn(lambda value: True) == ctx.turn else 0.0
@@ -176,20 +196,28 @@ class MultiplyEnv(LLMEnv):
 
 
 class MultiplySolver:
-    """The scripted player (``scripted:multiply``): ``<calc>a * b</calc>``, then the result as the answer."""
+    """The scripted player (``scripted:multiply``): one calculation of the whole answer, then its result."""
 
-    #: the share of questions answered at once, with the exact product and no calculation
+    #: the share of questions answered at once, with the exact answer and no calculation
     direct_rate = 0.0
 
     def act(self, observation: str) -> str:
+        if observation.startswith("Result:"):
+            return f"<answer>{_plain(numbers_in(observation)[-1])}</answer>"
         numbers = [int(n) for n in re.findall(r"\d+", observation)]
-        if observation.startswith("Result:") and numbers:
-            return f"<answer>{numbers[0]}</answer>"
         if len(numbers) < 2:
             return "<answer>0</answer>"
         a, b = numbers[:2]
+        divisor = next((d for text, d in CONVERT_QUESTIONS if text.split("{b}")[1] in observation), 1)
         draw = int.from_bytes(hashlib.sha256(observation.encode()).digest()[:8], "big") / 2**64
-        return f"<answer>{a * b}</answer>" if draw < self.direct_rate else f"<calc>{a} * {b}</calc>"
+        if draw < self.direct_rate:
+            return f"<answer>{_plain(sympy.Rational(a * b, divisor))}</answer>"
+        return f"<calc>{a} * {b}{f' / {divisor}' if divisor != 1 else ''}</calc>"
+
+
+def _plain(value: sympy.Expr) -> str:
+    """A number as a person writes it: ``30883``, ``308.83``."""
+    return str(int(value)) if value.is_integer else repr(float(value))
 
 
 class MixedMultiplyTeacher(MultiplySolver):
