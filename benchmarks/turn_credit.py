@@ -68,9 +68,10 @@ __all__ = ["ARMS", "Recipe", "run", "report", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "turn_credit.json"
 ENV_ID = "llmgym/Multiply-v0"
-#: the task settings, each a matrix of its own: the product itself, and the product in a larger unit
-#: (cents -> dollars: one more step after the calculation, so a good tool turn need not end in a right answer)
-SETTINGS = {"product": {}, "convert": {"convert": True}}
+#: the task settings, each a matrix of its own: the product itself; the product in a larger unit (cents -> dollars,
+#: one more step, which the calculator can take too); that value rounded to a whole number (a step the calculator's
+#: result leaves to the model, so a right calculation need not end in a right answer)
+SETTINGS = {"product": {}, "convert": {"convert": True}, "round": {"convert": True, "rounded": True}}
 #: each arm's env settings and whether the turn-level term reaches the advantages
 ARMS = {
     "or": {"env_kwargs": {"turn_rewards": False}, "turn_level": False},
@@ -99,7 +100,7 @@ class Recipe:
     max_new_tokens: int = 24
     seeds: tuple[int, ...] = (0, 1)
     arms: tuple[str, ...] = ("or", "mr", "mt")
-    settings: tuple[str, ...] = ("product", "convert")
+    settings: tuple[str, ...] = ("product", "convert", "round")
     eval_episodes: int = 200
     eval_seed: int = 100_000  # training questions come from seeds below it
     eval_backend: str = "llama.cpp"
@@ -234,6 +235,12 @@ def report(recipe: Recipe, out: Path, walls: dict[str, dict[str, float]]) -> dic
     }
 
 
+def first_step_over(rows: list[dict[str, float]], metric: str, level: float) -> int | None:
+    """The first step whose 5-step mean of ``metric`` (training episodes) reaches ``level``; ``None`` if none."""
+    smooth = _moving_mean([row[metric] for row in rows], 5)
+    return next((row["step"] for row, value in zip(rows, smooth) if value >= level), None)
+
+
 def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
     """Per arm (both training seeds pooled) and per run: each metric with its CI; paired differences; curves."""
     runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in recipe.seeds]
@@ -253,12 +260,14 @@ def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[s
                 m: mean_ci([scores[f"{a}-s{x}"][s][m] - scores[f"{b}-s{x}"][s][m] for x in recipe.seeds for s in seeds])
                 for m in METRICS
             }
+    curves = {name: curve(out / f"grpo-{name}" / "metrics.jsonl") for name in runs}
     return {
         "held_out_seeds": len(seeds),
         "arms": arms,
         "runs": per_run,
         "paired": paired,
-        "curves": {name: curve(out / f"grpo-{name}" / "metrics.jsonl") for name in runs},
+        "curves": curves,
+        "steps_to_tool_success_90": {name: first_step_over(rows, "tool_success", 0.9) for name, rows in curves.items()},
         "stage_wall_s": walls,
         "wall_s": sum(walls.values()),
     }
@@ -303,14 +312,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in a minute or two")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds to run (default: the recipe's)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="arms to run (default: all three)")
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="settings to run (default: both)")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="settings to run (default: all)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
     full = recipe
-    if args.seeds or args.arms:
+    if args.seeds or args.arms or args.settings:
         recipe = dataclasses.replace(
-            recipe, seeds=tuple(args.seeds or recipe.seeds), arms=tuple(args.arms or recipe.arms)
+            recipe,
+            seeds=tuple(args.seeds or recipe.seeds),
+            arms=tuple(args.arms or recipe.arms),
+            settings=tuple(args.settings or recipe.settings),
         )
     walls = run(recipe, args.out)
     # the report covers the whole matrix: written once every run of it has finished its evaluation

@@ -88,7 +88,10 @@ class MultiplyEnv(LLMEnv):
             ``no_action``); ``False`` leaves the outcome (``correct``) alone.
         convert: ask for the product in a larger unit (``347 * 89`` cents in dollars:
             ``308.83``), one step more after the product; ``tool_found`` then pays for
-            a calculation that returned the product or the answer.
+            a calculation that returned the product, the converted value or the answer.
+        rounded: with ``convert``, ask for the converted value rounded to a whole
+            number (``309``): a step the calculator's result leaves to the agent, so a
+            right calculation need not end in a right answer.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
     ``reset(seed=s)`` draws the question from the seed; ``reset(options={"a": 347, "b": 89})`` asks that
@@ -101,10 +104,14 @@ class MultiplyEnv(LLMEnv):
         "When you have the result, reply with <answer>number</answer>."
     )
 
-    def __init__(self, max_turns: int = 2, turn_rewards: bool = True, convert: bool = False, **kwargs: Any):
+    def __init__(
+        self, max_turns: int = 2, turn_rewards: bool = True, convert: bool = False, rounded: bool = False, **kwargs: Any
+    ):
+        if rounded and not convert:
+            raise ValueError("rounded=True needs convert=True: a product is already a whole number")
         self.turn_rewards = bool(turn_rewards)  # before LLMEnv.__init__, which builds the rubric
         super().__init__(max_turns=max_turns, **kwargs)
-        self.convert = bool(convert)
+        self.convert, self.rounded = bool(convert), bool(rounded)
         self.a, self.b, self.divisor = 0, 0, 1
         self.given: sympy.Expr | None = None
         self.answered = False
@@ -116,9 +123,14 @@ class MultiplyEnv(LLMEnv):
         return self.a * self.b
 
     @property
-    def answer(self) -> sympy.Rational:
-        """The right answer: the product, divided by the unit's size with ``convert``."""
+    def converted(self) -> sympy.Rational:
+        """The product divided by the unit's size (the product itself without ``convert``)."""
         return sympy.Rational(self.product, self.divisor)
+
+    @property
+    def answer(self) -> sympy.Rational:
+        """The right answer: :attr:`converted`, rounded half up to a whole number with ``rounded``."""
+        return sympy.Integer(sympy.floor(self.converted + sympy.Rational(1, 2))) if self.rounded else self.converted
 
     def setup(self, options: dict[str, Any] | None) -> str:
         options = options or {}
@@ -133,6 +145,8 @@ class MultiplyEnv(LLMEnv):
             self.b = int(self.np_random.integers(11, 100))
             pick = int(self.np_random.integers(len(QUESTIONS)))
         template, self.divisor = CONVERT_QUESTIONS[pick] if self.convert else (QUESTIONS[pick], 1)
+        if self.rounded:
+            template = template.removesuffix("?") + ", rounded to the nearest whole number?"
         self.given, self.answered, self.calls = None, False, []
         return template.format(a=self.a, b=self.b)
 
@@ -185,7 +199,7 @@ class MultiplyEnv(LLMEnv):
         return 1.0 if self._first_turn(lambda value: value is not None) == ctx.turn else 0.0
 
     def _tool_found(self, ctx: TurnContext) -> float:
-        found = {sympy.Integer(self.product), self.answer}
+        found = {sympy.Integer(self.product), self.converted, self.answer}
         return 1.0 if self._first_turn(lambda value: value is not None and value in found) == ctx.turn else 0.0
 
     def _called_tool(self, ctx: TurnContext) -> float:
@@ -201,17 +215,25 @@ class MultiplySolver:
     #: the share of questions answered at once, with the exact answer and no calculation
     direct_rate = 0.0
 
+    def __init__(self):
+        self.rounded = False  # the question asks for a whole number (read from the question)
+
+    def _finish(self, value: sympy.Expr) -> str:
+        """The answer from the calculated value: rounded half up when the question asks for it."""
+        return _plain(sympy.floor(value + sympy.Rational(1, 2)) if self.rounded else value)
+
     def act(self, observation: str) -> str:
         if observation.startswith("Result:"):
-            return f"<answer>{_plain(numbers_in(observation)[-1])}</answer>"
+            return f"<answer>{self._finish(numbers_in(observation)[-1])}</answer>"
         numbers = [int(n) for n in re.findall(r"\d+", observation)]
         if len(numbers) < 2:
             return "<answer>0</answer>"
         a, b = numbers[:2]
-        divisor = next((d for text, d in CONVERT_QUESTIONS if text.split("{b}")[1] in observation), 1)
+        divisor = next((d for text, d in CONVERT_QUESTIONS if text.split("{b}")[1].rstrip("?") in observation), 1)
+        self.rounded = "rounded to the nearest whole number" in observation
         draw = int.from_bytes(hashlib.sha256(observation.encode()).digest()[:8], "big") / 2**64
         if draw < self.direct_rate:
-            return f"<answer>{_plain(sympy.Rational(a * b, divisor))}</answer>"
+            return f"<answer>{self._finish(sympy.Rational(a * b, divisor))}</answer>"
         return f"<calc>{a} * {b}{f' / {divisor}' if divisor != 1 else ''}</calc>"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+import sympy
 
 import llmgym  # noqa: F401
 from llmgym.envs.multiply import MixedMultiplyTeacher, MultiplyEnv, MultiplySolver
@@ -110,3 +111,33 @@ def test_the_mixed_teacher_skips_the_tool_on_about_half_and_replays_the_same():
 def test_bad_options_are_a_clear_error():
     with pytest.raises(ValueError, match="'a' and 'b'"):
         MultiplyEnv().reset(options={"a": "347", "b": 89})
+
+
+def test_convert_asks_for_a_larger_unit_and_credits_each_reference_quantity():
+    env = MultiplyEnv(convert=True)
+    obs, _ = env.reset(options={"a": 347, "b": 89})
+    assert "in dollars" in obs and env.answer == sympy.Rational(30883, 100)
+    assert env.step("<calc>347 * 89</calc>")[1] == pytest.approx(0.5)  # the product is progress
+    assert env.step("<answer>$308.83</answer>")[1] == pytest.approx(1.0)
+    env.reset(options={"a": 347, "b": 89})
+    env.step("<calc>347 * 89</calc>")
+    assert env.step("<answer>30883</answer>")[1] == 0.0  # not converted
+
+
+def test_rounded_leaves_the_last_step_to_the_agent():
+    env = MultiplyEnv(convert=True, rounded=True)
+    obs, _ = env.reset(options={"a": 347, "b": 89})
+    assert obs.endswith("rounded to the nearest whole number?") and env.answer == 309
+    assert env.step("<calc>347 * 89 / 100</calc>")[0] == "Result: 30883/100 = 308.83"
+    assert env.step("<answer>308.83</answer>")[1] == 0.0  # a right calculation, a wrong answer
+    env.reset(options={"a": 347, "b": 89})
+    env.step("<calc>347 * 89 / 100</calc>")
+    assert env.step("<answer>309</answer>")[1] == 1.0
+    with pytest.raises(ValueError, match="needs convert"):
+        MultiplyEnv(rounded=True)
+
+
+@pytest.mark.parametrize("kwargs", [{"convert": True}, {"convert": True, "rounded": True}])
+def test_the_solver_solves_every_setting(kwargs):
+    episodes = rollout("llmgym/Multiply-v0", ScriptedPolicy(MultiplySolver), seeds=list(range(40)), env_kwargs=kwargs)
+    assert all(e.total_reward == pytest.approx(1.5) for e in episodes)
