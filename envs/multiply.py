@@ -24,10 +24,17 @@ correct        1.0    end   1 when the answer equals the product
 tool_ran       0.1    turn  1 on the turn of the episode's first calculation that
                             ran (a ``<calc>`` the calculator could evaluate)
 tool_found     0.4    turn  1 on the turn a calculation first returned the product
+                            (with ``convert``, or the converted value or the answer)
 no_action      -0.1   turn  1 when the reply has neither tag
 called_tool    0      turn  metric: 1 on the turn of the first ``<calc>`` tag
 answered       0      end   metric: 1 when an answer was given
 ============== ====== ===== ========================================================
+
+Two harder settings: ``convert=True`` asks for the product in a larger unit
+(``347`` cents times ``89`` in dollars: ``308.83``), a step the calculator can take
+too (``<calc>347 * 89 / 100</calc>``); ``rounded=True`` with it asks for that value
+rounded to a whole number (``309``), a step left to the agent after the result, so
+a right calculation need not end in a right answer.
 
 ``turn_rewards=False`` gives the turn components weight 0 (they stay in
 ``reward_components`` as metrics): the reward is then the outcome alone, the
