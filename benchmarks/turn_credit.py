@@ -291,7 +291,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 arm = name.split("-")[0]
                 smooth = _moving_mean([r[metric] for r in rows], 5)
                 axis.plot([r["step"] for r in rows], smooth, color=colours[arm], alpha=0.8, label=name)
-            axis.set(xlabel="GRPO step", title=f"{setting}: {title} (training, 5-step mean)")
+            axis.set(xlabel="GRPO step", ylabel="training episodes, 5-step mean", title=f"{setting}: {title}")
         row[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
