@@ -9,7 +9,10 @@ and compares:
 - **MT-GRPO**: turn-level advantages.
 
 Here the task is ``llmgym/Multiply-v0`` (a three-digit times a two-digit number: a calculator
-turn, then an answer turn; ``envs/multiply.py``) and the model SmolLM2-135M-Instruct with LoRA.
+turn, then an answer turn; ``envs/multiply.py``) and the model SmolLM2-135M-Instruct with LoRA,
+in three settings, each a matrix of its own (``SETTINGS``): ``product``; ``convert`` (the
+product in a larger unit, which the calculator can compute too); ``round`` (that value rounded
+to a whole number, a step the calculator's result leaves to the model).
 The arms differ only in what reaches the advantages (``trainers/advantages.py``):
 
 =========  ==============================  =============  ==============================================
@@ -26,9 +29,10 @@ uses the calculator on half the questions and answers the other half at once. Th
 model calls the tool on some questions and guesses the product on others, the paper's
 starting point for the question "does the arm learn to use the tool?".
 
-Stages (each one ``llmgym`` command, run once and recorded: ``benchmarks/stages.py``)::
+Stages per setting, in ``OUT/<setting>/`` (each one ``llmgym`` command, run once and recorded:
+``benchmarks/stages.py``)::
 
-    teacher -> sft -> grpo-{or,mr,mt}-s{0,1} -> eval-{base,sft,or-s0,...}
+    teacher -> sft -> eval-base, eval-sft -> grpo-{or,mr,mt}-s{0,1} -> eval-{or,mr,mt}-s{0,1}
 
 Every GRPO run has the same budget (steps, episodes per step, tokens per reply) and draws
 training questions from seeds below ``eval_seed``; each is evaluated on the same 200 held-out
@@ -41,12 +45,15 @@ stage's wall time: ``benchmarks/results/turn_credit.json`` and a PNG beside it.
 
 Run::
 
-    python benchmarks/turn_credit.py                         # everything (hours on 2 cores)
+    python benchmarks/turn_credit.py                         # everything (about 3 hours on 2 cores)
     python benchmarks/turn_credit.py --seeds 0 & python benchmarks/turn_credit.py --seeds 1
+    python benchmarks/turn_credit.py --settings round        # one setting's matrix
     python benchmarks/turn_credit.py --tiny --model tiny-random --out /tmp/tc --results /tmp/tc.json
 
-Two processes with different ``--seeds`` share the teacher and SFT stages (run one alone
-first, or let the first finish them); the report is written when every run has its evaluation.
+Processes sharing ``--out`` take turns on each stage (a lock per stage): a second process
+waits for a stage the first is running and then finds it done, so ``--seeds 0`` and
+``--seeds 1`` run side by side on two cores. The report is written, by whichever process
+finishes last, once every stage of every setting has finished.
 """
 
 from __future__ import annotations
