@@ -106,6 +106,10 @@ class Recipe:
     temperature: float = 1.0
     max_new_tokens: int = 24
     seeds: tuple[int, ...] = (0, 1)
+    #: more training seeds for the settings whose result hinges on them (round: the arms differ there)
+    more_seeds: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=lambda: {"round": (2, 3)})
+    #: run only these training seeds (``--seeds``); the report still covers every seed
+    only_seeds: tuple[int, ...] | None = None
     arms: tuple[str, ...] = ("or", "mr", "mt")
     settings: tuple[str, ...] = ("product", "convert", "round")
     eval_episodes: int = 200
@@ -125,10 +129,17 @@ class Recipe:
             grpo_prompts_per_step=2,
             max_new_tokens=8,
             seeds=(0,),
+            more_seeds={},
             settings=("convert",),
             eval_episodes=2,
             eval_backend="transformers",  # tiny-random's llama.cpp form has other weights than the one trained
         )
+
+
+def seeds_of(recipe: Recipe, setting: str, running: bool = False) -> tuple[int, ...]:
+    """A setting's training seeds; with ``running``, only those ``--seeds`` asked to run."""
+    seeds = recipe.seeds + recipe.more_seeds.get(setting, ())
+    return tuple(s for s in seeds if recipe.only_seeds is None or s in recipe.only_seeds) if running else seeds
 
 
 def stages(recipe: Recipe, out: Path, setting: str) -> dict[str, list[str]]:
@@ -148,7 +159,7 @@ def stages(recipe: Recipe, out: Path, setting: str) -> dict[str, list[str]]:
         "eval-sft": [*held_out, "--model", str(sft_adapter), "--out", str(out / "eval-sft")],
     }
     for arm in recipe.arms:
-        for seed in recipe.seeds:
+        for seed in seeds_of(recipe, setting, running=True):
             run = f"{arm}-s{seed}"
             env_kwargs = json.dumps({**task, **ARMS[arm]["env_kwargs"]})
             grpo = flags(env_kwargs=env_kwargs, model=recipe.model, lora=True)
@@ -250,7 +261,8 @@ def first_step_over(rows: list[dict[str, float]], metric: str, level: float) -> 
 
 def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
     """Per arm (both training seeds pooled) and per run: each metric with its CI; paired differences; curves."""
-    runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in recipe.seeds]
+    setting_seeds = seeds_of(recipe, out.name)
+    runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in setting_seeds]
     scores = {name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ["base", "sft", *runs]}
     seeds = sorted(set.intersection(*(set(s) for s in scores.values())))
 
@@ -258,13 +270,15 @@ def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[s
         return {m: mean_ci([scores[n][s][m] for n in names for s in seeds]) for m in METRICS}
 
     arms = {"base": pooled(["base"]), "sft": pooled(["sft"])}
-    arms |= {arm: pooled([f"{arm}-s{seed}" for seed in recipe.seeds]) for arm in recipe.arms}
+    arms |= {arm: pooled([f"{arm}-s{seed}" for seed in setting_seeds]) for arm in recipe.arms}
     per_run = {name: pooled([name]) for name in runs}
     paired = {}
     for a, b in (("mt", "or"), ("mt", "mr"), ("mr", "or")):
         if a in recipe.arms and b in recipe.arms:
             paired[f"{a}-{b}"] = {
-                m: mean_ci([scores[f"{a}-s{x}"][s][m] - scores[f"{b}-s{x}"][s][m] for x in recipe.seeds for s in seeds])
+                m: mean_ci(
+                    [scores[f"{a}-s{x}"][s][m] - scores[f"{b}-s{x}"][s][m] for x in setting_seeds for s in seeds]
+                )
                 for m in METRICS
             }
     curves = {name: curve(out / f"grpo-{name}" / "metrics.jsonl") for name in runs}
@@ -327,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if args.seeds or args.arms or args.settings:
         recipe = dataclasses.replace(
             recipe,
-            seeds=tuple(args.seeds or recipe.seeds),
+            only_seeds=tuple(args.seeds) if args.seeds else None,
             arms=tuple(args.arms or recipe.arms),
             settings=tuple(args.settings or recipe.settings),
         )
