@@ -101,6 +101,22 @@ def _rows(page) -> list[str]:
     return page.locator("#episodes-table tbody tr").all_inner_texts()
 
 
+def _rewards_once_sorted(page, descending: bool, count: int = 24, timeout_s: float = 10.0) -> list[float]:
+    """The reward column once the table shows ``count`` rows in that order (or whatever it shows at the timeout).
+
+    The header marks the new order before the page has fetched and drawn the rows, so reading
+    the rows right after the header changes can find the table empty (seen once in CI).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rewards = [float(row.split("\t")[4]) for row in _rows(page)]
+        if len(rewards) == count and rewards == sorted(rewards, reverse=descending):
+            return rewards
+        if time.monotonic() > deadline:
+            return rewards
+        page.wait_for_timeout(50)
+
+
 def test_filter_an_eval_open_an_episode_and_read_its_turns(page, eval_folder, shots):
     with Served(eval_folder) as url:
         page.goto(url)
@@ -111,11 +127,11 @@ def test_filter_an_eval_open_an_episode_and_read_its_turns(page, eval_folder, sh
         # sort by reward: highest first, then lowest first
         page.click("th:has-text('reward')")
         page.wait_for_selector("th.sorted:has-text('▼')")
-        rewards = [float(r.split("\t")[4]) for r in _rows(page)]
-        assert rewards == sorted(rewards, reverse=True) and rewards[0] > rewards[-1]
+        rewards = _rewards_once_sorted(page, descending=True)
+        assert len(rewards) == 24 and rewards == sorted(rewards, reverse=True) and rewards[0] > rewards[-1]
         page.click("th:has-text('reward')")
         page.wait_for_selector("th.sorted:has-text('▲')")
-        assert [float(r.split("\t")[4]) for r in _rows(page)] == sorted(rewards)
+        assert _rewards_once_sorted(page, descending=False) == sorted(rewards)
         page.click("th:has-text('reward')")
         page.wait_for_selector("th.sorted:has-text('▼')")
         page.screenshot(path=str(shots / "viewer-episodes.png"), full_page=True)
