@@ -70,6 +70,9 @@ from typing import Any
 
 from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script's own folder is on sys.path
 
+from llmgym.envs.multiply import MultiplyEnv
+from llmgym.episode import iter_jsonl
+
 __all__ = ["ARMS", "Recipe", "run", "report", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +89,8 @@ ARMS = {
     "mt": {"env_kwargs": {}, "turn_level": True},
 }
 ARM_NAMES = {"or": "GRPO-OR", "mr": "GRPO-MR", "mt": "MT-GRPO"}
-#: the weights of Multiply-v0's components with every turn reward paid (envs/multiply.py)
-WEIGHTS = {"correct": 1.0, "tool_ran": 0.1, "tool_found": 0.4, "no_action": -0.1}
+#: the weights of Multiply-v0's components with every turn reward paid, read from its rubric (metrics weigh 0)
+WEIGHTS = MultiplyEnv().rubric.weights()
 
 
 @dataclasses.dataclass
@@ -195,13 +198,9 @@ METRICS = ("tool_call", "tool_success", "tool_found", "accuracy", "reward")
 def episode_scores(path: Path) -> dict[int, dict[str, float]]:
     """Per held-out seed: the episode's metrics (each 0 or 1, and the reward with every turn reward paid)."""
     scores = {}
-    for line in path.read_text().splitlines():
-        episode = json.loads(line)
-        totals: dict[str, float] = {}
-        for turn in episode["reward_components"]:
-            for name, value in turn.items():
-                totals[name] = totals.get(name, 0.0) + value
-        scores[episode["seed"]] = {
+    for episode in iter_jsonl(path):
+        totals = episode.component_totals()
+        scores[episode.seed] = {
             "tool_call": min(totals.get("called_tool", 0.0), 1.0),
             "tool_success": min(totals.get("tool_ran", 0.0), 1.0),
             "tool_found": min(totals.get("tool_found", 0.0), 1.0),
@@ -218,7 +217,7 @@ def curve(path: Path) -> list[dict[str, float]]:
         if not line.strip():
             continue
         metrics = json.loads(line)
-        mean = {name: metrics.get(f"reward/{name}/mean", 0.0) for name in (*WEIGHTS, "called_tool")}
+        mean = {name: metrics.get(f"reward/{name}/mean", 0.0) for name in WEIGHTS}
         rows.append(
             {
                 "step": metrics["step"],
@@ -244,7 +243,7 @@ def report(recipe: Recipe, out: Path, walls: dict[str, dict[str, float]]) -> dic
         "paper": "Zeng et al., arXiv 2505.11821 (MT-GRPO)",
         "recipe": dataclasses.asdict(recipe),
         "settings": {
-            setting: report_setting(recipe, out / setting, walls[setting]) | {"env_kwargs": SETTINGS[setting]}
+            setting: report_setting(recipe, out / setting, setting, walls[setting]) | {"env_kwargs": SETTINGS[setting]}
             for setting in recipe.settings
         },
         "total_wall_s": sum(sum(w.values()) for w in walls.values()),
@@ -259,9 +258,9 @@ def first_step_over(rows: list[dict[str, float]], metric: str, level: float) -> 
     return next((row["step"] for row, value in zip(rows, smooth) if value >= level), None)
 
 
-def report_setting(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
+def report_setting(recipe: Recipe, out: Path, setting: str, walls: dict[str, float]) -> dict[str, Any]:
     """Per arm (both training seeds pooled) and per run: each metric with its CI; paired differences; curves."""
-    setting_seeds = seeds_of(recipe, out.name)
+    setting_seeds = seeds_of(recipe, setting)
     runs = [f"{arm}-s{seed}" for arm in recipe.arms for seed in setting_seeds]
     scores = {name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ["base", "sft", *runs]}
     seeds = sorted(set.intersection(*(set(s) for s in scores.values())))

@@ -48,6 +48,8 @@ from typing import Any
 
 from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script's own folder is on sys.path
 
+from llmgym.episode import iter_jsonl
+
 __all__ = ["Recipe", "run", "report", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,16 +142,14 @@ def run(recipe: Recipe, out: Path) -> dict[str, float]:
 def episode_scores(path: Path) -> dict[int, dict[str, float]]:
     """Per seed: total reward, solved (0/1), turns with a valid guess over turns, information, turns."""
     scores = {}
-    for line in path.read_text().splitlines():
-        episode = json.loads(line)
-        turns = episode["reward_components"]
-        invalid = sum(turn.get("invalid_guess", 0.0) for turn in turns)
-        scores[episode["seed"]] = {
-            "reward": sum(episode["turn_rewards"]),
-            "solved": sum(turn.get("solved", 0.0) for turn in turns),
-            "valid_guess_rate": 1.0 - invalid / len(turns) if turns else 0.0,
-            "information": sum(turn.get("information", 0.0) for turn in turns),
-            "turns": float(len(turns)),
+    for episode in iter_jsonl(path):
+        totals, turns = episode.component_totals(), episode.num_turns
+        scores[episode.seed] = {
+            "reward": episode.total_reward,
+            "solved": totals.get("solved", 0.0),
+            "valid_guess_rate": 1.0 - totals.get("invalid_guess", 0.0) / turns if turns else 0.0,
+            "information": totals.get("information", 0.0),
+            "turns": float(turns),
         }
     return scores
 
