@@ -45,13 +45,15 @@ import asyncio
 import concurrent.futures
 import ctypes
 import hashlib
+import importlib.util
 import os
+import re
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,7 +61,10 @@ from llmgym.policy import Generation, PolicyRequest, SamplingParams
 from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _import_llama_cpp, _Turn
 from llmgym.wrappers.prompting import Prompt
 
-__all__ = ["LlamaCppBatchPolicy", "converted_gguf", "WEIGHT_TYPES"]
+__all__ = ["LlamaCppBatchPolicy", "converted_gguf", "default_engine", "WEIGHT_TYPES", "ENGINES"]
+
+#: ``engine=`` names: what computes the slots' tokens (the llama.cpp model tokenizes and templates for both).
+ENGINES = ("llama.cpp", "torch")
 
 #: ``weights=`` names and the llama.cpp file types they convert to (``"gguf"``: no conversion).
 WEIGHT_TYPES = {
@@ -68,6 +73,23 @@ WEIGHT_TYPES = {
     "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
     "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
 }
+
+
+def default_engine() -> str:
+    """The engine ``llmgym eval`` and ``llmgym serve`` decode concurrent requests with.
+
+    ``"torch"`` where torch and transformers are installed and the CPU multiplies
+    bf16 natively (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``), since there it
+    measured 2-4x llama.cpp's single stream (docs/policies-local.md); elsewhere
+    ``"llama.cpp"`` (bf16 emulated on AVX2 is slower than llama.cpp's Q4 kernels).
+    """
+    if not all(importlib.util.find_spec(module) for module in ("torch", "transformers", "gguf")):
+        return "llama.cpp"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "llama.cpp"
+    return "torch" if re.search(r"\b(avx512_bf16|amx_bf16)\b", flags) else "llama.cpp"
 
 
 def converted_gguf(path: str | os.PathLike[str], weights: str) -> Path:
@@ -144,7 +166,14 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         slots: sequences decoded at once, each with its own KV cache of ``n_ctx``
             tokens (the episodes a rollout runs concurrently; more requests wait).
         weights: the weight type llama.cpp computes with (:data:`WEIGHT_TYPES`).
-        n_batch: most prompt tokens evaluated per ``llama_decode``.
+        engine: what evaluates the tokens (:data:`ENGINES`): ``"llama.cpp"``, or
+            ``"torch"``: the same model in bf16 on a
+            :class:`~llmgym.wrappers.decoding.slots.SlotDecoder` (needs the
+            ``transformers`` extra; 2-4x llama.cpp's single stream on a CPU
+            with AVX512-BF16, see docs/policies-local.md). llama.cpp still
+            tokenizes and renders the chat template, so prompts are the same.
+        n_batch: most prompt tokens evaluated per call.
+        n_threads: CPU threads (default: half the cores for llama.cpp, every core for torch).
         **kwargs: as :class:`LlamaCppPolicy` (``n_ctx`` is per slot).
 
     ``generate(requests)`` decodes its requests together; ``agenerate`` calls from
@@ -166,6 +195,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         *,
         slots: int = 16,
         weights: str = "gguf",
+        engine: str = "llama.cpp",
         n_batch: int = 512,
         n_ctx: int = 4096,
         n_threads: int | None = None,
@@ -174,6 +204,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         from llmgym.wrappers.lora_gguf import with_adapter
         from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
 
+        spec, user_lora = model_path, kwargs.get("lora_path")
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         if n_batch < slots:
@@ -186,32 +217,26 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             )
         default_name = DEFAULT_MODEL if source.name == MODEL_ALIASES[DEFAULT_MODEL] else source.stem
         kwargs["name"] = kwargs.get("name") or adapter_name or default_name
-        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if engine == "torch" and (weights != "gguf" or user_lora is not None):
+            raise ValueError(
+                "engine='torch' computes in bf16 from the model's own weights: it takes no weights= type and no "
+                "GGUF lora_path (give an adapter folder as the model instead)"
+            )
+        if not n_threads:  # llama.cpp's spinning workers want a core each to spare; torch's batches use every core
+            n_threads = (os.cpu_count() or 1) if engine == "torch" else max(1, (os.cpu_count() or 2) // 2)
+        # the llama.cpp model tokenizes, renders the chat template and detokenizes for both engines
         super().__init__(converted_gguf(source, weights), n_ctx=n_ctx, n_threads=n_threads, **kwargs)
         self.source_path, self.weights, self.slots, self.n_batch = source, weights, slots, n_batch
+        self.engine, self.n_threads = engine, n_threads
         self.max_concurrency = slots
-        lib = self._llama_cpp
-        from llama_cpp._utils import suppress_stdout_stderr
-
-        params = lib.llama_context_default_params()
-        params.n_ctx = n_ctx * slots
-        params.n_batch = params.n_ubatch = n_batch
-        params.n_seq_max = slots
-        params.kv_unified = False  # a stream per sequence: attention reads only its own cells
-        # flash attention's half-precision sums depend on how a prompt was split into llama_decode calls
-        # (log-probs moved by up to 0.4); without it, a prompt's numbers do not depend on where it was cut
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.n_threads = params.n_threads_batch = n_threads
-        with suppress_stdout_stderr(disable=bool(kwargs.get("verbose"))):
-            self._ctx = lib.llama_init_from_model(self.llm.model, params)
-        if not self._ctx:
-            raise RuntimeError(f"llama.cpp could not make a context of {slots} x {n_ctx} tokens")
-        if self.lora_path is not None:  # the adapter the single-stream context got, on the batch context too
-            adapters = (lib.llama_adapter_lora_p_ctypes * 1)(self.llm._lora_adapter)
-            if lib.llama_set_adapters_lora(self._ctx, adapters, 1, (ctypes.c_float * 1)(1.0)):
-                raise RuntimeError(f"llama.cpp could not apply the LoRA adapter {self.lora_path}")
-        self._memory = lib.llama_get_memory(self._ctx)
-        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        #: Counters: decoding calls run, tokens they evaluated, the most sequences in one call, prompt
+        #: tokens whose KV cache was copied from another slot instead of evaluated.
+        self.steps = 0
+        self.tokens_evaluated = 0
+        self.widest_step = 0
+        self.prompt_tokens_copied = 0
         self._held: list[list[int]] = [[] for _ in range(slots)]  # the tokens each slot's KV cache holds
         self._last_used = [0.0] * slots
         self._owner: list[str | None] = [None] * slots  # the episode (PolicyRequest.episode_id) a slot last served
@@ -220,14 +245,12 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._submit_lock = threading.Lock()  # seeds are drawn in submission order
         self._wake = threading.Condition()
         self._closing = False
-        self._scheduler = threading.Thread(target=self._run, name="llama.cpp batch", daemon=True)
+        if engine == "torch":
+            self._slots: _Slots = _TorchSlots(spec, slots, n_ctx, n_threads)
+        else:
+            self._slots = _LlamaCppSlots(self, slots, n_ctx, n_batch, n_threads, bool(kwargs.get("verbose")))
+        self._scheduler = threading.Thread(target=self._run, name=f"{engine} batch", daemon=True)
         self._scheduler.start()
-        #: Counters: llama_decode steps run, tokens they evaluated, the most sequences in one step, prompt
-        #: tokens whose KV cache was copied from another slot instead of evaluated.
-        self.steps = 0
-        self.tokens_evaluated = 0
-        self.widest_step = 0
-        self.prompt_tokens_copied = 0
 
     # -- requests ------------------------------------------------------------------
 
@@ -303,7 +326,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
                 self._step()
             except Exception as err:  # noqa: BLE001  the requests in flight fail; the scheduler goes on
                 for request in self._active:  # what their slots hold is unknown now: empty them
-                    self._llama_cpp.llama_memory_seq_rm(self._memory, request.slot, 0, -1)
+                    self._slots.keep(request.slot, 0)
                     self._held[request.slot] = []
                     self._release(request)
                     _fail(request.future, err)
@@ -342,18 +365,17 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         """Seat ``request`` in ``slot``: keep the KV cache of the prefix they share, drop the rest. When another
         slot holds a longer prefix of the prompt (the system prompt every episode starts with), its cache is
         copied in first: a copy of the KV buffer costs far less than evaluating the prefix again."""
-        lib, ids = self._llama_cpp, request.ready.ids
+        ids = request.ready.ids
         last = len(ids) - 1  # the last prompt token is evaluated again, for fresh logits
         common = min(_common_prefix(self._held[slot], ids), last)
         donor = max(range(self.slots), key=lambda s: _common_prefix(self._held[s], ids))
         shared = min(_common_prefix(self._held[donor], ids), last)
         if shared >= common + MIN_COPIED_PREFIX:
-            lib.llama_memory_seq_rm(self._memory, slot, 0, -1)
-            lib.llama_memory_seq_cp(self._memory, donor, slot, -1, -1)  # another stream: the whole buffer
+            self._slots.copy(donor, slot, len(self._held[donor]))
             self._held[slot] = list(self._held[donor])
             common = shared
             self.prompt_tokens_copied += shared
-        lib.llama_memory_seq_rm(self._memory, slot, common, -1)
+        self._slots.keep(slot, common)
         self._held[slot] = self._held[slot][:common]
         self._owner[slot] = request.ready.request.episode_id
         request.slot, request.reused, request.pending = slot, common, list(ids[common:])
@@ -380,36 +402,26 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._finish_done()
 
     def _decode(self, requests: list[_Request]) -> None:
-        """Evaluate the pending tokens of ``requests`` (``n_batch`` at most) in one ``llama_decode``; each one whose
-        last pending token went in samples its next token from the logits there."""
-        lib, batch = self._llama_cpp, self._batch
-        batch.n_tokens = 0
-        sampled = []
+        """Evaluate the pending tokens of ``requests`` (``n_batch`` at most) in one call; each one whose last
+        pending token went in samples its next token from the logits there."""
+        chunks = []
         for request in requests:
-            held = self._held[request.slot]
-            chunk = request.pending[: self.n_batch - batch.n_tokens]
-            for token in chunk:
-                i = batch.n_tokens
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, len(held), 1
-                batch.seq_id[i][0] = request.slot
-                batch.logits[i] = False
-                held.append(token)
-                batch.n_tokens += 1
+            chunk = request.pending[: self.n_batch - sum(len(c) for c in chunks)]
+            chunks.append(chunk)
             del request.pending[: len(chunk)]
-            if not request.pending:  # its last position is in: its logits give the next token
-                batch.logits[batch.n_tokens - 1] = True
-                sampled.append((request, batch.n_tokens - 1))
-        if lib.llama_decode(self._ctx, batch) != 0:
-            raise RuntimeError(f"llama_decode failed on a batch of {batch.n_tokens} tokens")
+        wanted = [not request.pending for request in requests]  # its last position is in: sample after it
+        slots = [request.slot for request in requests]
+        logits = self._slots.evaluate(slots, chunks, [len(self._held[slot]) for slot in slots], wanted)
+        for slot, chunk in zip(slots, chunks):
+            self._held[slot].extend(chunk)
         self.steps += 1
-        self.tokens_evaluated += batch.n_tokens
+        self.tokens_evaluated += sum(len(chunk) for chunk in chunks)
         self.widest_step = max(self.widest_step, len(requests))
         now = time.perf_counter()
-        for request, index in sampled:
+        for request, row in zip([r for r, want in zip(requests, wanted) if want], logits):
             if not request.prompt_done:
                 request.prompt_done = now
-            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, index), shape=(self.n_vocab,))
-            request.pending.append(request.turn.advance(logits))
+            request.pending.append(request.turn.advance(row))
 
     def _finish_done(self) -> None:
         going = []
@@ -423,7 +435,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             result = self._generation(
                 request.ready, request.turn, request.reused, prompt_seconds, now - request.submitted, {}
             )
-            result.metadata["backend"] = "llama.cpp batch"
+            result.metadata["backend"] = f"{self.engine} batch"
             _succeed(request.future, result)
         self._active = going
 
@@ -438,9 +450,133 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
                 self._closing = True
                 self._wake.notify()
             self._scheduler.join()
-            self._llama_cpp.llama_batch_free(self._batch)
-            self._llama_cpp.llama_free(self._ctx)
+            self._slots.close()
         super().close()
+
+
+class _Slots(Protocol):
+    """Where the slots' KV caches live and their tokens are evaluated (an engine of :class:`LlamaCppBatchPolicy`)."""
+
+    def keep(self, slot: int, length: int) -> None:
+        """Drop what ``slot`` holds after its first ``length`` tokens."""
+
+    def copy(self, source: int, target: int, length: int) -> None:
+        """Make ``target`` hold the first ``length`` tokens ``source`` holds."""
+
+    def evaluate(
+        self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
+    ) -> list[np.ndarray]:
+        """Evaluate each chunk after the ``starts[i]`` tokens its slot holds; the logits after the last token
+        of each chunk that is ``wanted``, in order."""
+        ...
+
+    def close(self) -> None:
+        """Free the engine's memory."""
+
+
+class _LlamaCppSlots:
+    """llama.cpp's engine: a context of ``slots`` KV sequences, each its own stream of ``n_ctx`` cells (so a token
+    attends only to its own sequence), one ``llama_decode`` per call."""
+
+    def __init__(self, policy: LlamaCppPolicy, slots: int, n_ctx: int, n_batch: int, n_threads: int, verbose: bool):
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        lib = self.lib = policy._llama_cpp
+        self.n_vocab = policy.n_vocab
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx * slots
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = slots
+        params.kv_unified = False  # a stream per sequence: attention reads only its own cells
+        # flash attention's half-precision sums depend on how a prompt was split into llama_decode calls
+        # (log-probs moved by up to 0.4); without it, a prompt's numbers do not depend on where it was cut
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.n_threads = params.n_threads_batch = n_threads
+        with suppress_stdout_stderr(disable=verbose):
+            self.ctx = lib.llama_init_from_model(policy.llm.model, params)
+        if not self.ctx:
+            raise RuntimeError(f"llama.cpp could not make a context of {slots} x {n_ctx} tokens")
+        if policy.lora_path is not None:  # the adapter the single-stream context got, on the batch context too
+            adapters = (lib.llama_adapter_lora_p_ctypes * 1)(policy.llm._lora_adapter)
+            if lib.llama_set_adapters_lora(self.ctx, adapters, 1, (ctypes.c_float * 1)(1.0)):
+                raise RuntimeError(f"llama.cpp could not apply the LoRA adapter {policy.lora_path}")
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.batch = lib.llama_batch_init(n_batch, 0, 1)
+
+    def keep(self, slot: int, length: int) -> None:
+        self.lib.llama_memory_seq_rm(self.memory, slot, length, -1)
+
+    def copy(self, source: int, target: int, length: int) -> None:
+        self.lib.llama_memory_seq_rm(self.memory, target, 0, -1)
+        self.lib.llama_memory_seq_cp(self.memory, source, target, -1, -1)  # another stream: the whole buffer
+        self.lib.llama_memory_seq_rm(self.memory, target, length, -1)
+
+    def evaluate(
+        self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
+    ) -> list[np.ndarray]:
+        batch = self.batch
+        batch.n_tokens = 0
+        rows = []
+        for slot, chunk, start, want in zip(slots, chunks, starts, wanted):
+            for offset, token in enumerate(chunk):
+                i = batch.n_tokens
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + offset, 1
+                batch.seq_id[i][0] = slot
+                batch.logits[i] = False
+                batch.n_tokens += 1
+            if want:
+                batch.logits[batch.n_tokens - 1] = True
+                rows.append(batch.n_tokens - 1)
+        if self.lib.llama_decode(self.ctx, batch) != 0:
+            raise RuntimeError(f"llama_decode failed on a batch of {batch.n_tokens} tokens")
+        return [
+            np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,)) for row in rows
+        ]
+
+    def close(self) -> None:
+        self.lib.llama_batch_free(self.batch)
+        self.lib.llama_free(self.ctx)
+
+
+class _TorchSlots:
+    """The torch engine: the model in bf16 on a :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`; the
+    one-token chunks of a call are one batched step, a longer chunk (a prompt) is evaluated alone."""
+
+    def __init__(self, spec: Any, slots: int, n_ctx: int, n_threads: int) -> None:
+        import torch
+
+        from llmgym.wrappers.decoding.slots import SlotDecoder
+        from llmgym.wrappers.weights import load_model
+
+        model, _ = load_model(spec)
+        self.torch, self.n_threads, self._threads_set = torch, n_threads, False
+        self.decoder = SlotDecoder(model.to(torch.bfloat16).eval(), slots, max_length=n_ctx)
+
+    def keep(self, slot: int, length: int) -> None:
+        self.decoder.truncate(slot, length)
+
+    def copy(self, source: int, target: int, length: int) -> None:
+        self.decoder.copy(source, target, length)
+
+    def evaluate(
+        self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
+    ) -> list[np.ndarray]:
+        if not self._threads_set:  # torch's thread pool is per calling thread: set it on the scheduler's
+            self.torch.set_num_threads(self.n_threads)
+            self._threads_set = True
+        for slot, start in zip(slots, starts):
+            self.decoder.truncate(slot, start)
+        if all(len(chunk) == 1 for chunk in chunks) and all(wanted):
+            return list(self.decoder.step(slots, [chunk[0] for chunk in chunks]).numpy())
+        out = []
+        for slot, chunk, want in zip(slots, chunks, wanted):
+            logits = self.decoder.extend(slot, chunk)
+            if want:
+                out.append(logits.numpy())
+        return out
+
+    def close(self) -> None:
+        self.decoder = None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -89,7 +89,11 @@ def build_policy(args: argparse.Namespace) -> Any:
         from llmgym.wrappers.models import load_policy
 
         # llama.cpp: concurrent episodes decoded together, a KV cache slot each
-        batched = {"slots": args.concurrency} if args.backend == "llama.cpp" and args.concurrency > 1 else {}
+        batched = (
+            {"slots": args.concurrency, "engine": getattr(args, "engine", "llama.cpp")}
+            if args.backend == "llama.cpp" and args.concurrency > 1
+            else {}
+        )
         try:
             return load_policy(args.backend, args.model, **batched)
         except (OSError, ValueError) as err:

@@ -49,6 +49,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="local model backend (default llama.cpp)",
     )
     parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "llama.cpp", "torch"],
+        help="what decodes concurrent episodes of the llama.cpp backend: torch (bf16, a KV cache slot per episode; "
+        "needs the transformers extra) or llama.cpp; auto: torch where installed on a CPU with AVX512-BF16",
+    )
+    parser.add_argument(
         "--model",
         help="model name or path (local: default SmolLM2-135M-Instruct; a LoRA adapter folder; "
         "smollm2-wordle, the shipped Wordle agent; server: the served name, default the server's first model)",
@@ -76,8 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--concurrency",
         type=int,
         default=None,
-        help="episodes in flight at once (default 32; 1 for the llama.cpp backend, where N > 1 decodes N "
-        "episodes together with a KV cache slot each)",
+        help="episodes in flight at once (default 32; for the llama.cpp backend 16 with the torch engine, else 1; "
+        "N > 1 decodes N episodes together with a KV cache slot each)",
     )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
@@ -126,15 +133,19 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.env_id not in gym.registry and args.opponent is None:
         raise unknown_env(args.env_id, "eval")
+    if args.engine == "auto":
+        from llmgym.wrappers.llamacpp_batch import default_engine
+
+        args.engine = default_engine()
     if args.concurrency is None:
-        # llama.cpp: one stream; --concurrency N decodes N episodes together (LlamaCppBatchPolicy), which measured
-        # no faster on the README's job here (docs/policies-local.md) for 6x the memory
+        # llama.cpp: 16 episodes decoded together on the torch engine; llama.cpp's own batches measured no faster
+        # than its single stream (docs/policies-local.md), so that engine plays one episode at a time
         local = [f"local:{args.backend}"] if not args.policy and not args.base_url else []
         local_llamacpp = any(
             s.split(":")[:2] in (["local"], ["local", ""], ["local", "llama.cpp"])
             for s in local + (args.opponent or [])
         )
-        args.concurrency = 1 if local_llamacpp else 32
+        args.concurrency = (16 if args.engine == "torch" else 1) if local_llamacpp else 32
     for name in ("num_seeds", "group_size", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} must be at least 1")
@@ -218,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         "seeds": [seeds[0], seeds[-1]],
         "group_size": args.group_size,
         "concurrency": args.concurrency,
+        "engine": getattr(policy, "engine", None),
         "sampling": vars(sampling),
         "env_kwargs": env_kwargs,
         "wall_s": wall,
