@@ -28,7 +28,11 @@ for these few query rows over long cached contexts.)
 
 The numbers are bf16's (the weights and activations; norms, softmax and logits
 in fp32), so log-probs differ from the fp32 model's by ~0.01-0.1. A row's logits
-depend on how many rows share its step by bf16 rounding only; the tests bound it.
+barely depend on the rows beside it in a step: attention is computed per row
+over whole blocks of columns, and the bf16 products give each row the same
+numbers alone or in a batch but for a few rows of the MLP's down projection,
+which oneDNN rounds differently (SmolLM2's log-probs moved by up to 0.009 between
+a batch of 16 and one row; the tests bound it at 0.05).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 __all__ = ["SlotDecoder"]
 
 _FIRST_CAPACITY = 256  # cache columns per slot at first; doubled when a slot needs more
+# Attention reads a multiple of this many cache columns (the rest masked out), so a sequence's scores are summed in
+# the same order whatever the longest sequence beside it: softmax's vectorized sums group a row's entries by
+# position, and a tail that is not a whole multiple of the vector width is summed apart, in another order.
+_COLUMN_BLOCK = 64
 
 
 class SlotDecoder:
@@ -129,7 +137,8 @@ class SlotDecoder:
         self._reserve(start + count)
         row = self._row[slot]
         positions = torch.arange(start, start + count)
-        hidden_keys = torch.arange(start + count)[None, :] > positions[:, None]  # [count, keys]: causal
+        width = self._width(start + count)
+        hidden_keys = torch.arange(width)[None, :] > positions[:, None]  # [count, keys]: causal
         mask = _additive(hidden_keys.repeat(self.group, 1)[None, None])  # a kv head's query heads are its query rows
         hidden = self.model.model.embed_tokens(torch.tensor([tokens]))
         cos, sin = self.model.model.rotary_emb(hidden, positions[None])
@@ -139,8 +148,8 @@ class SlotDecoder:
             self.values[index, row, :, start : start + count] = v[0]
             out = self._attend(
                 q.reshape(1, self.kv_heads, self.group * count, self.head_dim),
-                self.keys[index, row : row + 1, ..., : start + count],
-                self.values[index, row : row + 1, :, : start + count],
+                self.keys[index, row : row + 1, ..., :width],
+                self.values[index, row : row + 1, :, :width],
                 mask,
             )
             out = out.view(1, self.heads, count, self.head_dim).transpose(1, 2).reshape(1, count, -1)
@@ -156,8 +165,8 @@ class SlotDecoder:
         self._to_front(slots)
         rows = len(slots)
         lengths = torch.tensor([self._lengths[slot] for slot in slots])
-        width = int(lengths.max()) + 1
-        self._reserve(width)
+        self._reserve(int(lengths.max()) + 1)
+        width = self._width(int(lengths.max()) + 1)
         mask = _additive((torch.arange(width)[None, :] > lengths[:, None])[:, None, None, :])  # [rows, 1, 1, keys]
         hidden = self.model.model.embed_tokens(torch.tensor(tokens)[:, None])
         cos, sin = self.model.model.rotary_emb(hidden, lengths[:, None])
@@ -224,6 +233,10 @@ class SlotDecoder:
         values = self.values.new_zeros((*self.values.shape[:3], capacity, self.head_dim))
         values[:, :, :, : self.values.shape[3]] = self.values
         self.keys, self.values = keys, values
+
+    def _width(self, length: int) -> int:
+        """Cache columns attention reads to see ``length`` tokens: whole blocks of ``_COLUMN_BLOCK``."""
+        return min(-(-length // _COLUMN_BLOCK) * _COLUMN_BLOCK, self.values.shape[3])
 
     def _to_front(self, slots: list[int]) -> None:
         """Put ``slots``' tokens in cache rows ``0, 1, ...`` in that order (swapping rows where needed)."""
