@@ -1,27 +1,33 @@
-"""Batched llama.cpp decoding against one plain llama-cpp-python stream of the same model, in one run.
+"""Batched local decoding against one plain llama-cpp-python stream of the same model, in one run.
 
-Measures, with SmolLM2-135M-Instruct and the same thread count everywhere:
+Measures, with SmolLM2-135M-Instruct, each engine on its default threads (llama.cpp: half
+the cores, whose spinning workers want a core to spare; torch: every core) unless
+``--threads`` sets them:
 
 - ``single_stream``: plain ``llama_cpp.Llama.create_completion`` on the shipped Q4_1 GGUF,
-  one sequence (the reference every ratio divides by);
+  one sequence, with half the cores' threads and with every core; the faster is the
+  reference every ratio divides by;
 - ``eval_cN``: :func:`llmgym.rollout.rollout` on Wordle at N = 1, 4, 16 concurrent
   episodes, as ``llmgym eval`` builds the policy (N = 1: ``LlamaCppPolicy``, one
-  stream; N > 1: ``LlamaCppBatchPolicy`` with N slots); aggregate generated tokens/s
-  and the prompt tokens evaluated per turn (first turn vs later turns: later turns
-  should evaluate only the env's reply);
+  stream; N > 1: ``LlamaCppBatchPolicy`` with N slots, on each engine of ``--engines``,
+  ``_llama.cpp`` suffixed to the llama.cpp engine's rows); aggregate generated
+  tokens/s and the prompt tokens evaluated per turn (first turn vs later turns:
+  later turns should evaluate only the env's reply); ``eval_c16_rerun``: the same
+  eval again, to check that the same seeds give the same tokens;
 - ``serve_cN``: an ``llmgym serve`` subprocess (its default 16 slots) at N = 1, 16, 64
   concurrent one-turn episodes through the OpenAI client, and the server's peak RSS;
-- ``batch16`` / ``int8_torch16``: 16 requests generated as one batch by the batched
-  policy and by the int8 torch decoder (``TransformersPolicy(rollout_precision="int8")``),
-  the alternative; ``eval_c16_int8_torch``: the eval at 16 episodes on the int8 decoder;
-- ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against a
-  measured fp32 ``torch.matmul`` rate with the same threads: how far the batch is
-  from the machine's compute.
+- ``batch16``: 16 requests generated as one batch by the batched policy on each
+  engine, and ``int8_torch16`` by the int8 torch decoder
+  (``TransformersPolicy(rollout_precision="int8")``), an alternative;
+- ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against measured
+  ``torch.matmul`` rates (fp32, and bf16, the torch engine's arithmetic) with the same
+  threads: how far the batch is from the machine's compute.
 
 Results go to ``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
 The load average is recorded: on a shared machine absolute numbers move with it.
 
 Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 128] [--max-turns 3] [--threads 1]``
+``[--engines torch,llama.cpp]``
 """
 
 from __future__ import annotations
@@ -84,18 +90,13 @@ def single_stream(model: str, threads: int, tokens: int) -> dict[str, Any]:
 
 
 def eval_case(
-    concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int, int8_torch: bool = False
-) -> dict:
+    concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int, engine: str
+) -> tuple[dict, list[list[int]]]:
+    """The eval's numbers, and each episode's tokens (to compare a rerun with)."""
     from llmgym.wrappers.models import load_policy
 
-    if int8_torch:  # the alternative: the int8 torch decoder, batched by its micro-batcher (no KV kept across turns)
-        import torch
-
-        torch.set_num_threads(threads)
-        policy = load_policy("transformers", None, rollout_precision="int8", batch_size=concurrency)
-    else:
-        slots = {"slots": concurrency} if concurrency > 1 else {}
-        policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
+    slots = {"slots": concurrency, "engine": engine} if concurrency > 1 else {}
+    policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
     recording = Recording(policy)
     rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
     recording.turns.clear()
@@ -113,8 +114,9 @@ def eval_case(
     generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
     first = [t for t in recording.turns if t["first_turn"]]
     later = [t for t in recording.turns if not t["first_turn"]]
-    return {
+    numbers = {
         "concurrency": concurrency,
+        "engine": engine if concurrency > 1 else "llama.cpp single stream",
         "episodes": episodes,
         "failed": sum("error" in e.metadata for e in records),
         "generated_tokens": generated,
@@ -126,24 +128,25 @@ def eval_case(
         "later_turn_processed_mean": round(sum(t["processed"] for t in later) / max(1, len(later)), 1),
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
+    return numbers, [list(e.token_ids) for e in sorted(records, key=lambda e: e.seed)]
 
 
-def serve_cases(levels: list[int], sampling: SamplingParams) -> dict[str, Any]:
+def serve_cases(levels: list[int], sampling: SamplingParams, engine: str, suffix: str) -> dict[str, Any]:
     from rollout import Server, measure  # benchmarks/rollout.py: the llmgym serve subprocess and its timing
 
     from llmgym.wrappers.openai_policy import OpenAIPolicy
 
     results: dict[str, Any] = {}
-    with Server("llama.cpp", max_batch_size=16) as server:
+    with Server("llama.cpp", max_batch_size=16, engine=engine) as server:
         for level in levels:
             policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
             measure(policy, concurrency=1, episodes=1, sampling=sampling, max_turns=1)  # warm-up
-            results[f"serve_c{level}"] = measure(
-                policy, concurrency=level, episodes=max(level, 4), sampling=sampling, max_turns=1
-            )
+            name = f"serve_c{level}{suffix}"
+            results[name] = measure(policy, concurrency=level, episodes=max(level, 4), sampling=sampling, max_turns=1)
+            results[name]["engine"] = engine
             policy.close()
-            print(f"-- serve_c{level}: {json.dumps(results[f'serve_c{level}'])}", flush=True)
-        results["serve_peak_rss_mb"] = server.peak_rss_mb()
+            print(f"-- {name}: {json.dumps(results[name])}", flush=True)
+        results[f"serve_peak_rss_mb{suffix}"] = server.peak_rss_mb()
     return results
 
 
@@ -179,11 +182,11 @@ def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
         policy.close()
 
 
-def batch_rate(threads: int, tokens: int) -> dict[str, Any]:
+def batch_rate(threads: int, tokens: int, engine: str) -> dict[str, Any]:
     """LlamaCppBatchPolicy at 16 sequences, the same requests as :func:`int8_torch_rate`."""
     from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
 
-    policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads)
+    policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads, engine=engine)
     try:
         parameters = policy._llama_cpp.llama_model_n_params(policy.llm.model)
         return {**one_batch_rate(policy, tokens), "parameters": parameters}
@@ -191,12 +194,12 @@ def batch_rate(threads: int, tokens: int) -> dict[str, Any]:
         policy.close()
 
 
-def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
-    """fp32 FLOP/s of a square ``torch.matmul`` on ``threads`` threads."""
+def matmul_rate(threads: int, dtype: str = "float32", size: int = 1024, repeats: int = 20) -> float:
+    """FLOP/s of a square ``torch.matmul`` in ``dtype`` on ``threads`` threads."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size).to(getattr(torch, dtype)), torch.randn(size, size).to(getattr(torch, dtype))
     for _ in range(3):
         a @ b
     start = time.perf_counter()
@@ -209,73 +212,91 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128, help="most tokens per turn (default 128)")
     parser.add_argument("--max-turns", type=int, default=3, help="turns per eval episode (default 3)")
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="CPU threads")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: each engine's own)")
     parser.add_argument("--eval", default="1,4,16", help="eval concurrencies (default 1,4,16)")
     parser.add_argument("--serve", default="1,16,64", help="serve concurrencies (default 1,16,64)")
     parser.add_argument("--skip", default="", help="parts to skip: eval,serve,int8")
+    parser.add_argument(
+        "--engines", default="torch,llama.cpp", help="LlamaCppBatchPolicy engines, the first unsuffixed"
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     from llmgym.wrappers.weights import default_gguf_path
 
     sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    engines = [engine for engine in args.engines.split(",") if engine]
+    suffix = {engine: "" if engine == engines[0] else "_" + engine for engine in engines}
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: dict[str, Any] = {}
-    results["single_stream"] = single_stream(str(default_gguf_path()), args.threads, 128)
+    half, every = max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1
+    streams = [single_stream(str(default_gguf_path()), n, 128) for n in sorted({args.threads or half, every})]
+    results["single_stream"] = max(streams, key=lambda stream: stream["tokens_per_s"])
+    results["single_stream"]["all_thread_counts"] = streams
     print(f"-- single_stream: {results['single_stream']}", flush=True)
-    results["batch16"] = batch_rate(args.threads, 64)
-    print(f"-- batch16: {results['batch16']}", flush=True)
+    for engine in engines:
+        results[f"batch16{suffix[engine]}"] = batch_rate(args.threads, 64, engine)
+        print(f"-- batch16 {engine}: {results[f'batch16{suffix[engine]}']}", flush=True)
+    if "eval" not in skip:
+        levels = [int(x) for x in args.eval.split(",")]
+        for engine in engines:
+            for level in levels:
+                if level == 1 and engine != engines[0]:
+                    continue  # one episode at a time is the single-stream policy whatever the engine
+                name = f"eval_c{level}{suffix[engine] if level > 1 else ''}"
+                results[name], tokens = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                print(f"-- {name}: {json.dumps(results[name])}", flush=True)
+                if level == max(levels) and engine == engines[0]:  # the same seeds again: the same tokens?
+                    rerun, again = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                    rerun["same_tokens_as_first_run"] = again == tokens
+                    results[f"eval_c{level}_rerun"] = rerun
+                    print(f"-- eval_c{level}_rerun: {json.dumps(rerun)}", flush=True)
+    if "serve" not in skip:
+        for engine in engines:
+            results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling, engine, suffix[engine]))
+    # last: these run torch on this thread, and its worker pool would spin beside the torch engine's
     if "int8" not in skip:
         try:
-            results["int8_torch16"] = int8_torch_rate(args.threads, 64)
+            results["int8_torch16"] = int8_torch_rate(args.threads or every, 64)
         except Exception as err:  # a backend that cannot run here is reported, not fatal
             results["int8_torch16"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
         print(f"-- int8_torch16: {results['int8_torch16']}", flush=True)
-    if "eval" not in skip:
-        for level in (int(x) for x in args.eval.split(",")):
-            results[f"eval_c{level}"] = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads)
-            print(f"-- eval_c{level}: {json.dumps(results[f'eval_c{level}'])}", flush=True)
-        if "int8" not in skip:
-            try:
-                results["eval_c16_int8_torch"] = eval_case(16, 16, sampling, args.max_turns, args.threads, True)
-            except Exception as err:  # a backend that cannot run here is reported, not fatal
-                results["eval_c16_int8_torch"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
-            print(f"-- eval_c16_int8_torch: {json.dumps(results['eval_c16_int8_torch'])}", flush=True)
-    if "serve" not in skip:
-        results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling))  # the server's default threads
     base = results["single_stream"]["tokens_per_s"]
     ratios = {
         name: round(value["tokens_per_s"] / base, 2)
         for name, value in results.items()
         if isinstance(value, dict) and value.get("tokens_per_s") and name != "single_stream"
     }
-    flops = matmul_rate(args.threads)
+    fp32, bf16 = matmul_rate(args.threads or every), matmul_rate(args.threads or every, "bfloat16")
     best = max(v["tokens_per_s"] for v in results.values() if isinstance(v, dict) and "tokens_per_s" in v)
     per_token = 2 * results["batch16"]["parameters"]
     limit = {
         "flops_per_token": per_token,
-        "matmul_fp32_gflops": round(flops / 1e9, 1),
-        "compute_limit_tokens_per_s": round(flops / per_token, 1),
+        "matmul_fp32_gflops": round(fp32 / 1e9, 1),
+        "matmul_bf16_gflops": round(bf16 / 1e9, 1),
+        "compute_limit_tokens_per_s_fp32": round(fp32 / per_token, 1),
+        "compute_limit_tokens_per_s_bf16": round(bf16 / per_token, 1),
         "best_tokens_per_s": best,
-        "best_fraction_of_limit": round(best * per_token / flops, 3),
+        "best_fraction_of_bf16_limit": round(best * per_token / bf16, 3),
     }
     report = {
         "benchmark": "llamacpp_batch",
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
-        "threads": args.threads,
+        "threads": args.threads or "each engine's default",
         "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7},
         "results": results,
         "ratios_vs_single_stream": ratios,
         "targets": {"eval_c16": ">= 2.5", "serve_c16": ">= 2.5", "serve_c64": ">= 2.5"},
+        "engines": engines,
         "limit": limit,
         "peak_rss_mb_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nsingle stream: {base} tok/s ({args.threads} threads)")
+    print(f"\nsingle stream: {base} tok/s ({results['single_stream']['threads']} threads)")
     print("ratios vs single stream (target >= 2.5 for eval_c16, serve_c16, serve_c64):")
     for name, value in ratios.items():
         print(f"  {name}: {value}")

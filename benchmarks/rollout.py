@@ -110,7 +110,7 @@ def _free_port() -> int:
 class Server:
     """An ``llmgym serve`` subprocess on a free loopback port, stopped on exit."""
 
-    def __init__(self, backend: str, model: str | None = None, max_batch_size: int = 64):
+    def __init__(self, backend: str, model: str | None = None, max_batch_size: int = 64, engine: str | None = None):
         self.port = _free_port()
         command = [
             sys.executable,
@@ -128,6 +128,8 @@ class Server:
         ]
         if model:
             command += ["--model", model]
+        if engine:
+            command += ["--engine", engine]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{self.port}/v1"
 

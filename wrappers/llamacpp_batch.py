@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
@@ -51,6 +52,7 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -246,11 +248,25 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._wake = threading.Condition()
         self._closing = False
         if engine == "torch":
-            self._slots: _Slots = _TorchSlots(spec, slots, n_ctx, n_threads)
+            make_slots: Callable[[], _Slots] = lambda: _TorchSlots(spec, slots, n_ctx, n_threads)  # noqa: E731
         else:
-            self._slots = _LlamaCppSlots(self, slots, n_ctx, n_batch, n_threads, bool(kwargs.get("verbose")))
-        self._scheduler = threading.Thread(target=self._run, name=f"{engine} batch", daemon=True)
+            make_slots = lambda: _LlamaCppSlots(  # noqa: E731
+                self, slots, n_ctx, n_batch, n_threads, bool(kwargs.get("verbose"))
+            )
+        # The engine is built on the scheduler's thread, which then does all its work: torch keeps a pool of
+        # worker threads per calling thread, and a second pool (had the model loaded here) spinning beside the
+        # scheduler's on a 2-core machine made a 16-row step 1.6x slower.
+        built: concurrent.futures.Future[_Slots] = concurrent.futures.Future()
+        self._scheduler = threading.Thread(target=self._run, args=(make_slots, built), name=f"{engine} batch")
+        self._scheduler.daemon = True
         self._scheduler.start()
+        try:
+            self._slots = built.result()
+        except BaseException:
+            self._closing = True  # the scheduler has returned; nothing to stop
+            self._scheduler = None
+            super().close()
+            raise
 
     # -- requests ------------------------------------------------------------------
 
@@ -314,23 +330,31 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
 
     # -- the scheduler ---------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, make_slots: Callable[[], _Slots], built: concurrent.futures.Future[_Slots]) -> None:
+        try:
+            built.set_result(make_slots())
+        except BaseException as err:  # noqa: BLE001  raised by the constructor, in the caller's thread
+            built.set_exception(err)
+            return
         while True:
             with self._wake:
                 while not (self._waiting or self._active or self._closing):
                     self._wake.wait()
                 if self._closing:
                     break
-                self._admit()
             try:
+                with self._wake:
+                    self._admit()
                 self._step()
             except Exception as err:  # noqa: BLE001  the requests in flight fail; the scheduler goes on
-                for request in self._active:  # what their slots hold is unknown now: empty them
-                    self._slots.keep(request.slot, 0)
+                failed, self._active = self._active, []
+                for request in failed:  # what their slots hold is unknown now: nothing, as far as reuse goes
                     self._held[request.slot] = []
                     self._release(request)
                     _fail(request.future, err)
-                self._active = []
+                for request in failed:  # a slot the engine cannot empty now is emptied when next seated
+                    with contextlib.suppress(Exception):
+                        self._slots.keep(request.slot, 0)
         for request in self._active + self._waiting:
             _fail(request.future, RuntimeError("the policy was closed"))
 
@@ -341,23 +365,20 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._waiting = [request for request in self._waiting if not request.future.cancelled()]
         free = set(range(self.slots)) - {request.slot for request in self._active}
         waiting_episodes = {request.ready.request.episode_id for request in self._waiting} - {None}
-        later = []
-        for request in self._waiting:
+        for request in list(self._waiting):
             episode = request.ready.request.episode_id
             own = [s for s in free if episode is not None and self._owner[s] == episode]
             if own:
+                self._waiting.remove(request)  # before the engine touches its slot: a failure there fails it
                 self._assign(request, own[0])
                 free.discard(own[0])
-            else:
-                later.append(request)
-        self._waiting = []
-        for request in later:
+        for request in list(self._waiting):
             open_slots = [s for s in free if self._owner[s] not in waiting_episodes] or sorted(free)
             if not open_slots:
-                self._waiting.append(request)
-                continue
+                break
             ids = request.ready.ids
             slot = max(open_slots, key=lambda s: (_common_prefix(self._held[s], ids), -self._last_used[s]))
+            self._waiting.remove(request)
             self._assign(request, slot)
             free.discard(slot)
 
@@ -365,21 +386,23 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         """Seat ``request`` in ``slot``: keep the KV cache of the prefix they share, drop the rest. When another
         slot holds a longer prefix of the prompt (the system prompt every episode starts with), its cache is
         copied in first: a copy of the KV buffer costs far less than evaluating the prefix again."""
+        request.slot = slot
+        self._active.append(request)  # first: should the engine fail below, the scheduler fails this request
+        self._held[slot], held = [], self._held[slot]  # unknown until the engine is done with the slot
         ids = request.ready.ids
         last = len(ids) - 1  # the last prompt token is evaluated again, for fresh logits
-        common = min(_common_prefix(self._held[slot], ids), last)
+        common = min(_common_prefix(held, ids), last)
         donor = max(range(self.slots), key=lambda s: _common_prefix(self._held[s], ids))
         shared = min(_common_prefix(self._held[donor], ids), last)
         if shared >= common + MIN_COPIED_PREFIX:
             self._slots.copy(donor, slot, len(self._held[donor]))
-            self._held[slot] = list(self._held[donor])
+            held = list(self._held[donor])
             common = shared
             self.prompt_tokens_copied += shared
         self._slots.keep(slot, common)
-        self._held[slot] = self._held[slot][:common]
+        self._held[slot] = held[:common]
         self._owner[slot] = request.ready.request.episode_id
-        request.slot, request.reused, request.pending = slot, common, list(ids[common:])
-        self._active.append(request)
+        request.reused, request.pending = common, list(ids[common:])
 
     def _step(self) -> None:
         """One ``llama_decode`` of the next token of every generating sequence, then one of the next chunk of each
@@ -548,8 +571,8 @@ class _TorchSlots:
         from llmgym.wrappers.decoding.slots import SlotDecoder
         from llmgym.wrappers.weights import load_model
 
+        torch.set_num_threads(n_threads)  # for this thread's pool: built and used on the scheduler's thread
         model, _ = load_model(spec)
-        self.torch, self.n_threads, self._threads_set = torch, n_threads, False
         self.decoder = SlotDecoder(model.to(torch.bfloat16).eval(), slots, max_length=n_ctx)
 
     def keep(self, slot: int, length: int) -> None:
@@ -561,9 +584,6 @@ class _TorchSlots:
     def evaluate(
         self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
     ) -> list[np.ndarray]:
-        if not self._threads_set:  # torch's thread pool is per calling thread: set it on the scheduler's
-            self.torch.set_num_threads(self.n_threads)
-            self._threads_set = True
         for slot, start in zip(slots, starts):
             self.decoder.truncate(slot, start)
         if all(len(chunk) == 1 for chunk in chunks) and all(wanted):

@@ -254,3 +254,19 @@ def test_the_torch_engine_refuses_llama_cpp_weight_types_and_gguf_adapters(gguf_
         LlamaCppBatchPolicy(gguf_path, slots=2, engine="torch", weights="q8_0")
     with pytest.raises(ValueError, match="lora_path"):
         LlamaCppBatchPolicy(gguf_path, slots=2, engine="torch", lora_path=gguf_path)
+
+
+def test_an_engine_failure_fails_its_requests_and_the_next_ones_are_served(make, monkeypatch):
+    """A failure while a request was being seated (the engine dropping a slot's old tokens) once killed the
+    scheduler thread, and every caller waited forever."""
+    policy = make(slots=2, n_ctx=512)
+
+    def broken(*args):
+        raise RuntimeError("the engine broke")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(policy._slots, "keep", broken)
+        with pytest.raises(RuntimeError, match="the engine broke"):
+            policy.generate([request(seed=1)])
+    assert len(policy.generate([request(seed=1)])[0].token_ids) == 6
+    policy.close()

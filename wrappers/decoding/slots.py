@@ -118,6 +118,7 @@ class SlotDecoder:
         """Keep only the first ``length`` tokens of ``slot``."""
         self._lengths[slot] = min(self._lengths[slot], max(0, length))
 
+    @torch.inference_mode()
     def copy(self, source: int, target: int, length: int) -> None:
         """Make ``target`` hold the first ``length`` tokens ``source`` holds (a shared prompt prefix)."""
         length = min(length, self._lengths[source])

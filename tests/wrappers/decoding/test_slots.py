@@ -77,6 +77,8 @@ def test_the_cache_grows_past_its_first_capacity_and_stops_at_max_length(models)
     assert torch.allclose(logits, forward(fp32, ids)[-1], atol=BF16_TOLERANCE)
     with pytest.raises(ValueError, match="the most is 400"):
         decoder.extend(1, [1] * 101)
+    decoder.copy(1, 0, 250)  # the grown cache (made while decoding) takes a copy outside of it
+    assert torch.allclose(decoder.extend(0, ids[250:]), logits, atol=1e-2)
 
 
 def test_bad_arguments_are_refused(models):
