@@ -231,7 +231,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     half, every = max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1
     streams = [single_stream(str(default_gguf_path()), n, 128) for n in sorted({args.threads or half, every})]
-    results["single_stream"] = max(streams, key=lambda stream: stream["tokens_per_s"])
+    results["single_stream"] = dict(max(streams, key=lambda stream: stream["tokens_per_s"]))
     results["single_stream"]["all_thread_counts"] = streams
     print(f"-- single_stream: {results['single_stream']}", flush=True)
     for engine in engines:
