@@ -175,7 +175,8 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             with AVX512-BF16, see docs/policies-local.md). llama.cpp still
             tokenizes and renders the chat template, so prompts are the same.
         n_batch: most prompt tokens evaluated per call.
-        n_threads: CPU threads (default: half the cores for llama.cpp, every core for torch).
+        n_threads: CPU threads (default: half the cores for llama.cpp; for torch, torch's own
+            default, the physical cores or ``$OMP_NUM_THREADS``: on a busy machine set 1).
         **kwargs: as :class:`LlamaCppPolicy` (``n_ctx`` is per slot).
 
     ``generate(requests)`` decodes its requests together; ``agenerate`` calls from
@@ -226,8 +227,11 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
                 "engine='torch' computes in bf16 from the model's own weights: it takes no weights= type and no "
                 "GGUF lora_path (give an adapter folder as the model instead)"
             )
-        if not n_threads:  # llama.cpp's spinning workers want a core each to spare; torch's batches use every core
-            n_threads = (os.cpu_count() or 1) if engine == "torch" else max(1, (os.cpu_count() or 2) // 2)
+        if not n_threads and engine == "torch":  # torch's own default: the physical cores, or $OMP_NUM_THREADS
+            import torch
+
+            n_threads = torch.get_num_threads()
+        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)  # llama.cpp's spinning workers want a spare core
         # the llama.cpp model tokenizes, renders the chat template and detokenizes for both engines
         super().__init__(converted_gguf(source, weights), n_ctx=n_ctx, n_threads=n_threads, **kwargs)
         self.source_path, self.weights, self.slots, self.n_batch = source, weights, slots, n_batch

@@ -1,11 +1,15 @@
-"""Faster decoding for the transformers policy on a CPU (imports as ``llmgym.wrappers.decoding``).
+"""Faster decoding on a CPU (imports as ``llmgym.wrappers.decoding``).
 
 - ``int8``: :class:`~llmgym.wrappers.decoding.int8.Int8Linears`, weight-only int8
   copies of a model's Linear layers for rollouts of the weights being trained.
 - ``llama``: :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder`, a decoding step
   for Llama models on a static key/value cache.
+- ``slots``: :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`, many sequences
+  of a Llama model decoded together in bf16, each keeping its own key/value cache
+  slot between calls.
 
-:class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses them when asked
-(``rollout_precision="int8"``, ``fast_decode``). Both need torch; import each module
-itself.
+:class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses the first two
+when asked (``rollout_precision="int8"``, ``fast_decode``);
+:class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` runs ``slots`` as its
+``"torch"`` engine. All need torch; import each module itself.
 """
