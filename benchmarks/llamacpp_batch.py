@@ -23,7 +23,8 @@ the cores, whose spinning workers want a core to spare; torch: every core) unles
   ``torch.matmul`` rates (fp32, and bf16, the torch engine's arithmetic) with the same
   threads: how far the batch is from the machine's compute.
 
-Results go to ``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
+Every case runs in a fresh process (:func:`isolated`). Results go to
+``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
 The load average is recorded: on a shared machine absolute numbers move with it.
 
 Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 128] [--max-turns 3] [--threads 1]``
@@ -33,11 +34,14 @@ Run: ``python benchmarks/llamacpp_batch.py [--max-tokens 128] [--max-turns 3] [-
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import platform
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +212,14 @@ def matmul_rate(threads: int, dtype: str = "float32", size: int = 1024, repeats:
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
+def isolated(case: Callable[..., Any], *args: Any) -> Any:
+    """``case(*args)`` in a fresh process: a thread pool that llama.cpp or torch left in this one (spinning on its
+    cores) would slow the next case down (a batch of 16 on the torch engine ran 1.5x slower after the single
+    stream had run here), and each case is then what one ``llmgym`` command does."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(case, *args).result()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128, help="most tokens per turn (default 128)")
@@ -230,12 +242,13 @@ def main() -> None:
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: dict[str, Any] = {}
     half, every = max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1
-    streams = [single_stream(str(default_gguf_path()), n, 128) for n in sorted({args.threads or half, every})]
+    threads = sorted({args.threads or half, every})
+    streams = [isolated(single_stream, str(default_gguf_path()), n, 128) for n in threads]
     results["single_stream"] = dict(max(streams, key=lambda stream: stream["tokens_per_s"]))
     results["single_stream"]["all_thread_counts"] = streams
     print(f"-- single_stream: {results['single_stream']}", flush=True)
     for engine in engines:
-        results[f"batch16{suffix[engine]}"] = batch_rate(args.threads, 64, engine)
+        results[f"batch16{suffix[engine]}"] = isolated(batch_rate, args.threads, 64, engine)
         print(f"-- batch16 {engine}: {results[f'batch16{suffix[engine]}']}", flush=True)
     if "eval" not in skip:
         levels = [int(x) for x in args.eval.split(",")]
@@ -244,20 +257,20 @@ def main() -> None:
                 if level == 1 and engine != engines[0]:
                     continue  # one episode at a time is the single-stream policy whatever the engine
                 name = f"eval_c{level}{suffix[engine] if level > 1 else ''}"
-                results[name], tokens = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                case = (eval_case, level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                results[name], tokens = isolated(*case)
                 print(f"-- {name}: {json.dumps(results[name])}", flush=True)
                 if level == max(levels) and engine == engines[0]:  # the same seeds again: the same tokens?
-                    rerun, again = eval_case(level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                    rerun, again = isolated(*case)
                     rerun["same_tokens_as_first_run"] = again == tokens
                     results[f"eval_c{level}_rerun"] = rerun
                     print(f"-- eval_c{level}_rerun: {json.dumps(rerun)}", flush=True)
     if "serve" not in skip:
         for engine in engines:
             results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling, engine, suffix[engine]))
-    # last: these run torch on this thread, and its worker pool would spin beside the torch engine's
     if "int8" not in skip:
         try:
-            results["int8_torch16"] = int8_torch_rate(args.threads or every, 64)
+            results["int8_torch16"] = isolated(int8_torch_rate, args.threads or every, 64)
         except Exception as err:  # a backend that cannot run here is reported, not fatal
             results["int8_torch16"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
         print(f"-- int8_torch16: {results['int8_torch16']}", flush=True)
@@ -267,7 +280,8 @@ def main() -> None:
         for name, value in results.items()
         if isinstance(value, dict) and value.get("tokens_per_s") and name != "single_stream"
     }
-    fp32, bf16 = matmul_rate(args.threads or every), matmul_rate(args.threads or every, "bfloat16")
+    fp32 = isolated(matmul_rate, args.threads or every)
+    bf16 = isolated(matmul_rate, args.threads or every, "bfloat16")
     best = max(v["tokens_per_s"] for v in results.values() if isinstance(v, dict) and "tokens_per_s" in v)
     per_token = 2 * results["batch16"]["parameters"]
     limit = {

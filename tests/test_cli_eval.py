@@ -367,3 +367,36 @@ def test_resume_of_a_file_without_recorded_env_kwargs_reads_the_summary(tmp_path
     capsys.readouterr()
     assert eval_wordle(out, "-n", "3", "--resume") == 2
     assert "summary.json" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize(("engine", "concurrency"), [("torch", 16), ("llama.cpp", 1)])
+def test_the_local_models_engine_sets_the_default_concurrency(tmp_path, capsys, engine, concurrency):
+    """The torch engine decodes 16 episodes together by default; llama.cpp's own batches measured no faster than its
+    single stream, so with that engine eval plays one episode at a time."""
+    pytest.importorskip("llama_cpp")
+    if engine == "torch":
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    code = main(
+        [
+            "eval",
+            WORDLE,
+            "-n",
+            "2",
+            "--model",
+            "tiny-random",
+            "--engine",
+            engine,
+            "--max-tokens",
+            "4",
+            "--env-kwargs",
+            '{"max_turns": 2}',
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--json",
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["episodes"] == 2 and summary["failed"] == 0
+    assert summary["run"]["concurrency"] == concurrency and summary["run"]["engine"] == engine

@@ -177,6 +177,7 @@ class LlamaCppPolicy(Policy):
 
     returns_tokens = True
     max_concurrency = 1  # one sequence and one KV cache: interleaved episodes would re-evaluate every prompt
+    engine = "llama.cpp"  # what evaluates the tokens (LlamaCppBatchPolicy may run torch instead)
 
     def __init__(
         self,
