@@ -21,7 +21,9 @@ the cores, whose spinning workers want a core to spare; torch: every core) unles
   (``TransformersPolicy(rollout_precision="int8")``), an alternative;
 - ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against measured
   ``torch.matmul`` rates (fp32, and bf16, the torch engine's arithmetic) with the same
-  threads: how far the batch is from the machine's compute.
+  threads: how far the batch is from the machine's compute; and the memory bound a
+  16-row step meets first (it reads the bf16 weights once and each row's keys and
+  values), from a measured copy bandwidth.
 
 Every case runs in a fresh process (:func:`isolated`). Results go to
 ``benchmarks/results/llamacpp_batch.json``; ratios print at the end.
@@ -212,6 +214,19 @@ def matmul_rate(threads: int, dtype: str = "float32", size: int = 1024, repeats:
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
+def memory_rate(gigabytes: float = 0.5, repeats: int = 5) -> float:
+    """Bytes/s a copy of a large bf16 tensor moves (read + write): the bandwidth a decoding step is bound by."""
+    import torch
+
+    source = torch.ones(int(gigabytes * 2**30) // 2, dtype=torch.bfloat16)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        target.copy_(source)
+    return 2 * source.nbytes * repeats / (time.perf_counter() - start)
+
+
 def isolated(case: Callable[..., Any], *args: Any) -> Any:
     """``case(*args)`` in a fresh process: a thread pool that llama.cpp or torch left in this one (spinning on its
     cores) would slow the next case down (a batch of 16 on the torch engine ran 1.5x slower after the single
@@ -284,7 +299,16 @@ def main() -> None:
     bf16 = isolated(matmul_rate, args.threads or every, "bfloat16")
     best = max(v["tokens_per_s"] for v in results.values() if isinstance(v, dict) and "tokens_per_s" in v)
     per_token = 2 * results["batch16"]["parameters"]
+    bandwidth = isolated(memory_rate)
+    weight_bytes = 2 * results["batch16"]["parameters"]  # bf16
+    kv_bytes_per_token = 2 * 2 * 30 * 3 * 64  # K and V, bf16, SmolLM2's 30 layers x 3 kv heads x 64
+    context = 500  # Wordle's mean context at 16 episodes, 3 turns
     limit = {
+        "memory_gb_per_s": round(bandwidth / 1e9, 1),
+        # a step of 16 rows reads the bf16 weights once and each row's keys and values
+        "memory_limit_tokens_per_s_16_rows_500_context": round(
+            16 * bandwidth / (weight_bytes + 16 * context * kv_bytes_per_token), 1
+        ),
         "flops_per_token": per_token,
         "matmul_fp32_gflops": round(fp32 / 1e9, 1),
         "matmul_bf16_gflops": round(bf16 / 1e9, 1),
