@@ -43,7 +43,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import LlamaForCausalLM
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 __all__ = ["SlotDecoder"]
 
@@ -192,16 +191,21 @@ class SlotDecoder:
     def _project(
         self, index: int, layer: Any, hidden: torch.Tensor, count: int, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The layer's rotated queries and keys and its values, ``[rows, heads, count, head_dim]`` each."""
-        rows = hidden.shape[0]
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        """The layer's rotated queries and keys and its values, ``[rows, heads, count, head_dim]`` each.
+
+        The queries and keys are rotated together, as one tensor of ``heads + kv_heads`` heads: a step
+        for a batch of short rows costs about as much per operation as per number, so fewer operations
+        (7 instead of 14 per layer) are what make it shorter.
+        """
+        rows, heads = hidden.shape[0], self.heads
         qkv = F.linear(layer.input_layernorm(hidden), self.qkv[index])
-        q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
-        q = q.view(rows, count, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(rows, count, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(rows, count, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-        return q, k, v
+        qkv = qkv.view(rows, count, heads + 2 * self.kv_heads, self.head_dim)
+        qk = qkv[:, :, : heads + self.kv_heads]
+        half = self.head_dim // 2
+        turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # transformers' rotate_half
+        qk = qk * cos[:, :, None] + turned * sin[:, :, None]
+        q, k = qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2)
+        return q, k, qkv[:, :, heads + self.kv_heads :].transpose(1, 2)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of ``q`` ``[rows, kv_heads, queries, dim]`` over ``keys`` ``[rows, kv_heads, dim, n]`` and
