@@ -412,8 +412,8 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         request.reused, request.pending = common, list(ids[common:])
 
     def _step(self) -> None:
-        """One ``llama_decode`` of the next token of every generating sequence, then one of the next chunk of each
-        prompt being evaluated (alone: llama.cpp's numbers for a sequence then never depend on its neighbours)."""
+        """One engine call for the next token of every generating sequence, then one for the next chunk of each
+        prompt being evaluated (alone: a sequence's prompt then never depends on its neighbours)."""
         if self.abort.is_set():
             for request in self._active:
                 request.turn.finish = "abort"
