@@ -241,8 +241,15 @@ def build_player(spec: str, env_id: str, args: argparse.Namespace, evaluated: An
             backend, _, model = rest.partition(":")
             from llmgym.wrappers.models import load_policy
 
+            backend = backend or "llama.cpp"
+            concurrency = getattr(args, "concurrency", None) or 1
+            batched = (  # as the evaluated policy: concurrent games decoded together, a KV cache slot each
+                {"slots": concurrency, "engine": getattr(args, "engine", "llama.cpp")}
+                if backend == "llama.cpp" and concurrency > 1
+                else {}
+            )
             try:
-                return load_policy(backend or "llama.cpp", model or None)
+                return load_policy(backend, model or None, **batched)
             except (OSError, ValueError) as err:
                 raise CLIError(f"cannot load the opponent {spec!r}: {err}") from None
         if kind == "url" and rest:

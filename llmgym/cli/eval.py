@@ -349,6 +349,7 @@ def _run_games(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> int:
         "group_size": args.group_size,
         "round_robin": args.round_robin,
         "concurrency": args.concurrency,
+        "engine": args.engine,  # of a local llama.cpp model, where one plays
         "sampling": vars(sampling),
         "env_kwargs": env_kwargs,
         "wall_s": wall,
