@@ -152,6 +152,8 @@ def stages(recipe: Recipe, out: Path, setting: str) -> dict[str, list[str]]:
     sft_adapter = out / "sft" / "final"
     held_out = ["eval", ENV_ID, *task_flags, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
     held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
+    if recipe.eval_backend == "llama.cpp":  # one llama.cpp stream, as the published runs (eval's default engine
+        held_out += flags(engine="llama.cpp")  # became torch where it is installed)
     teacher = flags(policy="scripted:multiply-mixed", num_seeds=recipe.teacher_episodes, seed=0)
     sft = flags(episodes=out / "teacher" / "episodes.jsonl", model=recipe.model, lora=True)
     sft += flags(lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)

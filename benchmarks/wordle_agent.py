@@ -100,6 +100,8 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     sft_adapter, grpo_adapter = out / "sft" / "final", out / "grpo" / "final"
     held_out = ["eval", ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
     held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
+    if recipe.eval_backend == "llama.cpp":  # one llama.cpp stream, as the published runs (eval's default engine
+        held_out += flags(engine="llama.cpp")  # became torch where it is installed)
     teacher = flags(policy="scripted:wordle-sampler", env_kwargs=train, num_seeds=recipe.teacher_episodes, seed=0)
     sft = flags(episodes=out / "teacher" / "episodes.jsonl", min_reward=1.0, model=recipe.model, lora=True)
     sft += flags(epochs=recipe.sft_epochs, lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
