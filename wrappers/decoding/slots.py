@@ -139,7 +139,8 @@ class SlotDecoder:
         positions = torch.arange(start, start + count)
         width = self._width(start + count)
         hidden_keys = torch.arange(width)[None, :] > positions[:, None]  # [count, keys]: causal
-        mask = _additive(hidden_keys.repeat(self.group, 1)[None, None])  # a kv head's query heads are its query rows
+        # a kv head's query heads are its query rows
+        mask = _additive(hidden_keys.repeat(self.group, 1)[None, None], self.dtype)
         hidden = self.model.model.embed_tokens(torch.tensor([tokens]))
         cos, sin = self.model.model.rotary_emb(hidden, positions[None])
         for index, layer in enumerate(self.layers):
@@ -167,7 +168,8 @@ class SlotDecoder:
         lengths = torch.tensor([self._lengths[slot] for slot in slots])
         self._reserve(int(lengths.max()) + 1)
         width = self._width(int(lengths.max()) + 1)
-        mask = _additive((torch.arange(width)[None, :] > lengths[:, None])[:, None, None, :])  # [rows, 1, 1, keys]
+        hidden_keys = torch.arange(width)[None, :] > lengths[:, None]
+        mask = _additive(hidden_keys[:, None, None, :], self.dtype)  # [rows, 1, 1, keys]
         hidden = self.model.model.embed_tokens(torch.tensor(tokens)[:, None])
         cos, sin = self.model.model.rotary_emb(hidden, lengths[:, None])
         index_rows = torch.arange(rows)
@@ -209,9 +211,13 @@ class SlotDecoder:
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of ``q`` ``[rows, kv_heads, queries, dim]`` over ``keys`` ``[rows, kv_heads, dim, n]`` and
-        ``values`` ``[rows, kv_heads, n, dim]``, with ``mask`` added to the scores (softmax in fp32)."""
-        scores = torch.matmul(q, keys).float() * self.scaling + mask
-        return torch.matmul(torch.softmax(scores, dim=-1).to(values.dtype), values)
+        ``values`` ``[rows, kv_heads, n, dim]``, with ``mask`` (0 or -inf) added to the scores, softmax in fp32.
+
+        The scores are bf16 as the product gives them; the scale (1/8 for 64-dim heads, a power of two) and
+        the mask change none of their bits in bf16, so they are applied there, before one fp32 softmax.
+        """
+        scores = torch.matmul(q * self.scaling, keys) + mask
+        return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype), values)
 
     def _finish_layer(self, layer: Any, index: int, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The residual stream after the layer's output projection and MLP."""
@@ -265,6 +271,6 @@ class SlotDecoder:
         self._row[slot_a], self._row[slot_b] = b, a
 
 
-def _additive(hidden: torch.Tensor) -> torch.Tensor:
+def _additive(hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A mask to add to attention scores: ``-inf`` where ``hidden`` is true, 0 elsewhere."""
-    return torch.zeros(hidden.shape).masked_fill_(hidden, float("-inf"))
+    return torch.zeros(hidden.shape, dtype=dtype).masked_fill_(hidden, float("-inf"))
