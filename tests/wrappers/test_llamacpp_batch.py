@@ -270,3 +270,24 @@ def test_an_engine_failure_fails_its_requests_and_the_next_ones_are_served(make,
             policy.generate([request(seed=1)])
     assert len(policy.generate([request(seed=1)])[0].token_ids) == 6
     policy.close()
+
+
+def test_the_default_engine_is_torch_only_where_it_is_installed_and_the_cpu_multiplies_bf16(monkeypatch, tmp_path):
+    import importlib.util
+    import pathlib
+
+    from llmgym.wrappers import llamacpp_batch
+
+    cpuinfo = tmp_path / "cpuinfo"
+    real_path = pathlib.Path
+    monkeypatch.setattr(llamacpp_batch, "Path", lambda p: cpuinfo if p == "/proc/cpuinfo" else real_path(p))
+    cpuinfo.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
+    installed = importlib.util.find_spec("torch") and importlib.util.find_spec("transformers")
+    assert llamacpp_batch.default_engine() == ("torch" if installed else "llama.cpp")
+    cpuinfo.write_text("flags\t\t: fpu sse2 avx2 fma\n")  # bf16 only emulated: llama.cpp's Q4 kernels are faster
+    assert llamacpp_batch.default_engine() == "llama.cpp"
+    cpuinfo.unlink()  # no /proc (macOS)
+    assert llamacpp_batch.default_engine() == "llama.cpp"
+    cpuinfo.write_text("flags\t\t: amx_bf16 avx512_bf16\n")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "torch" else object())
+    assert llamacpp_batch.default_engine() == "llama.cpp"
