@@ -291,3 +291,15 @@ def test_the_default_engine_is_torch_only_where_it_is_installed_and_the_cpu_mult
     cpuinfo.write_text("flags\t\t: amx_bf16 avx512_bf16\n")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "torch" else object())
     assert llamacpp_batch.default_engine() == "llama.cpp"
+
+
+def test_an_engine_that_cannot_be_built_fails_the_constructor(gguf_path, monkeypatch):
+    """The engine is built on the scheduler's thread; its error must reach the caller, not leave it waiting."""
+    from llmgym.wrappers import llamacpp_batch
+
+    def broken(self, *args):
+        raise RuntimeError("no room for the cache")
+
+    monkeypatch.setattr(llamacpp_batch._LlamaCppSlots, "__init__", broken)
+    with pytest.raises(RuntimeError, match="no room for the cache"):
+        LlamaCppBatchPolicy(gguf_path, slots=2, n_ctx=128)
