@@ -18,8 +18,8 @@ The engines (``engine=``):
 
 - ``"torch"``: the model in bf16 on a
   :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`; on a CPU with
-  AVX512-BF16 a batch of 16 decoded 3x faster than one llama.cpp stream, and a
-  prompt ~7x faster than llama.cpp evaluates one. Its steps give a sequence
+  AVX512-BF16 a batch of 16 decoded 2.9x as fast as one llama.cpp stream, and
+  prompts ~7x as fast as llama.cpp evaluates them. Its steps give a sequence
   nearly the same log-probs whatever shares its batch (within 0.05, tested).
 - ``"llama.cpp"``: a llama.cpp context with ``slots`` sequences (``n_seq_max``,
   each its own stream of ``n_ctx`` cells), one ``llama_decode`` per step. It
@@ -84,9 +84,10 @@ def default_engine() -> str:
     """The engine ``llmgym eval`` and ``llmgym serve`` decode concurrent requests with.
 
     ``"torch"`` where torch and transformers are installed and the CPU multiplies
-    bf16 natively (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``), since there it
-    measured 2-4x llama.cpp's single stream (docs/policies-local.md); elsewhere
-    ``"llama.cpp"`` (bf16 emulated on AVX2 is slower than llama.cpp's Q4 kernels).
+    bf16 natively (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``), since there its
+    batches measured 2-2.9x llama.cpp's single stream (docs/policies-local.md);
+    elsewhere ``"llama.cpp"``: without native bf16 the products are emulated, which
+    was not measured here.
     """
     if not all(importlib.util.find_spec(module) for module in ("torch", "transformers", "gguf")):
         return "llama.cpp"
@@ -174,8 +175,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         engine: what evaluates the tokens (:data:`ENGINES`): ``"llama.cpp"``, or
             ``"torch"``: the same model in bf16 on a
             :class:`~llmgym.wrappers.decoding.slots.SlotDecoder` (needs the
-            ``transformers`` extra; 2-4x llama.cpp's single stream on a CPU
-            with AVX512-BF16, see docs/policies-local.md). llama.cpp still
+            ``transformers`` extra; 2-2.9x llama.cpp's single stream at 16
+            concurrent requests on a CPU with AVX512-BF16, slower for one; see
+            docs/policies-local.md). llama.cpp still
             tokenizes and renders the chat template, so prompts are the same.
         n_batch: most prompt tokens evaluated per call.
         n_threads: CPU threads (default: half the cores for llama.cpp; for torch, torch's own
