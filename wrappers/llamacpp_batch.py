@@ -436,10 +436,11 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
     def _decode(self, requests: list[_Request]) -> None:
         """Evaluate the pending tokens of ``requests`` (``n_batch`` at most) in one call; each one whose last
         pending token went in samples its next token from the logits there."""
-        chunks = []
+        chunks, room = [], self.n_batch
         for request in requests:
-            chunk = request.pending[: self.n_batch - sum(len(c) for c in chunks)]
+            chunk = request.pending[:room]
             chunks.append(chunk)
+            room -= len(chunk)
             del request.pending[: len(chunk)]
         wanted = [not request.pending for request in requests]  # its last position is in: sample after it
         slots = [request.slot for request in requests]
@@ -447,7 +448,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         for slot, chunk in zip(slots, chunks):
             self._held[slot].extend(chunk)
         self.steps += 1
-        self.tokens_evaluated += sum(len(chunk) for chunk in chunks)
+        self.tokens_evaluated += self.n_batch - room
         self.widest_step = max(self.widest_step, len(requests))
         now = time.perf_counter()
         for request, row in zip([r for r, want in zip(requests, wanted) if want], logits):
@@ -593,8 +594,7 @@ class _TorchSlots:
     def evaluate(
         self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
     ) -> list[np.ndarray]:
-        for slot, start in zip(slots, starts):
-            self.decoder.truncate(slot, start)
+        # the decoder's own lengths are the starts: the scheduler keeps a slot's tokens and the cache in step
         if all(len(chunk) == 1 for chunk in chunks) and all(wanted):
             return list(self.decoder.step(slots, [chunk[0] for chunk in chunks]).numpy())
         out = []

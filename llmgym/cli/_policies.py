@@ -5,8 +5,10 @@ local ``--backend``), :func:`build_player` (a multi-agent ``--opponent`` spec:
 ``scripted:NAME``, ``self``, ``local[:BACKEND[:MODEL]]``,
 ``url:BASE_URL[@MODEL]``) with :func:`scripted_player`, and the checks that turn
 a missing extra or an unreachable server into one line
-(:func:`missing_extra`, :func:`check_url`, :func:`list_models`). Adapters are
-imported inside the functions, so the CLI starts fast.
+(:func:`missing_extra`, :func:`check_url`, :func:`list_models`), and the local
+model's ``--engine`` flag (:func:`add_engine_argument`, :func:`resolve_engine`) that
+``eval`` and ``serve`` share. Adapters are imported inside the functions, so the CLI
+starts fast.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from llmgym.cli import EXTRA_FOR_MODULE, CLIError
 __all__ = [
     "build_policy",
     "build_player",
+    "add_engine_argument",
+    "resolve_engine",
     "scripted_player",
     "missing_extra",
     "check_url",
@@ -37,6 +41,36 @@ __all__ = [
 
 #: The ``--opponent`` spec that makes the evaluated policy play itself.
 SELF = "self"
+
+
+def add_engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--engine {auto,llama.cpp,torch}``: what decodes ``what`` for the llama.cpp backend."""
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "llama.cpp", "torch"],
+        help=f"what decodes {what} of the llama.cpp backend: torch (bf16, a KV cache slot each; needs the "
+        "transformers extra) or llama.cpp; auto: torch where installed on a CPU with AVX512-BF16 (default: auto)",
+    )
+
+
+def resolve_engine(choice: str) -> str:
+    """``--engine``'s value with ``auto`` made concrete (:func:`~llmgym.wrappers.llamacpp_batch.default_engine`)."""
+    if choice != "auto":
+        return choice
+    from llmgym.wrappers.llamacpp_batch import default_engine
+
+    return default_engine()
+
+
+def _local_batching(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``load_policy`` arguments that make a local llama.cpp model decode ``--concurrency`` episodes together,
+    a KV cache slot each, on ``--engine`` (none for one episode at a time, or another backend)."""
+    concurrency = getattr(args, "concurrency", None) or 1
+    if backend != "llama.cpp" or concurrency <= 1:
+        return {}
+    return {"slots": concurrency, "engine": getattr(args, "engine", "llama.cpp")}
+
 
 OPPONENT_HELP = (
     "an opponent for a multi-agent game (llmgym/ma-*), repeatable: scripted:NAME (the game's scripted players, "
@@ -88,14 +122,8 @@ def build_policy(args: argparse.Namespace) -> Any:
             )
         from llmgym.wrappers.models import load_policy
 
-        # llama.cpp: concurrent episodes decoded together, a KV cache slot each
-        batched = (
-            {"slots": args.concurrency, "engine": getattr(args, "engine", "llama.cpp")}
-            if args.backend == "llama.cpp" and args.concurrency > 1
-            else {}
-        )
         try:
-            return load_policy(args.backend, args.model, **batched)
+            return load_policy(args.backend, args.model, **_local_batching(args.backend, args))
         except (OSError, ValueError) as err:
             raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
     except ImportError as err:
@@ -242,14 +270,8 @@ def build_player(spec: str, env_id: str, args: argparse.Namespace, evaluated: An
             from llmgym.wrappers.models import load_policy
 
             backend = backend or "llama.cpp"
-            concurrency = getattr(args, "concurrency", None) or 1
-            batched = (  # as the evaluated policy: concurrent games decoded together, a KV cache slot each
-                {"slots": concurrency, "engine": getattr(args, "engine", "llama.cpp")}
-                if backend == "llama.cpp" and concurrency > 1
-                else {}
-            )
-            try:
-                return load_policy(backend, model or None, **batched)
+            try:  # batched as the evaluated policy is
+                return load_policy(backend, model or None, **_local_batching(backend, args))
             except (OSError, ValueError) as err:
                 raise CLIError(f"cannot load the opponent {spec!r}: {err}") from None
         if kind == "url" and rest:

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from llmgym.cli import EXTRA_FOR_MODULE, CLIError, check_output_path, multiagent_ids, parse_env_kwargs, unknown_env
-from llmgym.cli._policies import OPPONENT_HELP, build_player, build_policy, check_url, scripted_player
+from llmgym.cli._policies import (
+    OPPONENT_HELP,
+    add_engine_argument,
+    build_player,
+    build_policy,
+    check_url,
+    resolve_engine,
+    scripted_player,
+)
 
 __all__ = ["add_parser", "run", "report_summary", "exit_status", "plot_rewards"]
 
@@ -48,13 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=["llama.cpp", "transformers", "vllm"],
         help="local model backend (default llama.cpp)",
     )
-    parser.add_argument(
-        "--engine",
-        default="auto",
-        choices=["auto", "llama.cpp", "torch"],
-        help="what decodes concurrent episodes of the llama.cpp backend: torch (bf16, a KV cache slot per episode; "
-        "needs the transformers extra) or llama.cpp; auto: torch where installed on a CPU with AVX512-BF16",
-    )
+    add_engine_argument(parser, "concurrent episodes")
     parser.add_argument(
         "--model",
         help="model name or path (local: default SmolLM2-135M-Instruct; a LoRA adapter folder; "
@@ -133,10 +135,7 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.env_id not in gym.registry and args.opponent is None:
         raise unknown_env(args.env_id, "eval")
-    if args.engine == "auto":
-        from llmgym.wrappers.llamacpp_batch import default_engine
-
-        args.engine = default_engine()
+    args.engine = resolve_engine(args.engine)
     if args.concurrency is None:
         # llama.cpp: 16 episodes decoded together on the torch engine; llama.cpp's own batches measured no faster
         # than its single stream (docs/policies-local.md), so that engine plays one episode at a time

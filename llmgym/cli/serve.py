@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 from llmgym.cli import CLIError
+from llmgym.cli._policies import add_engine_argument, resolve_engine
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -40,13 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    parser.add_argument(
-        "--engine",
-        default="auto",
-        choices=["auto", "llama.cpp", "torch"],
-        help="what decodes the llama.cpp backend's batches: torch (bf16; needs the transformers extra) or "
-        "llama.cpp; auto: torch where installed on a CPU with AVX512-BF16 (default: %(default)s)",
-    )
+    add_engine_argument(parser, "the batches")
     parser.add_argument(
         "--max-batch-size",
         type=int,
@@ -139,10 +134,8 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             if args.backend == "llama.cpp":  # concurrent requests decoded together, one KV slot each
-                from llmgym.wrappers.llamacpp_batch import default_engine
-
                 context["slots"] = args.max_batch_size
-                context["engine"] = default_engine() if args.engine == "auto" else args.engine
+                context["engine"] = resolve_engine(args.engine)
             policy = load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
