@@ -7,9 +7,10 @@ and :func:`converted_gguf`, which writes a GGUF's weights in another type.
 Decoding one sequence on a CPU leaves most of the compute idle; a batch of
 sequences shares each read of the weights. A scheduler thread owns an *engine*
 holding ``slots`` KV sequences. Each step it admits waiting requests into free
-slots, then evaluates in one call the next token of every sequence that is
-generating, and in one more per prompt the next ``n_batch`` tokens of each
-prompt being evaluated, alone. The logits of each sequence's last position are
+slots, then evaluates the next token of every sequence that is generating and
+the next ``n_batch`` tokens of each prompt being evaluated: on the torch engine
+in one call, on llama.cpp in one call for the generating sequences and one more
+per prompt, alone. The logits of each sequence's last position are
 sampled in numpy by the same :class:`~llmgym.wrappers.llamacpp_policy._Turn` as
 the single-stream policy: same seeds, log-probs, stop strings, thinking budget.
 The llama.cpp model tokenizes and renders the chat template for both engines.
@@ -414,8 +415,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         request.reused, request.pending = common, list(ids[common:])
 
     def _step(self) -> None:
-        """One engine call for the next token of every generating sequence, then one for the next chunk of each
-        prompt being evaluated (alone: a sequence's prompt then never depends on its neighbours)."""
+        """One engine call for the next token of every generating sequence and the next chunk of each prompt
+        being evaluated; an engine whose prompts must not share a call (:attr:`_Slots.prompts_in_step` false)
+        gets one call for the generating sequences, then one per prompt."""
         if self.abort.is_set():
             for request in self._active:
                 request.turn.finish = "abort"
@@ -426,22 +428,30 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             self._release(request)
         self._active = [request for request in self._active if request not in cancelled]
         generating = [request for request in self._active if len(request.pending) == 1]
-        if generating:
-            self._decode(generating)
-        for request in self._active:
-            if len(request.pending) > 1:
+        prompting = [request for request in self._active if len(request.pending) > 1]
+        if self._slots.prompts_in_step:
+            if generating or prompting:
+                self._decode(generating + prompting)
+        else:
+            if generating:
+                self._decode(generating)
+            for request in prompting:
                 self._decode([request])
         self._finish_done()
 
     def _decode(self, requests: list[_Request]) -> None:
-        """Evaluate the pending tokens of ``requests`` (``n_batch`` at most) in one call; each one whose last
-        pending token went in samples its next token from the logits there."""
+        """Evaluate the pending tokens of ``requests`` (``n_batch`` at most, the first requests first; those that
+        find no room wait for the next call) in one call; each one whose last pending token went in samples its
+        next token from the logits there."""
         chunks, room = [], self.n_batch
         for request in requests:
+            if not room:
+                break
             chunk = request.pending[:room]
             chunks.append(chunk)
             room -= len(chunk)
             del request.pending[: len(chunk)]
+        requests = requests[: len(chunks)]
         wanted = [not request.pending for request in requests]  # its last position is in: sample after it
         slots = [request.slot for request in requests]
         logits = self._slots.evaluate(slots, chunks, [len(self._held[slot]) for slot in slots], wanted)
@@ -490,6 +500,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
 class _Slots(Protocol):
     """Where the slots' KV caches live and their tokens are evaluated (an engine of :class:`LlamaCppBatchPolicy`)."""
 
+    #: Whether prompts are evaluated in the same call as the generating sequences' next tokens.
+    prompts_in_step: bool
+
     def keep(self, slot: int, length: int) -> None:
         """Drop what ``slot`` holds after its first ``length`` tokens."""
 
@@ -509,7 +522,10 @@ class _Slots(Protocol):
 
 class _LlamaCppSlots:
     """llama.cpp's engine: a context of ``slots`` KV sequences, each its own stream of ``n_ctx`` cells (so a token
-    attends only to its own sequence), one ``llama_decode`` per call."""
+    attends only to its own sequence), one ``llama_decode`` per call. A prompt gets a call of its own: llama.cpp
+    computes a sequence's prompt in a mixed batch differently (log-probs moved by up to 0.9)."""
+
+    prompts_in_step = False
 
     def __init__(self, policy: LlamaCppPolicy, slots: int, n_ctx: int, n_batch: int, n_threads: int, verbose: bool):
         from llama_cpp._utils import suppress_stdout_stderr
@@ -572,8 +588,11 @@ class _LlamaCppSlots:
 
 
 class _TorchSlots:
-    """The torch engine: the model in bf16 on a :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`; the
-    one-token chunks of a call are one batched step, a longer chunk (a prompt) is evaluated alone."""
+    """The torch engine: the model in bf16 on a :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`. A call is
+    one pass through the layers: every chunk's tokens share the matrix products; attention takes the one-token
+    chunks as one batch and each prompt alone."""
+
+    prompts_in_step = True
 
     def __init__(self, spec: Any, slots: int, n_ctx: int, n_threads: int) -> None:
         import torch
@@ -595,14 +614,8 @@ class _TorchSlots:
         self, slots: list[int], chunks: list[list[int]], starts: list[int], wanted: list[bool]
     ) -> list[np.ndarray]:
         # the decoder's own lengths are the starts: the scheduler keeps a slot's tokens and the cache in step
-        if all(len(chunk) == 1 for chunk in chunks) and all(wanted):
-            return list(self.decoder.step(slots, [chunk[0] for chunk in chunks]).numpy())
-        out = []
-        for slot, chunk, want in zip(slots, chunks, wanted):
-            logits = self.decoder.extend(slot, chunk)
-            if want:
-                out.append(logits.numpy())
-        return out
+        logits = self.decoder.evaluate(slots, chunks).numpy()
+        return [row for row, want in zip(logits, wanted) if want]
 
     def close(self) -> None:
         self.decoder = None

@@ -13,7 +13,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
 from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
-from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _sample  # noqa: E402
+from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _inverse_cdf, _sample  # noqa: E402
 from llmgym.wrappers.models import tiny_random_gguf  # noqa: E402
 from llmgym.wrappers.thinking import FORCED_CLOSE  # noqa: E402
 
@@ -166,6 +166,23 @@ def test_nucleus_sampling_keeps_only_the_top_mass():
     assert draws == {0}
     draws = {_sample(logits, SamplingParams(temperature=1.0), rng) for _ in range(400)}
     assert draws == {0, 1, 2, 3}
+
+
+def test_the_blocked_inverse_cdf_draws_what_an_exact_running_sum_does():
+    """The draw's running sum is taken by blocks (a float32 ``np.cumsum`` over the vocabulary was slow, and
+    drifted): it lands where a float64 running sum does, and never on an entry of 0."""
+    rng = np.random.default_rng(0)
+    for size in (1, 5, 256, 257, 49152):
+        probs = rng.random(size).astype(np.float32) * (rng.random(size) < 0.5)
+        probs[rng.integers(size)] = 0.5  # not all 0
+        exact = np.cumsum(probs, dtype=np.float64)
+        for uniform in rng.random(50):
+            index, target = _inverse_cdf(probs, uniform), uniform * exact[-1]
+            expected = int(np.searchsorted(exact, target))
+            assert probs[index] > 0
+            # another index only where the target lies within rounding of the running sum between them
+            assert index == expected or abs(exact[min(index, expected)] - target) < 1e-6 * exact[-1]
+    assert [_inverse_cdf(np.array([0.25, 0, 0.5, 0.25, 0], dtype=np.float32), u) for u in (0.1, 0.3, 0.8)] == [0, 2, 3]
 
 
 def test_smollm2_smoke():

@@ -7,11 +7,11 @@ on one core against ~100 in fp32. So the decoder keeps the model in bf16 and
 gives each *slot* (a sequence: an episode's conversation) its own rows of one
 key/value cache:
 
-- :meth:`SlotDecoder.extend` evaluates new tokens of one slot (a prompt, or an
-  episode's next turn after the history already held), attending to what the
-  slot holds;
-- :meth:`SlotDecoder.step` evaluates one token of each of several slots in one
-  batch;
+- :meth:`SlotDecoder.evaluate` evaluates, in one pass through the layers, one
+  token of each slot being decoded and the new tokens of others (a prompt, or an
+  episode's next turn after the history already held), each attending to what
+  its slot holds; :meth:`SlotDecoder.step` and :meth:`SlotDecoder.extend` are
+  its two halves alone;
 - :meth:`SlotDecoder.truncate` and :meth:`SlotDecoder.copy` reuse a held prefix
   (an episode's history, a shared system prompt) instead of evaluating it again.
 
@@ -19,12 +19,18 @@ The cache is one tensor per layer for the keys, ``[slots, kv_heads, head_dim,
 capacity]`` (transposed: a batched ``q @ k`` then reads each slot's keys as
 they lie, 5x faster than through a transposed view), and one for the values,
 ``[slots, kv_heads, capacity, head_dim]``. A step attends over the first rows
-only, so the slots being stepped are first moved to the front (their rows
-swapped, which happens when the set of generating slots changes, at a turn's
-start or end, not at every token). Grouped-query attention runs without
+only, so the slots being stepped are first moved to the front rows, in any
+order (a slot behind swaps rows with one that is not stepped, which happens when
+the set of generating slots changes, at a turn's start or end, not at every
+token). Grouped-query attention runs without
 repeating the keys: a kv head's query heads are laid out as extra query rows of
 one batched matrix product. (``scaled_dot_product_attention`` took 2.8x as long
 for these few query rows over long cached contexts.)
+
+The Linear weights are reordered once into oneDNN's blocked layout (:class:`_Weight`),
+which the plain ``F.linear`` redoes at every call. Prompts share a pass with the
+decoding rows: their tokens ride the same weight reads, and a 52-token turn then
+adds ~22 ms to a 16-row step instead of taking 35 ms alone.
 
 The numbers are bf16's (the weights and activations; norms, softmax and logits
 in fp32), so log-probs differ from the fp32 model's by ~0.01-0.1. A row's logits
@@ -37,7 +43,7 @@ a batch of 16 and one row; the tests bound it at 0.05).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -51,6 +57,22 @@ _FIRST_CAPACITY = 256  # cache columns per slot at first; grown a block at a tim
 # the same order whatever the longest sequence beside it: softmax's vectorized sums group a row's entries by
 # position, and a tail that is not a whole multiple of the vector width is summed apart, in another order.
 _COLUMN_BLOCK = 64
+
+
+class _Attention(NamedTuple):
+    """How one part of a pass attends: ``rows`` cache rows from ``first_row`` on, each with ``count`` new tokens
+    after its ``starts``, reading ``width`` cache columns under ``mask``."""
+
+    first_row: int
+    rows: int
+    starts: list[int]
+    count: int
+    width: int
+    mask: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.count
 
 
 class SlotDecoder:
@@ -87,18 +109,23 @@ class SlotDecoder:
         self.scaling = self.head_dim**-0.5
         self.max_length = max_length or config.max_position_embeddings
         self.layers = list(model.model.layers)
+        if any(linear.bias is not None for linear in model.modules() if isinstance(linear, nn.Linear)):
+            raise ValueError("SlotDecoder runs Llama models without biases (attention_bias and mlp_bias off)")
         with torch.no_grad():
             self.qkv = [
-                torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight])
+                _Weight(
+                    torch.cat(
+                        [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
+                    )
+                )
                 for layer in self.layers
             ]
-            self.gate_up = [torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]) for layer in self.layers]
-        if any(
-            proj.bias is not None
-            for layer in self.layers
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj)
-        ):
-            raise ValueError("SlotDecoder runs Llama models without attention biases")
+            self.gate_up = [
+                _Weight(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])) for layer in self.layers
+            ]
+            self.out = [_Weight(layer.self_attn.o_proj.weight) for layer in self.layers]
+            self.down = [_Weight(layer.mlp.down_proj.weight) for layer in self.layers]
+            self.lm_head = _Weight(model.lm_head.weight)
         capacity = min(_FIRST_CAPACITY, self.max_length)
         self.keys = torch.zeros((len(self.layers), slots, self.kv_heads, self.head_dim, capacity), dtype=self.dtype)
         self.values = torch.zeros((len(self.layers), slots, self.kv_heads, capacity, self.head_dim), dtype=self.dtype)
@@ -128,86 +155,106 @@ class SlotDecoder:
 
     # -- evaluating tokens -------------------------------------------------------------
 
-    @torch.inference_mode()
     def extend(self, slot: int, tokens: list[int]) -> torch.Tensor:
         """Evaluate ``tokens`` after what ``slot`` holds; the fp32 logits ``[vocab]`` after the last one."""
-        if not tokens:
-            raise ValueError("extend() needs at least one token")
-        start, count = self._lengths[slot], len(tokens)
-        self._reserve(start + count)
-        row = self._row[slot]
-        positions = torch.arange(start, start + count)
-        width = self._width(start + count)
-        hidden_keys = torch.arange(width)[None, :] > positions[:, None]  # [count, keys]: causal
-        # a kv head's query heads are its query rows
-        mask = _additive(hidden_keys.repeat(self.group, 1)[None, None], self.dtype)
-        hidden = self.model.model.embed_tokens(torch.tensor([tokens]))
-        cos, sin = self.model.model.rotary_emb(hidden, positions[None])
-        for index, layer in enumerate(self.layers):
-            q, k, v = self._project(index, layer, hidden, count, cos, sin)  # [1, heads or kv_heads, count, dim]
-            self.keys[index, row, :, :, start : start + count] = k[0].transpose(1, 2)
-            self.values[index, row, :, start : start + count] = v[0]
-            out = self._attend(
-                q.reshape(1, self.kv_heads, self.group * count, self.head_dim),
-                self.keys[index, row : row + 1, ..., :width],
-                self.values[index, row : row + 1, :, :width],
-                mask,
-            )
-            out = out.view(1, self.heads, count, self.head_dim).transpose(1, 2).reshape(1, count, -1)
-            hidden = self._finish_layer(layer, index, hidden, out)
-        self._lengths[slot] = start + count
-        return self._logits(hidden[:, -1])[0]
+        return self.evaluate([slot], [tokens])[0]
 
-    @torch.inference_mode()
     def step(self, slots: list[int], tokens: list[int]) -> torch.Tensor:
         """Evaluate one token of each of ``slots`` (distinct) in one batch; the fp32 logits ``[len(slots), vocab]``."""
-        if len(set(slots)) != len(slots) or len(slots) != len(tokens):
-            raise ValueError("step() takes distinct slots and one token for each")
-        self._to_front(slots)
-        rows = len(slots)
-        lengths = torch.tensor([self._lengths[slot] for slot in slots])
-        self._reserve(int(lengths.max()) + 1)
-        width = self._width(int(lengths.max()) + 1)
-        hidden_keys = torch.arange(width)[None, :] > lengths[:, None]
-        mask = _additive(hidden_keys[:, None, None, :], self.dtype)  # [rows, 1, 1, keys]
-        hidden = self.model.model.embed_tokens(torch.tensor(tokens)[:, None])
-        cos, sin = self.model.model.rotary_emb(hidden, lengths[:, None])
-        index_rows = torch.arange(rows)
+        if len(slots) != len(tokens):
+            raise ValueError("step() takes one token for each slot")
+        return self.evaluate(slots, [[token] for token in tokens])
+
+    @torch.inference_mode()
+    def evaluate(self, slots: list[int], chunks: list[list[int]]) -> torch.Tensor:
+        """Evaluate each chunk of tokens after what its slot holds, all in one pass through the layers; the fp32
+        logits ``[len(slots), vocab]`` after each chunk's last token.
+
+        The layers' matrix products take every token at once (each weight is read once per pass). Attention
+        takes the one-token chunks, the sequences being decoded, as one batch over the first cache rows, and
+        each longer chunk (a prompt, an episode's next turn) alone over its own row.
+        """
+        if len(set(slots)) != len(slots) or len(slots) != len(chunks) or not all(chunks):
+            raise ValueError("evaluate() takes distinct slots and a non-empty chunk of tokens for each")
+        starts = [self._lengths[slot] for slot in slots]
+        self._reserve(max(start + len(chunk) for start, chunk in zip(starts, chunks)))
+        stepped = [i for i, chunk in enumerate(chunks) if len(chunk) == 1]
+        self._to_front([slots[i] for i in stepped])
+        stepped.sort(key=lambda i: self._row[slots[i]])  # as their cache rows lie: 0, 1, ...
+        order = stepped + [i for i, chunk in enumerate(chunks) if len(chunk) > 1]  # the tokens' order in the pass
+        step = self._attention(0, [starts[i] for i in stepped], 1) if stepped else None
+        prompts = [self._attention(self._row[slots[i]], [starts[i]], len(chunks[i])) for i in order[len(stepped) :]]
+        positions = torch.tensor([starts[i] + offset for i in order for offset in range(len(chunks[i]))])
+        hidden = self.model.model.embed_tokens(torch.tensor([token for i in order for token in chunks[i]]))
+        cos, sin = (part[0] for part in self.model.model.rotary_emb(hidden, positions[None]))
         for index, layer in enumerate(self.layers):
-            q, k, v = self._project(index, layer, hidden, 1, cos, sin)  # [rows, heads or kv_heads, 1, dim]
-            self.keys[index, index_rows, :, :, lengths] = k[:, :, 0]
-            self.values[index, index_rows, :, lengths] = v[:, :, 0]
-            out = self._attend(
-                q.reshape(rows, self.kv_heads, self.group, self.head_dim),
-                self.keys[index, :rows, ..., :width],
-                self.values[index, :rows, :, :width],
-                mask,
-            )
-            hidden = self._finish_layer(layer, index, hidden, out.reshape(rows, 1, -1))
-        for slot in slots:
-            self._lengths[slot] += 1
-        return self._logits(hidden[:, 0])
+            q, k, v = self._project(index, layer, hidden, cos, sin)  # [tokens, heads or kv_heads, head_dim]
+            attended, first = [], 0
+            for attention in ([step] if step else []) + prompts:
+                part = slice(first, first + attention.tokens)
+                attended.append(self._attend_part(index, q[part], k[part], v[part], attention))
+                first = part.stop
+            hidden = self._finish_layer(layer, index, hidden, torch.cat(attended))
+        for slot, chunk in zip(slots, chunks):
+            self._lengths[slot] += len(chunk)
+        ends = torch.tensor([len(chunks[i]) for i in order]).cumsum(0) - 1  # each chunk's last token
+        return self._logits(hidden[ends[torch.tensor(order).argsort()]])  # in the callers' order
 
     # -- the layer's pieces --------------------------------------------------------------
 
+    def _attention(self, first_row: int, starts: list[int], count: int) -> _Attention:
+        """The plan for ``count`` new tokens after ``starts`` in each cache row from ``first_row`` on (one row
+        for a prompt, or rows of one token each), with the causal mask: a kv head's query heads are its query
+        rows, ``count`` for each."""
+        width = self._width(max(starts) + count)
+        positions = torch.tensor(starts)[:, None] + torch.arange(count)  # [rows, count]
+        hidden_keys = torch.arange(width) > positions[..., None]  # [rows, count, width]
+        if count > 1:  # one token's mask serves its query heads by broadcasting
+            hidden_keys = hidden_keys.repeat(1, self.group, 1)
+        mask = _additive(hidden_keys[:, None], self.dtype)  # [rows, 1, group * count or 1, width]
+        return _Attention(first_row, len(starts), starts, count, width, mask)
+
+    def _attend_part(
+        self, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention: _Attention
+    ) -> torch.Tensor:
+        """Store one part's new keys and values in layer ``index``'s cache and attend over what its rows hold:
+        its attention output ``[tokens, heads * head_dim]``, from ``q``, ``k``, ``v`` ``[tokens, heads, dim]``."""
+        rows, count, a = attention.rows, attention.count, attention.first_row
+        cached = slice(a, a + rows)
+        if count == 1:  # one token in each of several rows
+            lengths, row_index = torch.tensor(attention.starts), torch.arange(a, a + rows)
+            self.keys[index, row_index, :, :, lengths] = k
+            self.values[index, row_index, :, lengths] = v
+            grouped = q.reshape(rows, self.kv_heads, self.group, self.head_dim)
+        else:  # a chunk of one row
+            start = attention.starts[0]
+            self.keys[index, a, :, :, start : start + count] = k.permute(1, 2, 0)
+            self.values[index, a, :, start : start + count] = v.transpose(0, 1)
+            grouped = q.transpose(0, 1).reshape(1, self.kv_heads, self.group * count, self.head_dim)
+        out = self._attend(
+            grouped,
+            self.keys[index, cached, ..., : attention.width],
+            self.values[index, cached, :, : attention.width],
+            attention.mask,
+        )  # [rows, kv_heads, group * count, dim]: back to [tokens, heads * dim]
+        return out.view(rows, self.heads, count, self.head_dim).transpose(1, 2).reshape(rows * count, -1)
+
     def _project(
-        self, index: int, layer: Any, hidden: torch.Tensor, count: int, cos: torch.Tensor, sin: torch.Tensor
+        self, index: int, layer: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The layer's rotated queries and keys and its values, ``[rows, heads, count, head_dim]`` each.
+        """The layer's rotated queries and keys and its values, ``[tokens, heads, head_dim]`` each.
 
         The queries and keys are rotated together, as one tensor of ``heads + kv_heads`` heads: a step
         for a batch of short rows costs about as much per operation as per number, so fewer operations
         (7 instead of 14 per layer) are what make it shorter.
         """
-        rows, heads = hidden.shape[0], self.heads
-        qkv = F.linear(layer.input_layernorm(hidden), self.qkv[index])
-        qkv = qkv.view(rows, count, heads + 2 * self.kv_heads, self.head_dim)
-        qk = qkv[:, :, : heads + self.kv_heads]
+        heads = self.heads
+        qkv = self.qkv[index](layer.input_layernorm(hidden)).view(len(hidden), heads + 2 * self.kv_heads, -1)
+        qk = qkv[:, : heads + self.kv_heads]
         half = self.head_dim // 2
         turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # transformers' rotate_half
-        qk = qk * cos[:, :, None] + turned * sin[:, :, None]
-        q, k = qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2)
-        return q, k, qkv[:, :, heads + self.kv_heads :].transpose(1, 2)
+        qk = qk * cos[:, None] + turned * sin[:, None]
+        return qk[:, :heads], qk[:, heads:], qkv[:, heads + self.kv_heads :]
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of ``q`` ``[rows, kv_heads, queries, dim]`` over ``keys`` ``[rows, kv_heads, dim, n]`` and
@@ -221,12 +268,12 @@ class SlotDecoder:
 
     def _finish_layer(self, layer: Any, index: int, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The residual stream after the layer's output projection and MLP."""
-        hidden = hidden + layer.self_attn.o_proj(attended)
-        gate, up = F.linear(layer.post_attention_layernorm(hidden), self.gate_up[index]).chunk(2, dim=-1)
-        return hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+        hidden = hidden + self.out[index](attended)
+        gate, up = self.gate_up[index](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+        return hidden + self.down[index](layer.mlp.act_fn(gate) * up)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self.model.model.norm(hidden)).float()
+        return self.lm_head(self.model.model.norm(hidden)).float()
 
     # -- the cache's layout --------------------------------------------------------------
 
@@ -254,11 +301,13 @@ class SlotDecoder:
         return min(-(-length // _COLUMN_BLOCK) * _COLUMN_BLOCK, self.values.shape[3])
 
     def _to_front(self, slots: list[int]) -> None:
-        """Put ``slots``' tokens in cache rows ``0, 1, ...`` in that order (swapping rows where needed)."""
-        for position, slot in enumerate(slots):
-            row = self._row[slot]
-            if row != position:
-                self._swap_rows(position, row)
+        """Put ``slots``' tokens in the first ``len(slots)`` cache rows, in any order: a slot already there stays,
+        and each one behind swaps rows with a slot there that is not among them (a swap copies both rows)."""
+        wanted = set(slots)
+        free = [row for row in range(len(slots)) if self._slot_at[row] not in wanted]
+        behind = [slot for slot in slots if self._row[slot] >= len(slots)]
+        for row, slot in zip(free, behind):
+            self._swap_rows(row, self._row[slot])
 
     def _swap_rows(self, a: int, b: int) -> None:
         slot_a, slot_b = self._slot_at[a], self._slot_at[b]
@@ -269,6 +318,24 @@ class SlotDecoder:
             cache[:, b, ..., :used] = held
         self._slot_at[a], self._slot_at[b] = slot_b, slot_a
         self._row[slot_a], self._row[slot_b] = b, a
+
+
+class _Weight:
+    """A Linear layer's weight (no bias) as the CPU multiplies it fastest: ``weight(x) == F.linear(x, weight)``.
+
+    A bf16 weight is reordered once into oneDNN's blocked layout, which ``F.linear`` otherwise does at every
+    call: the same numbers, bit for bit, in 0.6-0.7x the time for the 1-16 rows of a step (a 576x3072
+    product of 16 rows: 75 against 114 us). Other dtypes, or a torch without oneDNN, keep the plain weight.
+    """
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.packed = weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach()) if self.packed else weight.detach()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
+        return F.linear(x, self.weight)
 
 
 def _additive(hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

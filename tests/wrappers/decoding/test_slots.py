@@ -54,6 +54,25 @@ def test_a_slot_gives_the_same_logits_stepped_alone_or_beside_others(models):
             assert torch.equal(batch[row], alone.step([slot], [token])[0])
 
 
+def test_one_pass_decodes_some_slots_and_evaluates_the_prompts_of_others(models):
+    """Prompts evaluated in the decoding step's pass (each weight read once for all) give the forward's logits,
+    and the decoded slots those they get in a step of their own."""
+    fp32, bf16 = models
+    mixed, apart = SlotDecoder(bf16, slots=4), SlotDecoder(bf16, slots=4)
+    for decoder in (mixed, apart):
+        decoder.extend(3, SEQUENCES[0])
+        decoder.extend(1, SEQUENCES[1])
+    prompt, later = [30, 31, 32, 33], [40, 41, 42]
+    logits = mixed.evaluate([0, 3, 1, 2], [prompt, [4], [9], later])
+    assert torch.allclose(logits[0], forward(fp32, prompt)[-1], atol=BF16_TOLERANCE)
+    assert torch.allclose(logits[3], forward(fp32, later)[-1], atol=BF16_TOLERANCE)
+    stepped = apart.step([3, 1], [4, 9])
+    assert torch.allclose(logits[1:3], stepped, atol=1e-2)
+    assert torch.allclose(logits[1], forward(fp32, SEQUENCES[0] + [4])[-1], atol=BF16_TOLERANCE)
+    assert [mixed.length(slot) for slot in range(4)] == [4, 3, 3, 8]
+    assert torch.allclose(mixed.step([0, 2], [5, 6]), apart.evaluate([0, 2], [prompt + [5], later + [6]]), atol=1e-2)
+
+
 def test_truncating_and_copying_reuse_a_held_prefix(models):
     _, bf16 = models
     decoder = SlotDecoder(bf16, slots=3)
@@ -90,5 +109,7 @@ def test_bad_arguments_are_refused(models):
     decoder = SlotDecoder(bf16, slots=2)
     with pytest.raises(ValueError, match="distinct"):
         decoder.step([0, 0], [1, 2])
-    with pytest.raises(ValueError, match="at least one token"):
+    with pytest.raises(ValueError, match="non-empty chunk"):
         decoder.extend(0, [])
+    with pytest.raises(ValueError, match="one token for each"):
+        decoder.step([0, 1], [1])
