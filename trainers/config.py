@@ -172,9 +172,11 @@ class GRPOConfig:
     worker_retries: int = 2
     """With ``ray``: times an episode is replayed on a fresh actor after its actor died, before it counts as failed."""
     rollout_precision: str = "fp32"
-    """In-process rollouts with the trained fp32 weights (``fp32``) or with int8 copies of its Linear weights refreshed
-    after each optimizer step (``int8``, CPU only: ~2x faster decoding; log-probs are the int8 model's and the
-    ``is_cap`` importance weight corrects the mismatch, logged as ``logp_mismatch``)."""
+    """In-process rollouts with the trained fp32 weights (``fp32``), with int8 copies of its Linear weights refreshed
+    after each optimizer step (``int8``, CPU only: ~2x faster decoding), or with a bf16 copy (LoRA merged) decoded
+    with a KV cache slot per episode, so later turns evaluate only their new tokens (``bf16``, a plain Llama on a
+    CPU with AVX512-BF16). With int8 or bf16 the log-probs are the copy's and the ``is_cap`` importance weight
+    corrects the mismatch, logged as ``logp_mismatch``."""
 
     # -- logging and checkpoints ------------------------------------------------
     save_every: int = 25
@@ -235,16 +237,17 @@ class GRPOConfig:
             )
             if self.curriculum_kwarg in self.env_kwargs:
                 raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
-        if self.rollout_precision not in ("fp32", "int8"):
-            raise ValueError(f"rollout_precision must be 'fp32' or 'int8', got {self.rollout_precision!r}")
-        if self.rollout_precision == "int8" and self.base_url is not None:
+        if self.rollout_precision not in ("fp32", "int8", "bf16"):
+            raise ValueError(f"rollout_precision must be 'fp32', 'int8' or 'bf16', got {self.rollout_precision!r}")
+        if self.rollout_precision != "fp32" and self.base_url is not None:
             raise ValueError(
-                "rollout_precision='int8' is for in-process rollouts; "
+                f"rollout_precision={self.rollout_precision!r} is for in-process rollouts; "
                 "the server at base_url decodes with its own weights"
             )
-        if self.rollout_precision == "int8" and self.fsdp:
+        if self.rollout_precision != "fp32" and self.fsdp:
             raise ValueError(
-                "rollout_precision='int8' needs whole weights on each rank; it does not combine with fsdp=True"
+                f"rollout_precision={self.rollout_precision!r} needs whole weights on each rank; "
+                "it does not combine with fsdp=True"
             )
         if self.init_adapter is not None:
             if not self.lora:

@@ -65,7 +65,7 @@ import numpy as np
 
 from llmgym.policy import Generation, PolicyRequest, SamplingParams
 from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _import_llama_cpp, _Turn
-from llmgym.wrappers.prompting import Prompt
+from llmgym.wrappers.prompting import Prompt, common_prefix
 
 __all__ = ["LlamaCppBatchPolicy", "converted_gguf", "default_engine", "WEIGHT_TYPES", "ENGINES"]
 
@@ -387,7 +387,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
             if not open_slots:
                 break
             ids = request.ready.ids
-            slot = max(open_slots, key=lambda s: (_common_prefix(self._held[s], ids), -self._last_used[s]))
+            slot = max(open_slots, key=lambda s: (common_prefix(self._held[s], ids), -self._last_used[s]))
             self._waiting.remove(request)
             self._assign(request, slot)
             free.discard(slot)
@@ -401,9 +401,9 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         self._held[slot], held = [], self._held[slot]  # unknown until the engine is done with the slot
         ids = request.ready.ids
         last = len(ids) - 1  # the last prompt token is evaluated again, for fresh logits
-        common = min(_common_prefix(held, ids), last)
-        donor = max(range(self.slots), key=lambda s: _common_prefix(self._held[s], ids))
-        shared = min(_common_prefix(self._held[donor], ids), last)
+        common = min(common_prefix(held, ids), last)
+        donor = max(range(self.slots), key=lambda s: common_prefix(self._held[s], ids))
+        shared = min(common_prefix(self._held[donor], ids), last)
         if shared >= common + MIN_COPIED_PREFIX:
             self._slots.copy(donor, slot, len(self._held[donor]))
             held = list(self._held[donor])
@@ -619,15 +619,6 @@ class _TorchSlots:
 
     def close(self) -> None:
         self.decoder = None
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _succeed(future: concurrent.futures.Future[Generation], result: Generation) -> None:

@@ -32,7 +32,7 @@ from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinki
 
 __all__ = ["TransformersPolicy", "ROLLOUT_PRECISIONS"]
 
-ROLLOUT_PRECISIONS = ("fp32", "int8")
+ROLLOUT_PRECISIONS = ("fp32", "int8", "bf16")
 
 
 class _Row:
@@ -49,6 +49,7 @@ class _Row:
         else:
             self.generator.manual_seed(int(sampling.seed))
         self.tracker = ThinkingTracker(sampling.thinking_budget, inside=prompt.opens_thinking)
+        self.prompt_processed = 0  # prompt tokens evaluated (not found in a KV cache)
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.forced: list[int] = []
@@ -77,6 +78,78 @@ class _Row:
             self.forced.extend(self._forced_close)
 
 
+class _PaddedBatch:
+    """A batch in a KV cache of its own: the prompts left-padded and prefilled together (each distinct prompt
+    once, its cache rows copied to the others: a GRPO group shares one prefill), then one token per row per
+    step, by :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` or the transformers forward."""
+
+    def __init__(self, policy: TransformersPolicy, prompts: list[Prompt], rows: list[_Row]) -> None:
+        self.policy, device = policy, policy.device
+        slots: dict[tuple[int, ...], int] = {}
+        copies = [slots.setdefault(tuple(prompt.ids), len(slots)) for prompt in prompts]
+        distinct = list(slots)
+        width = max(len(ids) for ids in distinct)
+        input_ids = torch.full((len(distinct), width), policy.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, ids in enumerate(distinct):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[i, width - len(ids) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        output = policy.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
+        cache, logits = output.past_key_values, _last_logits(output)
+        if len(distinct) < len(prompts):  # every row gets its prompt's prefilled KV cache and first logits
+            source = torch.tensor(copies)
+            cache.batch_select_indices(source.to(device))
+            logits, attention = logits[source], attention[source.to(device)]
+        self.decoder = policy._fast_decoder()
+        if self.decoder is not None:
+            self.decoder.start(cache, max(row.max_tokens for row in rows))
+            cache = None
+        self.cache, self.attention, self.first_logits = cache, attention, logits
+        #: prompt tokens evaluated for each row (its whole prompt, once per distinct prompt)
+        self.processed = [
+            len(prompt.ids) if copies.index(copies[row]) == row else 0 for row, prompt in enumerate(prompts)
+        ]
+
+    def step(self, keep: list[int], active: list[int], tokens: list[int]) -> torch.Tensor:
+        """The logits after ``tokens``, one for each row still generating: ``keep``, their places among the
+        rows of the last step (the others are dropped from the cache), ``active``, their indices in the batch."""
+        device, attention = self.policy.device, self.attention
+        if len(keep) < len(attention):  # drop finished rows from the batch and the KV cache
+            if self.decoder is not None:
+                self.decoder.select(keep)
+            else:
+                self.cache.batch_select_indices(torch.tensor(keep, device=device))
+            attention = attention[keep]
+        step = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]
+        attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=-1)
+        self.attention = attention
+        positions = attention.sum(-1, keepdim=True) - 1
+        if self.decoder is not None:
+            return self.decoder.step(step[:, 0], positions[:, 0], attention).float()
+        output = self.policy.model(
+            input_ids=step, attention_mask=attention, position_ids=positions, past_key_values=self.cache, use_cache=True
+        )
+        self.cache = output.past_key_values
+        return _last_logits(output)
+
+
+class _SlotBatch:
+    """A batch on the bf16 slot copies: each prompt in its episode's KV cache slot, only its new tokens evaluated
+    (:class:`~llmgym.wrappers.decoding.rollout_slots.SlotRollouts`)."""
+
+    def __init__(self, slots: Any, prompts: list[Prompt]) -> None:
+        self.slots = slots
+        self.first_logits = slots.start([prompt.ids for prompt in prompts], [p.request.episode_id for p in prompts])
+        self.processed = slots.processed
+
+    def step(self, keep: list[int], active: list[int], tokens: list[int]) -> torch.Tensor:
+        return self.slots.step(active, tokens)
+
+
 class TransformersPolicy(Policy):
     """Generate with a transformers causal LM; returns token ids and log-probs.
 
@@ -103,6 +176,12 @@ class TransformersPolicy(Policy):
             decoding of small batches). Log-probs are then those of the int8
             model, the distribution actually sampled; after changing the
             weights call :meth:`weights_changed` so the copies are rebuilt.
+            ``"bf16"`` (a plain Llama, or a peft model around one, on a CPU
+            with AVX512-BF16) decodes a bf16 copy with any LoRA adapter merged
+            (:class:`~llmgym.wrappers.decoding.rollout_slots.SlotRollouts`),
+            keeping a KV cache slot per episode (``batch_size`` of them), so an
+            episode's next turn evaluates only its new tokens; its log-probs
+            are the bf16 copy's.
         generate_inline: decode on the event loop's thread instead of a worker
             thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
             CPU model the same thread also trains, as in the GRPO trainer.
@@ -173,8 +252,9 @@ class TransformersPolicy(Policy):
         self.rollout_precision = rollout_precision
         self.fast_decode = fast_decode
         self._int8: Any = None  # int8 copies of the current weights, built on the first generation after a change
-        if rollout_precision == "int8" and self.device.type != "cpu":
-            raise ValueError(f"rollout_precision='int8' runs on the CPU; the model is on {self.device}")
+        self._slots: Any = None  # bf16 slot copies (rollout_precision="bf16"), refreshed after a change
+        if rollout_precision in ("int8", "bf16") and self.device.type != "cpu":
+            raise ValueError(f"rollout_precision={rollout_precision!r} runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
         self.abort = threading.Event()
         self._batcher: MicroBatcher[PolicyRequest, Generation] = MicroBatcher(
@@ -184,16 +264,19 @@ class TransformersPolicy(Policy):
     def weights_changed(self) -> None:
         """Tell the policy its model's weights change (an optimizer step, a checkpoint load).
 
-        With ``rollout_precision="int8"`` the copies are dropped at once (a
-        trainer calls this before its backward passes, so the copies' memory is
-        free while it trains) and rebuilt from the new weights on the next
-        generation. Without this call the policy keeps sampling from stale copies.
+        With ``rollout_precision="int8"`` or ``"bf16"`` the copies are dropped at
+        once (a trainer calls this before its backward passes, so the int8 copies'
+        memory is free while it trains; the bf16 model's own tensors stay) and
+        rebuilt from the new weights on the next generation, every KV cache slot
+        emptied. Without this call the policy keeps sampling from stale copies.
         """
         self._int8 = None
+        if self._slots is not None:
+            self._slots.weights_changed()
 
     def _rollout_weights(self) -> Any:
         """A context in which the model decodes with the rollout weights (int8 copies, fresh)."""
-        if self.rollout_precision == "fp32":
+        if self.rollout_precision != "int8":
             return contextlib.nullcontext()
         if self._int8 is None:
             from llmgym.wrappers.decoding.int8 import Int8Linears
@@ -287,33 +370,12 @@ class TransformersPolicy(Policy):
 
     @torch.inference_mode()
     def _decode(self, prompts: list[Prompt]) -> list[_Row]:
-        device = self.device
         rows = [_Row(prompt, self.tokenizer, self.forced_close, self._context_limit) for prompt in prompts]
-        # a group's completions share one prompt: prefill each distinct prompt once, then copy its KV cache rows
-        slots: dict[tuple[int, ...], int] = {}
-        copies = [slots.setdefault(tuple(prompt.ids), len(slots)) for prompt in prompts]
-        distinct = list(slots)
-        width = max(len(ids) for ids in distinct)
-        input_ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(distinct), width), dtype=torch.long)
-        for i, ids in enumerate(distinct):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[i, width - len(ids) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        output = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache, logits = output.past_key_values, _last_logits(output)
-        if len(distinct) < len(prompts):  # every row gets its prompt's prefilled KV cache and first logits
-            source = torch.tensor(copies)
-            cache.batch_select_indices(source.to(device))
-            logits, attention = logits[source], attention[source.to(device)]
-        decoder = self._fast_decoder()
-        if decoder is not None:
-            decoder.start(cache, max(row.max_tokens for row in rows))
-            cache = None
-        active = list(range(len(rows)))  # rows still generating, in cache order
+        batch = self._slot_batch(prompts) if self.rollout_precision == "bf16" else _PaddedBatch(self, prompts, rows)
+        logits = batch.first_logits
+        for row, processed in zip(rows, batch.processed):
+            row.prompt_processed = processed
+        active = list(range(len(rows)))  # rows still generating, in the batch's order
         while True:
             tokens = _next_tokens([rows[index] for index in active], logits)
             chosen = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1).tolist()
@@ -326,23 +388,17 @@ class TransformersPolicy(Policy):
                 keep = []
             if not keep:
                 return rows
-            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
-                if decoder is not None:
-                    decoder.select(keep)
-                else:
-                    cache.batch_select_indices(torch.tensor(keep, device=device))
-                attention = attention[keep]
-                active = [active[slot] for slot in keep]
-            step = torch.tensor([[rows[index].tokens[-1]] for index in active], dtype=torch.long, device=device)
-            attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=-1)
-            positions = attention.sum(-1, keepdim=True) - 1
-            if decoder is not None:
-                logits = decoder.step(step[:, 0], positions[:, 0], attention).float()
-                continue
-            output = self.model(
-                input_ids=step, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-            )
-            cache, logits = output.past_key_values, _last_logits(output)
+            active = [active[slot] for slot in keep]
+            logits = batch.step(keep, active, [rows[index].tokens[-1] for index in active])
+
+    def _slot_batch(self, prompts: list[Prompt]) -> _SlotBatch:
+        """The batch on the bf16 slot copies (:class:`~llmgym.wrappers.decoding.rollout_slots.SlotRollouts`),
+        built on the first batch after a weight change."""
+        if self._slots is None:
+            from llmgym.wrappers.decoding.rollout_slots import SlotRollouts
+
+            self._slots = SlotRollouts(self.model, slots=self.batch_size)
+        return _SlotBatch(self._slots, prompts)
 
     def _to_generation(self, prompt: Prompt, row: _Row, elapsed: float, batch: int) -> Generation:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
@@ -364,6 +420,7 @@ class TransformersPolicy(Policy):
                 "model": self.name,
                 "backend": "transformers",
                 "prefix_reused": prompt.prefix_reused,
+                "prompt_tokens_processed": row.prompt_processed,
                 "forced_positions": row.forced_positions,
                 "batch_size": batch,
                 "batch_seconds": elapsed,

@@ -288,6 +288,24 @@ def test_int8_rollouts_train_with_the_mismatch_corrected_and_logged(tmp_path):
     assert any(not torch.equal(a.q, b.q) for a, b in zip(rebuilt.layers, untrained.layers))
 
 
+def test_bf16_slot_rollouts_train_with_fresh_copies_of_the_trained_weights(tmp_path):
+    """Rollouts on the bf16 slot copies: the mismatch with the fp32 trainer is logged and corrected, every slot is
+    emptied when the weights change, and the next rollout's copy holds the trained weights (LoRA merged)."""
+    from llmgym.wrappers.decoding.rollout_slots import merged_weights
+
+    trainer = GRPOTrainer(small_config(tmp_path, rollout_precision="bf16", lora=True, lora_r=4, save_every=10))
+    history = trainer.train()
+    trainer.close()
+    for metrics in history:
+        assert 0 < metrics["logp_mismatch"] < 0.5
+    slots = trainer.policy._slots
+    assert slots.decoder is None  # the caches the old weights computed are gone
+    trainer.policy.complete([[1, 2, 3]], SamplingParams(max_tokens=1))
+    trained = merged_weights(trainer.model)
+    for name, tensor in slots.copy.named_parameters():
+        assert torch.equal(tensor, trained[name].to(torch.bfloat16)), name
+
+
 @pytest.mark.gpu
 def test_fp32_rollouts_have_no_logp_mismatch(tmp_path):
     history = GRPOTrainer(small_config(tmp_path, steps=1, save_every=10)).train()
