@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument(
         "--rollout-precision",
-        choices=["fp32", "int8"],
+        choices=["fp32", "int8", "bf16"],
         default="fp32",
         help="the training rollouts' weights (evaluation always decodes the fp32 model)",
     )

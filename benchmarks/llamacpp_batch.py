@@ -8,14 +8,21 @@ the cores, whose spinning workers want a core to spare; torch: every core) unles
   one sequence, with half the cores' threads and with every core; the faster is the
   reference every ratio divides by;
 - ``eval_cN``: :func:`llmgym.rollout.rollout` on Wordle at N = 1, 4, 16 concurrent
-  episodes, as ``llmgym eval`` builds the policy (N = 1: ``LlamaCppPolicy``, one
-  stream; N > 1: ``LlamaCppBatchPolicy`` with N slots, on each engine of ``--engines``,
+  episodes, ``--waves`` x N episodes in all (4 by default: an eval runs more
+  episodes than it runs at once, as the README's 32 at 16), as ``llmgym eval``
+  builds the policy (N = 1: ``LlamaCppPolicy``, one stream; N > 1:
+  ``LlamaCppBatchPolicy`` with N slots, on each engine of ``--engines``,
   ``_llama.cpp`` suffixed to the llama.cpp engine's rows); aggregate generated
   tokens/s and the prompt tokens evaluated per turn (first turn vs later turns:
   later turns should evaluate only the env's reply); ``eval_c16_rerun``: the same
   eval again, to check that the same seeds give the same tokens;
+  ``eval_c16_one_wave``: 16 episodes only, whose end is a tail of ever fewer rows;
 - ``serve_cN``: an ``llmgym serve`` subprocess (its default 16 slots) at N = 1, 16, 64
-  concurrent one-turn episodes through the OpenAI client, and the server's peak RSS;
+  concurrent one-turn episodes (``--waves`` x N requests) through the OpenAI client,
+  and the server's peak RSS;
+- ``trainer_rollout_bf16`` / ``_int8``: the GRPO trainer's in-process rollouts
+  (``TransformersPolicy`` as the trainer builds it, 4 Wordle prompts x groups of 4)
+  on bf16 slot copies, against the int8 copies that re-evaluate the history each turn;
 - ``batch16``: 16 requests generated as one batch by the batched policy on each
   engine, and ``int8_torch16`` by the int8 torch decoder
   (``TransformersPolicy(rollout_precision="int8")``), an alternative;
@@ -137,7 +144,7 @@ def eval_case(
     return numbers, [list(e.token_ids) for e in sorted(records, key=lambda e: e.seed)]
 
 
-def serve_cases(levels: list[int], sampling: SamplingParams, engine: str, suffix: str) -> dict[str, Any]:
+def serve_cases(levels: list[int], sampling: SamplingParams, engine: str, suffix: str, waves: int) -> dict[str, Any]:
     from rollout import Server, measure  # benchmarks/rollout.py: the llmgym serve subprocess and its timing
 
     from llmgym.wrappers.openai_policy import OpenAIPolicy
@@ -148,7 +155,8 @@ def serve_cases(levels: list[int], sampling: SamplingParams, engine: str, suffix
             policy = OpenAIPolicy("smollm2-135m", base_url=server.url, return_tokens=False, max_concurrency=level)
             measure(policy, concurrency=1, episodes=1, sampling=sampling, max_turns=1)  # warm-up
             name = f"serve_c{level}{suffix}"
-            results[name] = measure(policy, concurrency=level, episodes=max(level, 4), sampling=sampling, max_turns=1)
+            requests = max(level * waves, 4)
+            results[name] = measure(policy, concurrency=level, episodes=requests, sampling=sampling, max_turns=1)
             results[name]["engine"] = engine
             policy.close()
             print(f"-- {name}: {json.dumps(results[name])}", flush=True)
@@ -186,6 +194,43 @@ def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
         return one_batch_rate(policy, tokens)
     finally:
         policy.close()
+
+
+def trainer_rollout_case(precision: str, prompts: int, group: int, sampling: SamplingParams, max_turns: int) -> dict:
+    """The GRPO trainer's in-process rollouts: ``TransformersPolicy`` on the fp32 SmolLM2 as the trainer builds it
+    (decoding on the calling thread, batches of ``prompts x group``), Wordle in groups of ``group`` episodes."""
+    from llmgym.wrappers.transformers_policy import TransformersPolicy
+
+    episodes = prompts * group
+    policy = TransformersPolicy(None, batch_size=episodes, rollout_precision=precision, generate_inline=True)
+    recording = Recording(policy)
+    recording.max_concurrency = episodes
+    rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
+    recording.turns.clear()
+    start = time.perf_counter()
+    records = rollout(
+        ENV_ID,
+        recording,
+        seeds=prompts,
+        group_size=group,
+        max_concurrency=episodes,
+        sampling=sampling,
+        env_kwargs={"max_turns": max_turns},
+    )
+    wall = time.perf_counter() - start
+    generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
+    later = [t for t in recording.turns if not t["first_turn"]]
+    return {
+        "rollout_precision": precision,
+        "episodes": episodes,
+        "group_size": group,
+        "failed": sum("error" in e.metadata for e in records),
+        "generated_tokens": generated,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(generated / wall, 2),
+        "later_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in later) / max(1, len(later)), 1),
+        "later_turn_processed_mean": round(sum(t["processed"] for t in later) / max(1, len(later)), 1),
+    }
 
 
 def batch_rate(threads: int, tokens: int, engine: str) -> dict[str, Any]:
@@ -242,7 +287,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: each engine's own)")
     parser.add_argument("--eval", default="1,4,16", help="eval concurrencies (default 1,4,16)")
     parser.add_argument("--serve", default="1,16,64", help="serve concurrencies (default 1,16,64)")
-    parser.add_argument("--skip", default="", help="parts to skip: eval,serve,int8")
+    parser.add_argument("--waves", type=int, default=4, help="episodes per slot in eval and serve (default 4)")
+    parser.add_argument("--skip", default="", help="parts to skip: eval,serve,int8,trainer")
     parser.add_argument(
         "--engines", default="torch,llama.cpp", help="LlamaCppBatchPolicy engines, the first unsuffixed"
     )
@@ -272,7 +318,7 @@ def main() -> None:
                 if level == 1 and engine != engines[0]:
                     continue  # one episode at a time is the single-stream policy whatever the engine
                 name = f"eval_c{level}{suffix[engine] if level > 1 else ''}"
-                case = (eval_case, level, max(level, 4), sampling, args.max_turns, args.threads, engine)
+                case = (eval_case, level, level * args.waves, sampling, args.max_turns, args.threads, engine)
                 results[name], tokens = isolated(*case)
                 print(f"-- {name}: {json.dumps(results[name])}", flush=True)
                 if level == max(levels) and engine == engines[0]:  # the same seeds again: the same tokens?
@@ -280,9 +326,19 @@ def main() -> None:
                     rerun["same_tokens_as_first_run"] = again == tokens
                     results[f"eval_c{level}_rerun"] = rerun
                     print(f"-- eval_c{level}_rerun: {json.dumps(rerun)}", flush=True)
+                    # one wave: as many episodes as slots, so the run ends in a tail of ever fewer rows
+                    one_wave, _ = isolated(eval_case, level, level, sampling, args.max_turns, args.threads, engine)
+                    results[f"eval_c{level}_one_wave"] = one_wave
+                    print(f"-- eval_c{level}_one_wave: {json.dumps(one_wave)}", flush=True)
     if "serve" not in skip:
         for engine in engines:
-            results.update(serve_cases([int(x) for x in args.serve.split(",")], sampling, engine, suffix[engine]))
+            levels = [int(x) for x in args.serve.split(",")]
+            results.update(serve_cases(levels, sampling, engine, suffix[engine], args.waves))
+    if "trainer" not in skip:
+        for precision in ("bf16", "int8"):
+            case = (trainer_rollout_case, precision, 4, 4, sampling, args.max_turns)
+            results[f"trainer_rollout_{precision}"] = isolated(*case)
+            print(f"-- trainer_rollout_{precision}: {results[f'trainer_rollout_{precision}']}", flush=True)
     if "int8" not in skip:
         try:
             results["int8_torch16"] = isolated(int8_torch_rate, args.threads or every, 64)
@@ -323,7 +379,12 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "threads": args.threads or "each engine's default",
         "load_average_before_after": [load_before, [round(x, 2) for x in os.getloadavg()]],
-        "settings": {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": 0.7},
+        "settings": {
+            "max_tokens": args.max_tokens,
+            "max_turns": args.max_turns,
+            "temperature": 0.7,
+            "episodes_per_slot": args.waves,
+        },
         "results": results,
         "ratios_vs_single_stream": ratios,
         "targets": {"eval_c16": ">= 2.5", "serve_c16": ">= 2.5", "serve_c64": ">= 2.5"},

@@ -125,6 +125,9 @@ def test_next_turn_evaluates_only_its_new_tokens(policy):
 
 
 def test_rollout_episodes_are_token_exact_and_their_history_is_evaluated_once(make):
+    """Whether a first turn's system prompt is copied from another slot depends on when the scheduler seats it
+    (four first turns seated in one step find no slot holding it yet: under load they were); the copy itself is
+    tested in ``test_a_shared_prefix_copied_from_another_slot_gives_the_same_tokens``."""
     policy = make(slots=4, n_ctx=512)  # empty slots: nothing cached from other tests
     episodes = rollout(
         "llmgym/Wordle-v0",
@@ -140,7 +143,6 @@ def test_rollout_episodes_are_token_exact_and_their_history_is_evaluated_once(ma
         assert episode.num_turns > 1
     # every token of an episode is evaluated once, but the last one generated (never fed back), unless the
     # system prompt's KV cache was copied from another slot
-    assert policy.prompt_tokens_copied > 0
     assert policy.tokens_evaluated + policy.prompt_tokens_copied == sum(len(e.token_ids) - 1 for e in episodes)
     policy.close()
 
