@@ -19,7 +19,7 @@ The engines (``engine=``):
 
 - ``"torch"``: the model in bf16 on a
   :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`; on a CPU with
-  AVX512-BF16 a batch of 16 decoded 2.9x as fast as one llama.cpp stream, and
+  AVX512-BF16 a batch of 16 decoded 4.2x as fast as one llama.cpp stream, and
   prompts ~7x as fast as llama.cpp evaluates them. Its steps give a sequence
   nearly the same log-probs whatever shares its batch (within 0.05, tested).
 - ``"llama.cpp"``: a llama.cpp context with ``slots`` sequences (``n_seq_max``,
@@ -86,7 +86,7 @@ def default_engine() -> str:
 
     ``"torch"`` where torch and transformers are installed and the CPU multiplies
     bf16 natively (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``), since there its
-    batches measured 2-2.9x llama.cpp's single stream (docs/policies-local.md);
+    batches measured 2.3-4.2x llama.cpp's single stream (docs/policies-local.md);
     elsewhere ``"llama.cpp"``: without native bf16 the products are emulated, which
     was not measured here.
     """
@@ -176,7 +176,7 @@ class LlamaCppBatchPolicy(LlamaCppPolicy):
         engine: what evaluates the tokens (:data:`ENGINES`): ``"llama.cpp"``, or
             ``"torch"``: the same model in bf16 on a
             :class:`~llmgym.wrappers.decoding.slots.SlotDecoder` (needs the
-            ``transformers`` extra; 2-2.9x llama.cpp's single stream at 16
+            ``transformers`` extra; 2.3-4.2x llama.cpp's single stream at 16
             concurrent requests on a CPU with AVX512-BF16, slower for one; see
             docs/policies-local.md). llama.cpp still
             tokenizes and renders the chat template, so prompts are the same.
