@@ -64,8 +64,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from llmgym.policy import Generation, PolicyRequest, SamplingParams
+from llmgym.wrappers.decoding.prefix import common_prefix
 from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, _import_llama_cpp, _Turn
-from llmgym.wrappers.prompting import Prompt, common_prefix
+from llmgym.wrappers.prompting import Prompt
 
 __all__ = ["LlamaCppBatchPolicy", "converted_gguf", "default_engine", "WEIGHT_TYPES", "ENGINES"]
 

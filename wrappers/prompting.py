@@ -50,7 +50,6 @@ __all__ = [
     "prepare_messages",
     "last_assistant_index",
     "continuation_text",
-    "common_prefix",
 ]
 
 #: ``render(messages, add_generation_prompt) -> text``: a chat template with tools already bound.
@@ -250,16 +249,6 @@ def check_request(request: PolicyRequest) -> None:
     # else it fails inside a batch, with others
     if sampling.thinking_budget is not None and sampling.thinking_budget < 0:
         raise ValueError(f"thinking_budget must be >= 0 or None, got {sampling.thinking_budget}")
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many tokens ``a`` and ``b`` share at their start (what of a new prompt a KV cache holding ``a`` can keep)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass

@@ -7,9 +7,13 @@
 - ``slots``: :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`, many sequences
   of a Llama model decoded together in bf16, each keeping its own key/value cache
   slot between calls.
+- ``rollout_slots``: :class:`~llmgym.wrappers.decoding.rollout_slots.SlotRollouts`,
+  bf16 copies of a trained model (LoRA merged) decoded on those slots, one per episode.
+- ``prefix``: :func:`~llmgym.wrappers.decoding.prefix.common_prefix`, what of a new
+  prompt a slot's cache can keep (no torch).
 
 :class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses the first two
 when asked (``rollout_precision="int8"``, ``fast_decode``);
 :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` runs ``slots`` as its
-``"torch"`` engine. All need torch; import each module itself.
+``"torch"`` engine. All but ``prefix`` need torch; import each module itself.
 """

@@ -27,8 +27,8 @@ import time
 import torch
 from torch import nn
 
+from llmgym.wrappers.decoding.prefix import common_prefix
 from llmgym.wrappers.decoding.slots import SlotDecoder
-from llmgym.wrappers.prompting import common_prefix
 
 __all__ = ["SlotRollouts", "merged_weights"]
 
