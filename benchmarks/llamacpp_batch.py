@@ -105,6 +105,42 @@ def single_stream(model: str, threads: int, tokens: int) -> dict[str, Any]:
     return {"tokens_per_s": round(sorted(rates)[1], 2), "runs": [round(r, 2) for r in rates], "threads": threads}
 
 
+def timed_rollout(
+    policy: Any, seeds: int, group_size: int, concurrency: int, sampling: SamplingParams, max_turns: int
+) -> tuple[list[Any], dict[str, Any]]:
+    """Wordle episodes of ``policy`` after a one-episode warm-up: the episodes, and their aggregate generated
+    tokens/s with the prompt tokens evaluated per turn (first turn vs later turns: later turns should evaluate
+    only the env's reply)."""
+    recording = Recording(policy)
+    recording.max_concurrency = concurrency
+    rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
+    recording.turns.clear()
+    start = time.perf_counter()
+    records = rollout(
+        ENV_ID,
+        recording,
+        seeds=seeds,
+        group_size=group_size,
+        max_concurrency=concurrency,
+        sampling=sampling,
+        env_kwargs={"max_turns": max_turns},
+    )
+    wall = time.perf_counter() - start
+    generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
+    numbers = {
+        "failed": sum("error" in e.metadata for e in records),
+        "generated_tokens": generated,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(generated / wall, 2),
+    }
+    first = [t for t in recording.turns if t["first_turn"]]
+    later = [t for t in recording.turns if not t["first_turn"]]
+    for when, turns in (("first", first), ("later", later)):
+        numbers[f"{when}_turn_prompt_tokens_mean"] = round(sum(t["prompt"] for t in turns) / max(1, len(turns)), 1)
+        numbers[f"{when}_turn_processed_mean"] = round(sum(t["processed"] for t in turns) / max(1, len(turns)), 1)
+    return records, numbers
+
+
 def eval_case(
     concurrency: int, episodes: int, sampling: SamplingParams, max_turns: int, threads: int, engine: str
 ) -> tuple[dict, list[list[int]]]:
@@ -113,35 +149,13 @@ def eval_case(
 
     slots = {"slots": concurrency, "engine": engine} if concurrency > 1 else {}
     policy = load_policy("llama.cpp", None, n_threads=threads, **slots)
-    recording = Recording(policy)
-    rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
-    recording.turns.clear()
-    start = time.perf_counter()
-    records = rollout(
-        ENV_ID,
-        recording,
-        seeds=episodes,
-        max_concurrency=concurrency,
-        sampling=sampling,
-        env_kwargs={"max_turns": max_turns},
-    )
-    wall = time.perf_counter() - start
+    records, numbers = timed_rollout(policy, episodes, 1, concurrency, sampling, max_turns)
     policy.close()
-    generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
-    first = [t for t in recording.turns if t["first_turn"]]
-    later = [t for t in recording.turns if not t["first_turn"]]
     numbers = {
         "concurrency": concurrency,
         "engine": engine if concurrency > 1 else "llama.cpp single stream",
         "episodes": episodes,
-        "failed": sum("error" in e.metadata for e in records),
-        "generated_tokens": generated,
-        "wall_s": round(wall, 2),
-        "tokens_per_s": round(generated / wall, 2),
-        "first_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in first) / max(1, len(first)), 1),
-        "first_turn_processed_mean": round(sum(t["processed"] for t in first) / max(1, len(first)), 1),
-        "later_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in later) / max(1, len(later)), 1),
-        "later_turn_processed_mean": round(sum(t["processed"] for t in later) / max(1, len(later)), 1),
+        **numbers,
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
     return numbers, [list(e.token_ids) for e in sorted(records, key=lambda e: e.seed)]
@@ -210,34 +224,8 @@ def trainer_rollout_case(precision: str, prompts: int, group: int, sampling: Sam
 
     episodes = prompts * group
     policy = TransformersPolicy(None, batch_size=episodes, rollout_precision=precision, generate_inline=True)
-    recording = Recording(policy)
-    recording.max_concurrency = episodes
-    rollout(ENV_ID, recording, seeds=1, sampling=sampling, env_kwargs={"max_turns": 1})  # warm-up
-    recording.turns.clear()
-    start = time.perf_counter()
-    records = rollout(
-        ENV_ID,
-        recording,
-        seeds=prompts,
-        group_size=group,
-        max_concurrency=episodes,
-        sampling=sampling,
-        env_kwargs={"max_turns": max_turns},
-    )
-    wall = time.perf_counter() - start
-    generated = sum(e.metadata.get("generated_tokens") or 0 for e in records)
-    later = [t for t in recording.turns if not t["first_turn"]]
-    return {
-        "rollout_precision": precision,
-        "episodes": episodes,
-        "group_size": group,
-        "failed": sum("error" in e.metadata for e in records),
-        "generated_tokens": generated,
-        "wall_s": round(wall, 2),
-        "tokens_per_s": round(generated / wall, 2),
-        "later_turn_prompt_tokens_mean": round(sum(t["prompt"] for t in later) / max(1, len(later)), 1),
-        "later_turn_processed_mean": round(sum(t["processed"] for t in later) / max(1, len(later)), 1),
-    }
+    _, numbers = timed_rollout(policy, prompts, group, episodes, sampling, max_turns)
+    return {"rollout_precision": precision, "episodes": episodes, "group_size": group, **numbers}
 
 
 def batch_rate(threads: int, tokens: int, engine: str) -> dict[str, Any]:
