@@ -184,15 +184,16 @@ class SlotDecoder:
         self._to_front([slots[i] for i in stepped])
         stepped.sort(key=lambda i: self._row[slots[i]])  # as their cache rows lie: 0, 1, ...
         order = stepped + [i for i, chunk in enumerate(chunks) if len(chunk) > 1]  # the tokens' order in the pass
-        step = self._attention(0, [starts[i] for i in stepped], 1) if stepped else None
-        prompts = [self._attention(self._row[slots[i]], [starts[i]], len(chunks[i])) for i in order[len(stepped) :]]
+        # how each part of the pass attends: the decoding rows as one batch, then each prompt alone
+        parts = [self._attention(0, [starts[i] for i in stepped], 1)] if stepped else []
+        parts += [self._attention(self._row[slots[i]], [starts[i]], len(chunks[i])) for i in order[len(stepped) :]]
         positions = torch.tensor([starts[i] + offset for i in order for offset in range(len(chunks[i]))])
         hidden = self.model.model.embed_tokens(torch.tensor([token for i in order for token in chunks[i]]))
         cos, sin = (part[0] for part in self.model.model.rotary_emb(hidden, positions[None]))
         for index, layer in enumerate(self.layers):
             q, k, v = self._project(index, layer, hidden, cos, sin)  # [tokens, heads or kv_heads, head_dim]
             attended, first = [], 0
-            for attention in ([step] if step else []) + prompts:
+            for attention in parts:
                 part = slice(first, first + attention.tokens)
                 attended.append(self._attend_part(index, q[part], k[part], v[part], attention))
                 first = part.stop
