@@ -2,7 +2,7 @@
 
 Every stage is one of llmgym's public commands, run as a subprocess and printed before it runs:
 
-1. ``teacher``: ``llmgym eval llmgym/Wordle-v1 --policy scripted:wordle-sampler`` on the training
+1. ``teacher``: ``llmgym eval llmgym/WordleCompact-v0 --policy scripted:wordle-sampler`` on the training
    answers (``answers="train"``): a player that guesses a random training answer consistent with
    all the feedback so far (about 98% solved);
 2. ``sft``: ``llmgym train sft --lora`` on the solved teacher episodes;
@@ -55,7 +55,7 @@ __all__ = ["Recipe", "run", "report", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "wordle_agent.json"
 SHIPPED = ROOT / "wrappers" / "agents" / "smollm2-wordle"
-ENV_ID = "llmgym/Wordle-v1"
+ENV_ID = "llmgym/WordleCompact-v0"
 
 
 @dataclasses.dataclass

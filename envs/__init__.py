@@ -3,9 +3,15 @@
 :func:`register_envs` is llmgym's own ``llmgym.envs`` entry point: the
 built-in environments arrive the same way a third-party plugin's do. Each
 environment lives in a module or subpackage of its own; add its id here.
+
+Ids follow the naming rule of ``docs/authoring.md``: the version counts revisions of
+one environment (``-v1`` would change ``-v0``'s rewards, observations or rules and
+replace it); a variant, another way to play the same game, gets a name of its own
+(``WordleCompact`` beside ``Wordle``) and starts at ``-v0``. A renamed id stays for one
+release as a deprecated alias (:func:`~llmgym.registry.register_alias`).
 """
 
-from llmgym.registry import register
+from llmgym.registry import register, register_alias
 
 __all__ = ["register_envs"]
 
@@ -18,10 +24,11 @@ def register_envs() -> None:
         description="Guess a five-letter word in six tries from green/yellow/grey feedback.",
     )
     register(
-        "llmgym/Wordle-v1",
+        "llmgym/WordleCompact-v0",
         "llmgym.envs.wordle.compact:CompactWordleEnv",
         description="Wordle in plain words with a running summary of the feedback: sized for small models.",
     )
+    register_alias("llmgym/Wordle-v1", "llmgym/WordleCompact-v0")  # the name it was added under; one release
     register(
         "llmgym/MathTools-v0",
         "llmgym.envs.math_tools.env:MathToolsEnv",

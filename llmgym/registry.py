@@ -1,6 +1,7 @@
 """Registering environments with Gymnasium, and finding them again.
 
 Holds :func:`register` (``gymnasium.register`` plus a one-line description),
+:func:`register_alias` (an old id kept working for one release under a new name),
 :func:`load_plugins` (runs every ``llmgym.envs`` entry point; llmgym's own
 environments arrive the same way as a third party's) and :func:`list_envs`.
 A plugin that fails to load gives a warning naming it and never breaks
@@ -9,6 +10,7 @@ A plugin that fails to load gives a warning naming it and never breaks
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import sys
 import warnings
@@ -17,7 +19,16 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["register", "load_plugins", "list_envs", "describe", "close_matches", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "register",
+    "register_alias",
+    "DeprecatedAlias",
+    "load_plugins",
+    "list_envs",
+    "describe",
+    "close_matches",
+    "ENTRY_POINT_GROUP",
+]
 
 #: The entry-point group third-party packages use to register environments.
 ENTRY_POINT_GROUP = "llmgym.envs"
@@ -78,6 +89,63 @@ def register(id: str, entry_point: str, description: str = "", *, listed: bool =
         _descriptions[id] = description
     if not listed:
         _unlisted.add(id)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeprecatedAlias:
+    """The entry point of an old id: warns with the new id, then builds the new id's env.
+
+    A plain dataclass of two strings, so a spec that holds it pickles (vector envs, Ray workers).
+    """
+
+    old_id: str
+    new_id: str
+
+    def __call__(self, **kwargs: Any) -> gym.Env:
+        warnings.warn(
+            f"{self.old_id} is a deprecated name of {self.new_id}, the same environment; "
+            f"make {self.new_id!r} instead (the old name goes in the next release)",
+            FutureWarning,  # shown by default: an env id is what end users type, in scripts and on the command line
+            stacklevel=3,  # the caller of gymnasium.make
+        )
+        return gym.envs.registration.load_env_creator(gym.spec(self.new_id).entry_point)(**kwargs)
+
+
+def register_alias(old_id: str, new_id: str) -> None:
+    """Keep ``old_id`` working for one release as a deprecated name of the registered ``new_id``.
+
+    ``gym.make(old_id)`` builds ``new_id``'s env (its spec, so ``env.spec.id`` and episode
+    records say ``new_id``) and warns with the new name (``FutureWarning``). The alias is
+    stored under ``old_id`` with ``new_id``'s name and version, so Gymnasium never counts it
+    as a later version of another env: renaming ``Wordle-v1`` to ``WordleCompact-v0`` leaves
+    ``gym.make("llmgym/Wordle-v0")`` without an "out of date" warning. Aliases are not listed.
+
+    Example:
+        >>> import warnings, gymnasium as gym, llmgym
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     env = gym.make("llmgym/Wordle-v1")
+        >>> env.spec.id, "llmgym/WordleCompact-v0" in str(caught[0].message)
+        ('llmgym/WordleCompact-v0', True)
+
+    Raises:
+        ValueError: ``new_id`` is not registered.
+    """
+    if new_id not in gym.registry:
+        raise ValueError(f"register {new_id!r} before its deprecated alias {old_id!r}")
+    alias = DeprecatedAlias(old_id, new_id)
+    if old_id in gym.registry:  # an alias registered again does nothing; an env under that id is kept
+        if gym.registry[old_id].entry_point != alias:
+            warnings.warn(
+                f"llmgym: {old_id!r} is already registered (entry point {gym.registry[old_id].entry_point!r}); "
+                f"kept it, not as an alias of {new_id!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return
+    gym.registry[old_id] = dataclasses.replace(gym.spec(new_id), entry_point=alias)
+    _descriptions[old_id] = f"deprecated name of {new_id}: make that id instead"
+    _unlisted.add(old_id)
 
 
 def load_plugins(force: bool = False) -> list[str]:

@@ -40,7 +40,9 @@ class ProjectNames:
         dist_name: the distribution (``pip install``) name, e.g. ``my-env``.
         package: the import name, e.g. ``my_env``.
         class_name: the environment class, e.g. ``MyEnv``.
-        env_id: the Gymnasium id, e.g. ``my-env/MyEnv-v0``.
+        env_id: the Gymnasium id, e.g. ``my-env/MyEnv-v0``: version 0 of the name. A change that
+            could move a score registers ``-v1``; a variant (another way to play the game) gets
+            a name of its own, ``my-env/MyEnvVariant-v0`` (docs/authoring.md, "Versioning ids").
     """
 
     dist_name: str

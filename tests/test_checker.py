@@ -172,7 +172,7 @@ def test_cli_exit_status(capsys):
     assert main(["check", "llmgym/Wordle-v0", "--episodes", "1"]) == 0
     assert "PASSED" in capsys.readouterr().out
     assert main(["check", "llmgym/Wordl-v0"]) == 2
-    assert "Did you mean: llmgym/Wordle-v0, llmgym/Wordle-v1?" in capsys.readouterr().err
+    assert "Did you mean: llmgym/Wordle-v0" in capsys.readouterr().err
 
 
 def test_cli_exits_1_on_a_failing_env(capsys):

@@ -238,3 +238,44 @@ def test_a_plugin_that_calls_sys_exit_only_warns(tmp_path):
     warning, wordle = result.stdout.splitlines()
     assert "'exiting'" in warning and "SystemExit: bad plugin" in warning
     assert wordle == "True"
+
+
+def test_a_variant_does_not_make_the_reference_env_out_of_date(capsys):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gym.make("llmgym/Wordle-v0").close()
+    assert not [w for w in caught if "out of date" in str(w.message)]
+    assert "out of date" not in capsys.readouterr().err
+
+
+def test_the_old_wordle_v1_id_makes_the_compact_variant_and_names_it():
+    import pytest
+
+    with pytest.warns(FutureWarning, match=r"llmgym/Wordle-v1 is a deprecated name of llmgym/WordleCompact-v0"):
+        env = gym.make("llmgym/Wordle-v1", answers="test")
+    assert env.spec.id == "llmgym/WordleCompact-v0" and type(env.unwrapped).__name__ == "CompactWordleEnv"
+    assert env.unwrapped.answer_split == "test"
+    assert "llmgym/Wordle-v1" not in llmgym.list_envs() and "llmgym/WordleCompact-v0" in llmgym.list_envs()
+    assert "WordleCompact-v0" in describe("llmgym/Wordle-v1")
+
+
+def test_register_alias_needs_the_new_id_and_keeps_an_env_registered_under_the_old_one():
+    import pickle
+    import warnings
+
+    import pytest
+
+    from llmgym.registry import register, register_alias
+
+    with pytest.raises(ValueError, match="register 'llmgym-test/Missing-v0' before"):
+        register_alias("llmgym-test/Old-v0", "llmgym-test/Missing-v0")
+    register("llmgym-test/Kept-v0", "llmgym.envs.wordle.env:WordleEnv")
+    with pytest.warns(RuntimeWarning, match="already registered"):
+        register_alias("llmgym-test/Kept-v0", "llmgym/Wordle-v0")
+    assert gym.spec("llmgym-test/Kept-v0").entry_point == "llmgym.envs.wordle.env:WordleEnv"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        register_alias("llmgym/Wordle-v1", "llmgym/WordleCompact-v0")  # again: nothing changes, no warning
+    assert pickle.loads(pickle.dumps(gym.registry["llmgym/Wordle-v1"])) == gym.registry["llmgym/Wordle-v1"]

@@ -123,7 +123,7 @@ def test_grpo_collects_its_episodes_on_ray_actors(tmp_path):
     from llmgym.trainers.grpo import GRPOTrainer
 
     config = GRPOConfig(
-        env_id="llmgym/Wordle-v1", env_kwargs={"max_turns": 2}, model="tiny-random", out=str(tmp_path), steps=1,
+        env_id="llmgym/WordleCompact-v0", env_kwargs={"max_turns": 2}, model="tiny-random", out=str(tmp_path), steps=1,
         prompts_per_step=2, group_size=2, max_new_tokens=3, progress=False, plot=False, torch_threads=1, ray=True,
     )  # fmt: skip
     trainer = GRPOTrainer(config)

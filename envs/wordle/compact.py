@@ -1,4 +1,4 @@
-"""``llmgym/Wordle-v1``: Wordle in plain words with what is known so far, sized for small models.
+"""``llmgym/WordleCompact-v0``: Wordle in plain words with what is known so far, sized for small models.
 
 Holds :class:`CompactWordleEnv`. The game, its feedback and its rewards are
 ``Wordle-v0``'s; what the agent sees is shorter and easier to act on.
@@ -64,8 +64,9 @@ class CompactWordleEnv(WordleEnv):
 
     ## Version History
 
-    - v1: plain words, the running summary, six replies (this class).
-    - v0: :class:`~llmgym.envs.wordle.env.WordleEnv`.
+    - v0: initial release: plain words, the running summary, six replies. It was added as
+      ``llmgym/Wordle-v1``; a variant of ``Wordle-v0``, not a revision of it, so it has a name
+      of its own, and ``llmgym/Wordle-v1`` stays for one release as a deprecated alias.
     """
 
     description = "Wordle in plain words, with a running summary of the feedback: sized for small models."

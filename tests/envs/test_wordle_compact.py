@@ -1,4 +1,4 @@
-"""Wordle-v1 (plain words, the running summary) and the answer split both Wordle versions draw from."""
+"""WordleCompact-v0 (plain words, the running summary), its old id, and the answer split both Wordle envs draw from."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_the_split_holds_out_every_fifth_answer():
         answer_split("dev")
 
 
-@pytest.mark.parametrize("env_id", ["llmgym/Wordle-v0", "llmgym/Wordle-v1"])
+@pytest.mark.parametrize("env_id", ["llmgym/Wordle-v0", "llmgym/WordleCompact-v0"])
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_episodes_draw_their_answer_from_the_split(env_id, split):
     env = gym.make(env_id, answers=split)
@@ -35,11 +35,11 @@ def test_episodes_draw_their_answer_from_the_split(env_id, split):
 
 def test_bad_split_name_is_a_clear_error():
     with pytest.raises(ValueError, match="answers must be one of"):
-        gym.make("llmgym/Wordle-v1", answers="holdout")
+        gym.make("llmgym/WordleCompact-v0", answers="holdout")
 
 
-def test_v1_plays_plain_words_with_a_running_summary():
-    env = gym.make("llmgym/Wordle-v1")
+def test_compact_plays_plain_words_with_a_running_summary():
+    env = gym.make("llmgym/WordleCompact-v0")
     obs, info = env.reset(options={"answer": "swept"})
     assert info["tools"] == [] and "Reply with one word" in env.unwrapped.system_prompt
     obs, reward, terminated, truncated, info = env.step("taser")
@@ -51,19 +51,19 @@ def test_v1_plays_plain_words_with_a_running_summary():
     assert info["reward_components"]["solved"] == 1.0
 
 
-def test_v1_answers_mistakes_with_an_observation_and_a_penalty():
-    env = gym.make("llmgym/Wordle-v1")
+def test_compact_answers_mistakes_with_an_observation_and_a_penalty():
+    env = gym.make("llmgym/WordleCompact-v0")
     env.reset(options={"answer": "swept"})
     obs, reward, *_, info = env.step("I think the answer is a fruit.")
     assert obs == "No guess found. Reply with one five-letter word." and info["reward_components"]["invalid_guess"] == 1
     obs, *_ = env.step("qzxvw")
     assert obs == "Error: 'qzxvw' is not in the word list; guess a real English word."
     obs, *_ = env.step('<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>')
-    assert "unknown tool" in obs  # v1 has no tools: the reply is the word
+    assert "unknown tool" in obs  # the compact variant has no tools: the reply is the word
 
 
-def test_v1_has_six_replies_by_default():
-    env = gym.make("llmgym/Wordle-v1")
+def test_compact_has_six_replies_by_default():
+    env = gym.make("llmgym/WordleCompact-v0")
     env.reset(options={"answer": "swept"})
     for _ in range(5):
         *_, terminated, truncated, _ = env.step("hello there")
@@ -74,7 +74,7 @@ def test_v1_has_six_replies_by_default():
 
 def test_the_sampler_solves_training_answers_and_never_guesses_held_out_ones():
     episodes = rollout(
-        "llmgym/Wordle-v1", load_scripted("wordle-sampler"), seeds=range(40), env_kwargs={"answers": "train"}
+        "llmgym/WordleCompact-v0", load_scripted("wordle-sampler"), seeds=range(40), env_kwargs={"answers": "train"}
     )
     solved = sum(e.component_totals().get("solved", 0) for e in episodes)
     guesses = {m["content"] for e in episodes for m in e.messages if m["role"] == "assistant"}
@@ -91,5 +91,5 @@ def test_scripted_players_replay_the_same_choice_for_the_same_chat():
 
 
 def test_random_guesser_guesses_valid_words():
-    episodes = rollout("llmgym/Wordle-v1", load_scripted("wordle-random"), seeds=range(5))
+    episodes = rollout("llmgym/WordleCompact-v0", load_scripted("wordle-random"), seeds=range(5))
     assert all(e.component_totals()["invalid_guess"] == 0 for e in episodes)

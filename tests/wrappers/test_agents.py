@@ -17,7 +17,7 @@ from llmgym.wrappers.weights import adapter_folder  # noqa: E402
 
 
 def first_reply(policy) -> str:
-    env = gym.make("llmgym/Wordle-v1", answers="test")
+    env = gym.make("llmgym/WordleCompact-v0", answers="test")
     env.reset(seed=100_000)
     request = PolicyRequest(env.unwrapped.messages, sampling=SamplingParams(temperature=0.0, max_tokens=8, seed=0))
     return policy.generate([request])[0].message["content"].strip()
