@@ -1,33 +1,9 @@
 """``llmgym/MentalMath-v0``: answer a one-operation arithmetic question with a bare number.
 
-Holds :class:`MentalMathEnv` and :func:`last_integer`. A small single-turn
-task for small models: the question is ``What is 7 + 5? Reply with just the
-number.`` with operands in ``[0, max_operand]``; there are no tools, so the
-prompt is the question and a one-line system prompt. It exists so that a
-135M-parameter model succeeds sometimes (about a quarter of replies at
-temperature 1.0 for single-digit sums) and reinforcement learning has reward
-variance to work with; the reasoning-gym tasks are out of its reach at that size.
-
-The answer read from a reply is its last integer (``7 + 5 = 12`` reads 12),
-the number as a person reads it: ``12.0`` reads 12, ``5,355`` reads 5355,
-``12.5`` is no integer, ``\u22123`` (the typeset minus sign) is -3.
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-correct        1.0    end   1 when the last integer of the reply is the answer
-concise        0.2    end   1 when the reply is a bare integer (``12``, ``12.``),
-                            right or wrong
-============== ====== ===== ========================================================
-
-How it could be gamed, and why that does not pay: listing many numbers does
-not help, only the last one is read; a bare wrong number earns ``concise``
-(0.2) and nothing more, far below a right one (1.2); the question never
-holds its answer (``a op b`` is asked, not stated with its result).
-``tests/envs/test_mental_math.py`` checks that such policies score below an
-honest one.
+Holds :class:`MentalMathEnv` (documented in Gymnasium's sections) and :func:`last_integer`.
+A small single-turn task for small models: it exists so that a 135M-parameter model
+succeeds sometimes and reinforcement learning has reward variance to work with; the
+reasoning-gym tasks are out of its reach at that size.
 """
 
 from __future__ import annotations
@@ -74,13 +50,58 @@ def last_integer(text: str) -> int | None:
 class MentalMathEnv(LLMEnv):
     """One arithmetic question (``a op b``, operands in ``[0, max_operand]``), answered in a single reply.
 
+    ## Description
+
+    The question is ``What is 7 + 5? Reply with just the number.``; there are no
+    tools, so the prompt is the question and a one-line system prompt. A 135M model
+    gets about a quarter of replies right at temperature 1.0 for single-digit sums.
+
+    ## Action Space
+
+    ``Text``: the reply. Its answer is its last integer (``7 + 5 = 12`` reads 12), the
+    number as a person reads it: ``12.0`` reads 12, ``5,355`` reads 5355, ``12.5`` is
+    no integer, ``−3`` (the typeset minus sign) is -3 (:func:`last_integer`).
+
+    ## Observation Space
+
+    ``Text``: the question; the episode ends after the reply.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``correct`` | 1.0 | end | 1 when the last integer of the reply is the answer |
+    | ``concise`` | 0.2 | end | 1 when the reply is a bare integer (``12``, ``12.``), right or wrong |
+
+    How it could be gamed, and why that does not pay: listing many numbers does
+    not help, only the last one is read; a bare wrong number earns ``concise``
+    (0.2) and nothing more, far below a right one (1.2); the question never
+    holds its answer (``a op b`` is asked, not stated with its result).
+    ``tests/envs/test_mental_math.py`` checks that such policies score below an
+    honest one.
+
+    ## Starting State
+
+    ``reset(seed=s)`` draws the operation and operands with ``self.np_random``;
+    ``reset(options={"a": 7, "b": 5, "op": "+"})`` asks that question.
+
+    ## Episode End
+
+    - Terminated: after the one reply.
+    - Truncated: only when the one reply was refused unread (longer than ``max_action_chars``).
+
+    ## Arguments
+
     Args:
         max_operand: largest operand (default 9: single digits).
         operations: the operation symbols to draw from, a subset of ``"+-*"`` (default ``"+"``).
         **kwargs: passed to :class:`~llmgym.LLMEnv` (``max_turns`` is always 1).
 
-    ``reset(seed=s)`` draws the operation and operands from the seed;
-    ``reset(options={"a": 7, "b": 5, "op": "+"})`` asks that question.
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Answer a one-operation arithmetic question (single digits by default) with just the number."

@@ -1,53 +1,9 @@
 """``llmgym/Multiply-v0``: a product the model cannot work out in its head, found with a calculator and answered.
 
-Holds :class:`MultiplyEnv`. A compact two-turn tool task in the shape of the
-MT-GRPO paper's search task (Zeng et al., arXiv 2505.11821): a first turn
-that should call the tool, a second that should answer from its result. The
-question multiplies a three-digit number by a two-digit one (``347 * 89``),
-phrased as one of a few everyday word problems, which a 135M-parameter model
-gets wrong without the tool. The tool syntax is two short tags, so a turn is a
-dozen tokens and the prompt carries no JSON schema::
-
-    <calc>347 * 89</calc>        -> Result: 30883
-    <answer>30883</answer>       -> the episode ends
-
-A reply may hold both; the calculation runs, then the answer is read (it was
-written before the result was seen). A reply with neither gets a reminder of
-the two tags. ``max_turns`` defaults to 2: the tool turn and the answer turn.
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-correct        1.0    end   1 when the answer equals the product
-tool_ran       0.1    turn  1 on the turn of the episode's first calculation that
-                            ran (a ``<calc>`` the calculator could evaluate)
-tool_found     0.4    turn  1 on the turn a calculation first returned the product
-                            (with ``convert``, or the converted value or the answer)
-no_action      -0.1   turn  1 when the reply has neither tag
-called_tool    0      turn  metric: 1 on the turn of the first ``<calc>`` tag
-answered       0      end   metric: 1 when an answer was given
-============== ====== ===== ========================================================
-
-Two harder settings: ``convert=True`` asks for the product in a larger unit
-(``347`` cents times ``89`` in dollars: ``308.83``), a step the calculator can take
-too (``<calc>347 * 89 / 100</calc>``); ``rounded=True`` with it asks for that value
-rounded to a whole number (``309``), a step left to the agent after the result, so
-a right calculation need not end in a right answer.
-
-``turn_rewards=False`` gives the turn components weight 0 (they stay in
-``reward_components`` as metrics): the reward is then the outcome alone, the
-paper's GRPO-OR setting.
-
-How it could be gamed, and why that does not pay: ``tool_ran`` is the one
-reward the agent can collect without progress (``<calc>1+1</calc>``); it pays
-once per episode and 0.1 against the 1.4 of a right calculation and answer.
-``tool_found`` pays only for computing the product itself: the only way to
-earn it is the progress it stands for. Answering with a number from the
-question, or several numbers, earns nothing (the last number inside the
-answer tag is read). ``tests/envs/test_multiply.py`` checks these against the
-scripted solver.
+Holds :class:`MultiplyEnv` (documented in Gymnasium's sections), :class:`MultiplySolver`
+and :class:`MixedMultiplyTeacher`. A compact two-turn tool task in the shape of the
+MT-GRPO paper's search task (Zeng et al., arXiv 2505.11821): a first turn that should
+call the tool, a second that should answer from its result.
 """
 
 from __future__ import annotations
@@ -89,6 +45,71 @@ TURN_COMPONENTS = {"tool_ran": 0.1, "tool_found": 0.4, "no_action": -0.1}
 class MultiplyEnv(LLMEnv):
     """Find ``a * b`` (``a`` three digits, ``b`` two) with a ``<calc>`` tag, then give it in an ``<answer>`` tag.
 
+    ## Description
+
+    The question multiplies a three-digit number by a two-digit one (``347 * 89``),
+    phrased as one of a few everyday word problems, which a 135M-parameter model gets
+    wrong without the tool. The tool syntax is two short tags, so a turn is a dozen
+    tokens and the prompt carries no JSON schema::
+
+        <calc>347 * 89</calc>        -> Result: 30883
+        <answer>30883</answer>       -> the episode ends
+
+    A reply may hold both; the calculation runs, then the answer is read (it was
+    written before the result was seen). A reply with neither gets a reminder of the
+    two tags. Two harder settings: ``convert=True`` asks for the product in a larger
+    unit (``347`` cents times ``89`` in dollars: ``308.83``), a step the calculator can
+    take too; ``rounded=True`` with it asks for that value rounded to a whole number
+    (``309``), a step left to the agent after the result.
+
+    ## Action Space
+
+    ``Text``: the reply, read for ``<calc>`` and ``<answer>`` tags (no JSON tool calls).
+
+    ## Observation Space
+
+    ``Text``: the question, then ``Result: ...`` of a calculation, or a reminder of the tags.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``correct`` | 1.0 | end | 1 when the answer equals the product |
+    | ``tool_ran`` | 0.1 | turn | 1 on the turn of the episode's first calculation that ran |
+    | ``tool_found`` | 0.4 | turn | 1 on the turn a calculation first returned the product (see ``convert``) |
+    | ``no_action`` | -0.1 | turn | 1 when the reply has neither tag |
+    | ``called_tool`` | 0 | turn | metric: 1 on the turn of the first ``<calc>`` tag |
+    | ``answered`` | 0 | end | metric: 1 when an answer was given |
+
+    ``turn_rewards=False`` gives the turn components weight 0 (they stay in
+    ``reward_components`` as metrics): the reward is then the outcome alone, the
+    paper's GRPO-OR setting.
+
+    How it could be gamed, and why that does not pay: ``tool_ran`` is the one
+    reward the agent can collect without progress (``<calc>1+1</calc>``); it pays
+    once per episode and 0.1 against the 1.4 of a right calculation and answer.
+    ``tool_found`` pays only for computing the product itself: the only way to
+    earn it is the progress it stands for. Answering with a number from the
+    question, or several numbers, earns nothing (the last number inside the
+    answer tag is read). ``tests/envs/test_multiply.py`` checks these against the
+    scripted solver.
+
+    ## Starting State
+
+    ``reset(seed=s)`` draws ``a``, ``b`` and the question with ``self.np_random``;
+    ``reset(options={"a": 347, "b": 89})`` asks that product (with ``convert``, in
+    dollars from cents).
+
+    ## Episode End
+
+    - Terminated: an ``<answer>`` was given.
+    - Truncated: ``max_turns`` replies (default 2: the tool turn and the answer turn)
+      or the token budget ran out.
+
+    ## Arguments
+
     Args:
         max_turns: replies allowed (default 2: the calculation and the answer).
         turn_rewards: pay the turn components (``tool_ran``, ``tool_found``,
@@ -101,8 +122,9 @@ class MultiplyEnv(LLMEnv):
             right calculation need not end in a right answer.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    ``reset(seed=s)`` draws the question from the seed; ``reset(options={"a": 347, "b": 89})`` asks that
-    product (with ``convert``, in dollars from cents).
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Multiply a 3-digit by a 2-digit number with a <calc> tool, then <answer>: two short turns."

@@ -1,42 +1,9 @@
 """``llmgym/RuleDiscovery-v0``: a grid world whose rules are hidden and must be found by playing.
 
-In the spirit of ARC-AGI-3: the agent (``@``) sees a small grid of symbols
-and is told only that it must reach the goal. What each symbol does is drawn
-per seed from a family of rules and never stated: which symbol blocks, which
-scores, which hurts, which can be pushed, which is the key, the switch, the
-goal; whether coins are collected by stepping on them or by ``interact``;
-what the goal needs before it works (nothing, every coin, the key, the
-switch); and, at ``hard``, which direction each ``move`` really goes.
-
-Holds :class:`RuleDiscoveryEnv`, :data:`LEVELS` (difficulty settings),
-:class:`OraclePlayer` (a scripted player that knows the rules: the strong
-reference) and :func:`play_human` (play in the terminal; ``llmgym play
+Holds :class:`RuleDiscoveryEnv` (documented in Gymnasium's sections), :data:`LEVELS`
+(difficulty settings), :class:`OraclePlayer` (a scripted player that knows the rules:
+the strong reference) and :func:`play_human` (play in the terminal; ``llmgym play
 llmgym/RuleDiscovery-v0`` works too).
-
-Tools: ``move(direction)``, ``interact()`` (the cell underfoot and the four
-next to it), ``look()`` (the whole map; at ``medium`` and ``hard`` moves
-show only the 5x5 window around the agent). Plain text works as well: a
-reply whose last line is ``up``, ``move left``, ``interact`` or ``look``.
-
-Rewards (components):
-
-============ ====== ===== ========================================================
-name         weight when  value
-============ ====== ===== ========================================================
-progress     1.0    turn  0.1 per coin, 0.1 for the key, 0.1 for the switch,
-                          0.01 per newly visited cell (at most 0.2 an episode)
-hazard       -0.1   turn  1 when the move stepped on a hazard (back to start)
-invalid      -0.05  turn  1 when the turn carried out no action (malformed or
-                          failed tool call, prose without a command)
-goal         1.0    end   1 when the goal was reached with its condition met
-speed        0.5    end   when the goal was reached: 1 - (turn - 1) / max_turns
-============ ====== ===== ========================================================
-
-How it could be gamed, and why that does not pay: writing that the goal was
-reached is not a tool call (``invalid``); wandering to harvest exploration
-reward is capped at 0.2; ``look`` and ``interact`` spam earn nothing; coins
-and items pay once. Everything but ``goal`` + ``speed`` together is worth
-well under the 1.0 for reaching the goal.
 """
 
 from __future__ import annotations
@@ -105,6 +72,59 @@ LEVELS: dict[str, dict[str, Any]] = {
 class RuleDiscoveryEnv(LLMEnv):
     """Find the hidden rules of a small grid world and reach its goal.
 
+    ## Description
+
+    In the spirit of ARC-AGI-3: the agent (``@``) sees a small grid of symbols
+    and is told only that it must reach the goal. What each symbol does is drawn
+    per seed from a family of rules and never stated: which symbol blocks, which
+    scores, which hurts, which can be pushed, which is the key, the switch, the
+    goal; whether coins are collected by stepping on them or by ``interact``;
+    what the goal needs before it works (nothing, every coin, the key, the
+    switch); and, at ``hard``, which direction each ``move`` really goes.
+
+    ## Action Space
+
+    ``Text``: tool calls ``move(direction)``, ``interact()`` (the cell underfoot and
+    the four next to it), ``look()`` (the whole map), or a reply whose last line is
+    ``up``, ``move left``, ``interact`` or ``look``.
+
+    ## Observation Space
+
+    ``Text``: the grid (at ``medium`` and ``hard`` moves show only the 5x5 window
+    around the agent) and what the action did.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``progress`` | 1.0 | turn | 0.1 per coin, key or switch; 0.01 per new cell (at most 0.2 an episode) |
+    | ``hazard`` | -0.1 | turn | 1 when the move stepped on a hazard (back to start) |
+    | ``invalid`` | -0.05 | turn | 1 when the turn carried out no action (a failed call, prose without a command) |
+    | ``goal`` | 1.0 | end | 1 when the goal was reached with its condition met |
+    | ``speed`` | 0.5 | end | when the goal was reached: 1 - (turn - 1) / max_turns |
+
+    How it could be gamed, and why that does not pay: writing that the goal was
+    reached is not a tool call (``invalid``); wandering to harvest exploration
+    reward is capped at 0.2; ``look`` and ``interact`` spam earn nothing; coins
+    and items pay once. Everything but ``goal`` + ``speed`` together is worth
+    well under the 1.0 for reaching the goal. ``tests/envs/test_rule_discovery.py``
+    checks that such policies score below the oracle.
+
+    ## Starting State
+
+    A world of the level drawn with ``self.np_random`` (regenerated until every
+    target is reachable); ``reset(options={"difficulty": "hard"})`` changes the level
+    for one episode.
+
+    ## Episode End
+
+    - Terminated: the goal was reached with its condition met.
+    - Truncated: ``max_turns`` turns (the level's by default) or the token budget ran out.
+
+    ## Arguments
+
     Args:
         difficulty: ``"easy"``, ``"medium"`` or ``"hard"`` (see :data:`LEVELS`).
         max_turns: turn budget, at least 1 (default ``None``: the level's).
@@ -115,7 +135,9 @@ class RuleDiscoveryEnv(LLMEnv):
     Raises:
         ValueError: an unknown ``difficulty``, or ``max_turns < 1``.
 
-    ``reset(options={"difficulty": "hard"})`` changes the level for one episode.
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = (

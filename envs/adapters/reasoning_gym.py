@@ -5,54 +5,8 @@ cache), :func:`extract_answer`, :func:`register_all` and :data:`FULL_SCORE`
 (the verifier score that counts as correct). Needs the
 ``reasoning-gym`` extra (``pip install reasoning-gym``).
 
-Each episode is one item of a reasoning-gym dataset, picked with the episode's
-seed; the reply is scored by the task's own verifier
-(``dataset.score_answer(answer, entry)``), and by default only a fully
-correct answer (verifier score 1) is paid. Single-turn by default: the first
-reply is the answer. With ``python_tool=True`` the agent may run Python in
-:mod:`llmgym.sandbox` for several turns before answering.
-
-Where the answer is read from, first match wins:
-
-1. an ``answer`` tool call (``{"name": "answer", "arguments": {"value": ...}}``);
-2. the last ``<answer>...</answer>`` in the reply (reasoning-gym's own convention);
-3. the last non-empty line of a reply without tool calls (no ``format`` credit).
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-correct        1.0    end   1 when the verifier scores the answer as fully correct
-                            (score 1), else 0; with ``partial_credit=True`` the
-                            verifier's score itself
-verifier_score 0      end   the verifier's score of the answer, in [0, 1] (0 when
-                            there is no answer or the verifier raises): logged,
-                            not paid
-format         0.1    end   1 when the answer came from the ``answer`` tool or
-                            ``<answer>`` tags
-tool_cost      -0.02  turn  python calls this turn (``python_tool=True`` only)
-============== ====== ===== ========================================================
-
-Why all or nothing by default: many verifiers give partial credit that a
-constant policy collects without solving anything. Paid as is, the
-``knights_knaves`` verifier's 0.3 + 0.7 x (share of people right) made
-"everyone is the second role" average 0.70 over 200 seeds against 1.1 for
-correct answers, and copying ``word_sorting``'s words back unsorted 0.37;
-``gsm_symbolic`` and ``power_function`` give 0.01 to any wrong number, and
-reasoning-gym's default verifier pays len(gold) / len(answer) to an answer
-that merely contains the gold one. Under GRPO that slope is learnt instead of
-the task. ``partial_credit=True`` pays the raw score, for those who want
-reasoning-gym's shaping.
-
-How it could be gamed, and why that does not pay: with the default, a junk
-or constant answer in tags earns ``format`` (0.1) plus 1 only when the guess
-happens to be fully right: "everyone is the second role" now averages 0.39 on
-knights_knaves (the items where everyone is a knave), the input order 0.14 on
-word_sorting. The question holds no answer to copy, and the python sandbox
-sees neither the dataset nor llmgym's sources.
-``tests/envs/test_reasoning_gym_adapter.py`` checks that such policies score
-far below an honest one.
+:class:`ReasoningGymEnv`'s docstring has where the answer is read from, the rewards and
+why they are all or nothing by default, in Gymnasium's sections.
 
 Registration: importing reasoning_gym builds every task module (3.5 s here),
 so ``import llmgym`` registers only :data:`~llmgym.envs.adapters.RG_DEFAULT_TASKS` by name, without
@@ -150,6 +104,70 @@ def extract_answer(text: str) -> tuple[str | None, bool]:
 class ReasoningGymEnv(LLMEnv):
     """One reasoning-gym task: answer a generated question, scored by the task's own verifier.
 
+    ## Description
+
+    Each episode is one item of a reasoning-gym dataset; the reply is scored by the
+    task's own verifier (``dataset.score_answer(answer, entry)``), and by default only
+    a fully correct answer (verifier score 1) is paid. Single-turn by default; with
+    ``python_tool=True`` the agent may run Python in :mod:`llmgym.sandbox` for several
+    turns before answering.
+
+    ## Action Space
+
+    ``Text``: the reply. The answer is read from, first match wins:
+
+    1. an ``answer`` tool call (``{"name": "answer", "arguments": {"value": ...}}``);
+    2. the last ``<answer>...</answer>`` in the reply (reasoning-gym's own convention);
+    3. the last non-empty line of a reply without tool calls (no ``format`` credit).
+
+    ## Observation Space
+
+    ``Text``: the task's question, then (``python_tool``) what a program printed.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``correct`` | 1.0 | end | 1 when the verifier's score is 1, else 0 (``partial_credit=True``: the score) |
+    | ``verifier_score`` | 0 | end | metric: the verifier's score in [0, 1] (0: no answer, or it raised) |
+    | ``format`` | 0.1 | end | 1 when the answer came from the ``answer`` tool or ``<answer>`` tags |
+    | ``tool_cost`` | -0.02 | turn | python calls this turn (``python_tool=True`` only) |
+
+    Why all or nothing by default: many verifiers give partial credit that a
+    constant policy collects without solving anything. Paid as is, the
+    ``knights_knaves`` verifier's 0.3 + 0.7 x (share of people right) made
+    "everyone is the second role" average 0.70 over 200 seeds against 1.1 for
+    correct answers, and copying ``word_sorting``'s words back unsorted 0.37;
+    ``gsm_symbolic`` and ``power_function`` give 0.01 to any wrong number, and
+    reasoning-gym's default verifier pays len(gold) / len(answer) to an answer
+    that merely contains the gold one. Under GRPO that slope is learnt instead of
+    the task. ``partial_credit=True`` pays the raw score, for those who want
+    reasoning-gym's shaping.
+
+    How it could be gamed, and why that does not pay: with the default, a junk
+    or constant answer in tags earns ``format`` (0.1) plus 1 only when the guess
+    happens to be fully right: "everyone is the second role" now averages 0.39 on
+    knights_knaves (the items where everyone is a knave), the input order 0.14 on
+    word_sorting. The question holds no answer to copy, and the python sandbox
+    sees neither the dataset nor llmgym's sources.
+    ``tests/envs/test_reasoning_gym_adapter.py`` checks that such policies score
+    far below an honest one.
+
+    ## Starting State
+
+    ``reset(seed=s)`` picks an item of the dataset with ``self.np_random``;
+    ``reset(options={"index": i})`` picks item ``i``. The dataset is shared by every
+    env of the process with the same task and config (:func:`dataset`).
+
+    ## Episode End
+
+    - Terminated: an answer was given (single-turn: the first reply).
+    - Truncated: ``max_turns`` turns or the token budget ran out without an answer.
+
+    ## Arguments
+
     Args:
         task: the reasoning-gym task name (``"chain_sum"``).
         config: the task's config (plain data; ``seed`` picks the dataset, default 0).
@@ -164,10 +182,11 @@ class ReasoningGymEnv(LLMEnv):
     Raises:
         ValueError: ``max_turns < 1``, an unknown task or an invalid config.
 
-    ``reset(seed=s)`` picks item ``s``-seeded from the dataset;
-    ``reset(options={"index": i})`` picks item ``i``. The dataset is shared by
-    every env of the process with the same task and config (:func:`dataset`);
-    the sandbox starts on the first python call; :meth:`close` releases it.
+    The sandbox starts on the first python call; :meth:`close` releases it.
+
+    ## Version History
+
+    - v0: initial release (one id per task, ``llmgym/rg-<task>-v0``).
     """
 
     description = "A reasoning-gym task; the answer is scored by reasoning-gym's own verifier."

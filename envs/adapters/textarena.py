@@ -26,10 +26,6 @@ What the adapter does beyond calling TextArena:
 - **Incremental rewards.** Each step pays what it earned: an invalid move
   costs ``invalid_penalty`` on that step, TextArena's outcome is paid on the
   last step (per agent in the AEC env).
-
-Actions are TextArena's: text with the move in square brackets (``[5]``,
-``[1 2 3 4]``); a reply without brackets is wrapped in them, as TextArena's
-``ActionFormattingWrapper`` does.
 """
 
 from __future__ import annotations
@@ -205,6 +201,49 @@ class _PrivateRandom:
 class TextArenaEnv(LLMEnv):
     """A TextArena single-player game as an llmgym env.
 
+    ## Description
+
+    TextArena's game, its rules and its outcome, made once and reset on every
+    ``reset``, with what the adapter adds (no history across episodes, a private
+    seeded ``random``, the NLTK data check, incremental rewards: see the module
+    docstring).
+
+    ## Action Space
+
+    ``Text``: TextArena's actions, the move in square brackets (``[5]``,
+    ``[1 2 3 4]``); a reply without brackets is wrapped in them, as TextArena's
+    ``ActionFormattingWrapper`` does.
+
+    ## Observation Space
+
+    ``Text``: the messages TextArena produced this turn (never earlier episodes').
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``outcome`` | 1.0 | end | TextArena's reward for the player (1 a win; some games pay a completion fraction) |
+    | ``invalid_move`` | -1.0 | turn | ``invalid_penalty`` when TextArena rejected the move, or there was none |
+
+    How it could be gamed, and why that does not pay: every reply is judged by
+    the game's own rules; claiming a win or spamming malformed moves is an
+    invalid move (penalised; two in a row end the game on TextArena's terms),
+    and only TextArena's outcome pays at the end.
+
+    ## Starting State
+
+    TextArena's reset of the game, seeded from ``reset(seed)`` through the env's
+    private ``random`` state.
+
+    ## Episode End
+
+    - Terminated: TextArena says the game is over (solved, lost, or its own limits).
+    - Truncated: llmgym's ``max_turns`` or the token budget ran out first.
+
+    ## Arguments
+
     Args:
         game: TextArena's id (``"GuessTheNumber-v0"``).
         game_kwargs: passed to ``ta.make`` (plain data: ``{"max_number": 50}``).
@@ -212,21 +251,10 @@ class TextArenaEnv(LLMEnv):
         max_turns: llmgym's turn budget (invalid moves and malformed replies count; the game has its own limit too).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    Rewards (components in ``info["reward_components"]``):
+    ## Version History
 
-    ============== ====== ===== ========================================================
-    name           weight when  value
-    ============== ====== ===== ========================================================
-    outcome        1.0    end   TextArena's reward for the player (1 for a win; some
-                                games pay a completion fraction otherwise)
-    invalid_move   -1.0   turn  ``invalid_penalty`` when TextArena rejected the move,
-                                or the reply had no move at all
-    ============== ====== ===== ========================================================
-
-    How it could be gamed, and why that does not pay: every reply is judged by
-    the game's own rules; claiming a win or spamming malformed moves is an
-    invalid move (penalised; two in a row end the game on TextArena's terms),
-    and only TextArena's outcome pays at the end.
+    - v0: initial release (one id per game, ``llmgym/ta-<Game>-v0``; TextArena's own
+      version stays in ``game``).
     """
 
     description = "A TextArena single-player game."

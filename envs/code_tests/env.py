@@ -1,45 +1,7 @@
 """``llmgym/CodeTests-v0``: write a function from a spec; graded by hidden tests in a sandbox.
 
-Each episode draws a problem (:mod:`.problems`: seeded generated families
-and a hand-written set). The agent writes Python source defining the named
-function; ``run_examples`` runs it on the visible examples in the sandbox and
-shows what passed; ``submit`` ends the episode and grades the source on
-hidden tests (inputs the agent never saw) in a separate grading sandbox that
-none of the agent's ``run_examples`` calls ever ran in.
-
-Rewards (components in ``info["reward_components"]``):
-
-================= ====== ===== =====================================================
-name              weight when  value
-================= ====== ===== =====================================================
-hidden_pass_rate  1.0    end   fraction of hidden tests passed by the submission
-                               (0 when nothing was submitted)
-format_error      -0.1   turn  1 when the turn's action was malformed
-visible_pass_rate 0      turn  metric: fraction of visible examples passed by this
-                               turn's ``run_examples`` (0 when not called)
-submitted         0      end   metric: 1 when the agent submitted
-================= ====== ===== =====================================================
-
-How it could be gamed, and why that does not pay (:mod:`.harness` does the
-grading): expected outputs never enter the sandbox, only inputs do, and the
-host compares the returned values, so ``sys.exit(0)``, ``os._exit``, printing
-"passed", monkeypatching builtins or ``json``, and reading the harness's
-frames all leave tests without a correct result; a result line that is
-missing or malformed fails. Each test is a sandbox run of its own, timed and
-killed by the sandbox from outside it, so nothing the solution changes in its
-own process (the harness's frames and globals included) stretches a test's
-time limit. The tests are not files the program can read or edit: llmgym's
-sources, where the hand-written tests live, are hidden inside the sandbox.
-Special-casing the visible examples fails, because the hidden inputs are
-drawn apart from them (never equal to one). Memorising examples
-across episodes fails too: every problem, hand-written ones included, draws
-its inputs fresh from the episode's rng (a table of 400 episodes' examples
-scores about 0.06 on new seeds). A ``pass`` body returns None, which passes
-only the tests whose answer is None: ``kth_largest`` on a list with fewer than
-k distinct values, about 0.18 of that family's hidden tests on average (up to
-0.58), about 0.02 over ``mixed`` problems. The visible pass rate pays nothing,
-so fitting the examples is worth nothing by itself. ``tests/envs/test_code_tests.py`` checks that
-such policies score far below the scripted honest solver.
+Holds :class:`CodeTestsEnv`; its docstring documents the environment in Gymnasium's
+sections, how it could be gamed included (:mod:`.harness` does the grading).
 """
 
 from __future__ import annotations
@@ -62,6 +24,67 @@ MAX_CODE_CHARS = 20_000
 class CodeTestsEnv(LLMEnv):
     """Write a Python function to a spec; reward is the fraction of hidden tests it passes.
 
+    ## Description
+
+    Each episode draws a problem (:mod:`.problems`: seeded generated families and a
+    hand-written set). The agent writes Python source defining the named function;
+    ``run_examples`` runs it on the visible examples in the sandbox and shows what
+    passed; ``submit`` ends the episode and grades the source on hidden tests (inputs
+    the agent never saw) in a separate grading sandbox that none of the agent's
+    ``run_examples`` calls ever ran in.
+
+    ## Action Space
+
+    ``Text``: assistant text with ``<tool_call>`` blocks, or an OpenAI assistant
+    message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the spec with its visible examples, then each tool's result.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``hidden_pass_rate`` | 1.0 | end | fraction of hidden tests the submission passed (0: none submitted) |
+    | ``format_error`` | -0.1 | turn | 1 when the turn's action was malformed |
+    | ``visible_pass_rate`` | 0 | turn | metric: fraction of visible examples passed by this turn's ``run_examples`` |
+    | ``submitted`` | 0 | end | metric: 1 when the agent submitted |
+
+    How it could be gamed, and why that does not pay: expected outputs never enter
+    the sandbox, only inputs do, and the host compares the returned values, so
+    ``sys.exit(0)``, ``os._exit``, printing "passed", monkeypatching builtins or
+    ``json``, and reading the harness's frames all leave tests without a correct
+    result; a result line that is missing or malformed fails. Each test is a sandbox
+    run of its own, timed and killed by the sandbox from outside it, so nothing the
+    solution changes in its own process (the harness's frames and globals included)
+    stretches a test's time limit. The tests are not files the program can read or
+    edit: llmgym's sources, where the hand-written tests live, are hidden inside the
+    sandbox. Special-casing the visible examples fails, because the hidden inputs are
+    drawn apart from them (never equal to one). Memorising examples across episodes
+    fails too: every problem, hand-written ones included, draws its inputs fresh from
+    the episode's rng (a table of 400 episodes' examples scores about 0.06 on new
+    seeds). A ``pass`` body returns None, which passes only the tests whose answer is
+    None: ``kth_largest`` on a list with fewer than k distinct values, about 0.18 of
+    that family's hidden tests on average (up to 0.58), about 0.02 over ``mixed``
+    problems. The visible pass rate pays nothing, so fitting the examples is worth
+    nothing by itself. ``tests/envs/test_code_tests.py`` checks that such policies
+    score far below the scripted honest solver.
+
+    ## Starting State
+
+    A problem of ``source`` drawn with ``self.np_random``, its examples and hidden
+    tests generated from the same rng.
+
+    ## Episode End
+
+    - Terminated: the agent called ``submit``.
+    - Truncated: ``max_turns`` turns or the token budget ran out (``hidden_pass_rate`` 0).
+
+    ## Arguments
+
     Args:
         source: ``"generated"``, ``"handwritten"`` or ``"mixed"`` problems.
         n_hidden: hidden tests per problem.
@@ -74,6 +97,10 @@ class CodeTestsEnv(LLMEnv):
     Sandboxes (warm pools shared by the process's CodeTests envs, one for the
     agent's runs and one for grading) start on the first tool call;
     :meth:`close` releases them.
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = (

@@ -1,44 +1,7 @@
 """``llmgym/EmailQA-v0``: answer a question about a generated inbox (the ART-E task).
 
-Every episode generates an inbox (:mod:`.inbox`: senders, threads, dates,
-attachment names; SQLite with an FTS5 index) and asks about one fact in it:
-a confirmation code, an invoice amount, a meeting room, a tracking number, a
-file name. One question in five asks for something the inbox does not hold;
-then "I don't know" is the right answer. Tools:
-``search_emails(keywords, sender, recipient, before, after)`` (FTS5 ranked by
-BM25; ``sender``/``recipient`` stand for ART-E's ``from``/``to``, which are
-Python keywords), ``read_email(email_id)`` and ``answer(text, sources)``.
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-outcome        1.0    end   1 right answer (or "I don't know" when the inbox does
-                            not hold it); 0 "I don't know" or no answer; -1 a wrong
-                            answer (a hallucination costs more than abstaining)
-sources        0.2    end   when right: 1 if ``sources`` cite the email holding
-                            the fact and at most 3 emails in all
-efficiency     0.2    end   when right: 1.0 answered in one turn, falling linearly
-                            to 0 at the turn budget (fewer turns pay more)
-format_error   -0.1   turn  1 when the turn's action was malformed
-============== ====== ===== ========================================================
-
-An answer is right when, ignoring case and punctuation, it contains the
-gold value (a code, an amount, a room, a file name), no other fact of the
-inbox, and is at most 12 words long. Amounts are compared as numbers
-(``Decimal``): "$300" and "$1,204.5" are right for "$300.00" and "$1204.50",
-"$1204.05" is not. "I don't know" is recognised from a few phrasings, or an
-empty ``text``.
-
-How it could be gamed, and why that does not pay: guessing costs -1 when
-wrong, so it scores below always abstaining, which itself earns only on the
-unanswerable fifth of questions; citing every email earns no ``sources``
-bonus (at most 3 citations), and sources pay only with a right answer; an
-answer listing several of the inbox's codes is wrong, and a long one fails
-the length rule.
-``tests/envs/test_email_qa.py`` checks these policies against the scripted
-honest solver.
+Holds :class:`EmailQAEnv`; its docstring documents the environment in Gymnasium's
+sections (the answer check and how it could be gamed included).
 """
 
 from __future__ import annotations
@@ -99,10 +62,72 @@ def answer_is_right(text: str, gold: str, max_words: int = 12) -> bool:
 class EmailQAEnv(LLMEnv):
     """Answer a question about a generated inbox with email search and read tools.
 
+    ## Description
+
+    Every episode generates an inbox (:mod:`.inbox`: senders, threads, dates,
+    attachment names; SQLite with an FTS5 index) and asks about one fact in it:
+    a confirmation code, an invoice amount, a meeting room, a tracking number, a
+    file name. Some questions (``unanswerable_rate``, one in five by default) ask
+    for something the inbox does not hold; then "I don't know" is the right answer.
+    Tools: ``search_emails(keywords, sender, recipient, before, after)`` (FTS5
+    ranked by BM25; ``sender``/``recipient`` stand for ART-E's ``from``/``to``,
+    which are Python keywords), ``read_email(email_id)`` and ``answer(text, sources)``.
+
+    ## Action Space
+
+    ``Text``: assistant text with ``<tool_call>`` blocks, or an OpenAI assistant
+    message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the question, then search results or an email.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``outcome`` | 1.0 | end | 1 right (see below); 0 "I don't know" or no answer; -1 a wrong answer |
+    | ``sources`` | 0.2 | end | when right: 1 if ``sources`` cite the fact's email, at most 3 in all |
+    | ``efficiency`` | 0.2 | end | when right: 1.0 answered in one turn, falling linearly to 0 at the turn budget |
+    | ``format_error`` | -0.1 | turn | 1 when the turn's action was malformed |
+
+    "I don't know" is the right answer when the inbox does not hold the fact. Otherwise
+    an answer is right when, ignoring case and punctuation, it contains the
+    gold value (a code, an amount, a room, a file name), no other fact of the
+    inbox, and is at most 12 words long. Amounts are compared as numbers
+    (``Decimal``): "$300" and "$1,204.5" are right for "$300.00" and "$1204.50",
+    "$1204.05" is not. "I don't know" is recognised from a few phrasings, or an
+    empty ``text``.
+
+    How it could be gamed, and why that does not pay: guessing costs -1 when
+    wrong (a hallucination costs more than abstaining), so it scores below always
+    abstaining, which itself earns only on the unanswerable questions; citing every
+    email earns no ``sources`` bonus (at most 3 citations), and sources pay only
+    with a right answer; an answer listing several of the inbox's codes is wrong,
+    and a long one fails the length rule. ``tests/envs/test_email_qa.py`` checks
+    these policies against the scripted honest solver.
+
+    ## Starting State
+
+    An inbox and a question generated with ``self.np_random``.
+
+    ## Episode End
+
+    - Terminated: the agent called ``answer``.
+    - Truncated: ``max_turns`` turns or the token budget ran out (``outcome`` 0).
+
+    ## Arguments
+
     Args:
         max_turns: turn budget.
         unanswerable_rate: share of questions the inbox cannot answer.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = (

@@ -1,46 +1,7 @@
 """``llmgym/MathTools-v0``: multi-step word problems solved with a calculator and a Python sandbox.
 
-Each episode draws a generated word problem (:mod:`.problems`; ``difficulty``
-1, 2 or 3) whose exact answer and reference steps are known. The agent may
-call ``calculator`` (exact arithmetic, :mod:`.calculator`), ``python`` (a
-program run in :mod:`llmgym.sandbox`; what it prints comes back) and must
-finish with ``answer`` (or write "Final answer: X" or ``\\boxed{X}``: the last
-one outside ``<think>...</think>`` counts). The answer is checked by
-:func:`answers_match`: it must equal the exact value (``27/2``, ``13.5`` and
-``$13.50`` all equal 27/2).
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-correct        1.0    end   1 when the answer equals the true value (:func:`answers_match`)
-step_credit    0.1    turn  reference-solution quantities this turn's tool calls
-                            computed for the first time (see the rule below)
-tool_cost      -0.02  turn  tool calls (calculator or python) made this turn
-format_error   -0.1   turn  1 when the turn's action was malformed (bad JSON,
-                            unknown tool, invalid arguments)
-answered       0      end   metric: 1 when an answer was given
-============== ====== ===== ========================================================
-
-The step-credit rule (the "tool call whose result is used" of the design): a
-tool result *is used* when it equals a quantity of the reference solution,
-i.e. an intermediate value the final answer is computed from, or the answer
-itself. A ``calculator`` call's result is its value; a ``python`` call's
-result is the last number it printed (it must exit cleanly). Each reference
-quantity is credited once per episode, on the turn it was first computed;
-quantities that already appear in the question earn nothing.
-
-How it could be gamed, and why that does not pay: answering at once with a
-number from the question is wrong (0 for ``correct``). Farming step credit by
-computing every sum, product and quotient of the question's numbers hits a
-few steps but pays ``tool_cost`` for every call, so it nets less than one
-honest calculation per step; credit is at most 0.1 per reference step and
-each step pays once. Claiming success in prose, or an unparseable answer,
-earns nothing. Code in the ``python`` tool runs in the sandbox (no network,
-no access to llmgym's sources, limits on time and memory) and sees nothing
-of the answer. ``tests/envs/test_math_tools.py`` checks that such policies
-score clearly below the scripted honest solver.
+Holds :class:`MathToolsEnv` (its docstring has the rewards, the step-credit rule
+and how it could be gamed, in Gymnasium's sections) and :func:`answers_match`.
 """
 
 from __future__ import annotations
@@ -109,6 +70,66 @@ def answers_match(given: sympy.Expr, truth: sympy.Expr) -> bool:
 class MathToolsEnv(LLMEnv):
     """Solve a generated multi-step word problem with a calculator and Python, then answer.
 
+    ## Description
+
+    A generated word problem (:mod:`.problems`) with a known exact answer and reference
+    steps. The agent may call ``calculator`` (exact arithmetic), ``python`` (a program
+    run in :mod:`llmgym.sandbox`; what it prints comes back) and finishes with ``answer``
+    (or "Final answer: X" / ``\\boxed{X}`` in plain text: the last one outside
+    ``<think>...</think>`` counts), checked by :func:`answers_match`.
+
+    ## Action Space
+
+    ``Text``: assistant text with ``<tool_call>`` blocks (or a plain-text final answer),
+    or an OpenAI assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the problem, then each tool's result (or error).
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``correct`` | 1.0 | end | 1 when the answer equals the true value (:func:`answers_match`) |
+    | ``step_credit`` | 0.1 | turn | reference-solution quantities this turn's tool calls computed for the first time |
+    | ``tool_cost`` | -0.02 | turn | tool calls (calculator or python) made this turn |
+    | ``format_error`` | -0.1 | turn | 1 when the turn's action was malformed (bad JSON, unknown tool, bad arguments) |
+    | ``answered`` | 0 | end | metric: 1 when an answer was given |
+
+    The step-credit rule (the "tool call whose result is used" of the design): a
+    tool result *is used* when it equals a quantity of the reference solution,
+    i.e. an intermediate value the final answer is computed from, or the answer
+    itself. A ``calculator`` call's result is its value; a ``python`` call's
+    result is the last number it printed (it must exit cleanly). Each reference
+    quantity is credited once per episode, on the turn it was first computed;
+    quantities that already appear in the question earn nothing.
+
+    How it could be gamed, and why that does not pay: answering at once with a
+    number from the question is wrong (0 for ``correct``). Farming step credit by
+    computing every sum, product and quotient of the question's numbers hits a
+    few steps but pays ``tool_cost`` for every call, so it nets less than one
+    honest calculation per step; credit is at most 0.1 per reference step and
+    each step pays once. Claiming success in prose, or an unparseable answer,
+    earns nothing. Code in the ``python`` tool runs in the sandbox (no network,
+    no access to llmgym's sources, limits on time and memory) and sees nothing
+    of the answer. ``tests/envs/test_math_tools.py`` checks that such policies
+    score clearly below the scripted honest solver.
+
+    ## Starting State
+
+    A problem of level ``difficulty`` drawn with ``self.np_random``;
+    ``reset(options={"difficulty": 3})`` changes the level for one episode.
+
+    ## Episode End
+
+    - Terminated: the agent answered (the ``answer`` tool or a plain-text final answer).
+    - Truncated: ``max_turns`` turns or the token budget ran out.
+
+    ## Arguments
+
     Args:
         difficulty: 1 (two arithmetic steps), 2 (percentages, fractions), 3 (algebra).
         max_turns: turn budget.
@@ -116,10 +137,13 @@ class MathToolsEnv(LLMEnv):
         python_timeout_s: wall-clock limit of one ``python`` call.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
-    ``reset(options={"difficulty": 3})`` changes the level for one episode.
     The sandbox (a warm pool shared by the process's MathTools envs, see
     :class:`llmgym.sandbox.LazySandbox`) starts on the first ``python`` call;
     :meth:`close` releases it.
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Multi-step word problems with calculator and Python tools; exact answers checked with sympy."

@@ -7,30 +7,9 @@ the registered envs :class:`TicTacToeVsBot` (``llmgym/TicTacToe-v0``),
 :class:`PrisonersDilemmaVsBot` (``llmgym/PrisonersDilemma-v0``).
 
 The agent moves with the game's tools or plain text, exactly as in the
-multi-agent env; after each legal move the opponent answers at once, and
-the observation shows its move. Rewards (components):
-
-============ ====== ===== ========================================================
-name         weight when  value
-============ ====== ===== ========================================================
-game         1.0    turn  what ``player_0`` earned in the game this turn: illegal
-                          move penalties, payoffs, the final win/draw/loss
-unfinished   -1.0   end   1 when the turn budget ran out before the game ended
-format_error -0.1   turn  1 for a malformed tool call (it never reaches the game)
-============ ====== ===== ========================================================
-
-Only one tool call per turn is honoured (one move per turn).
-
-How it could be gamed, and why that does not pay: claiming a win in prose
-or naming several cells or columns is an illegal move (-0.1, and the third in
-a row forfeits at -1); malformed tool calls and bad arguments (a ``player``
-argument to move for the opponent) never reach the game and cost 0.1 each
-until the turn budget ends the episode with ``unfinished`` (-1); extra tool
-calls in a turn are refused. ``tests/envs/test_multiagent.py`` checks that such policies end at
--1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play draws (0). In
-``llmgym/Negotiation-v0`` the haggler never settles for less than half the pool's
-worth to it, not even on the last turn, so holding out with greedy demands for a
-last-turn ultimatum scores below fair haggling (tested).
+multi-agent env; after each legal move the opponent answers at once, and the
+observation shows its move. :class:`VersusEnv`'s docstring has the reward
+components all four share; each env's docstring has its game in Gymnasium's sections.
 
 A tool call reaches the game as a native tool call with the arguments it was
 made with (:func:`_call`), never re-written as ``<tool_call>`` text, so any
@@ -62,6 +41,27 @@ class VersusEnv(LLMEnv):
 
     Subclasses set :meth:`make_game` and :meth:`make_opponent` and declare the
     game's tools as ``@tool`` methods that call :meth:`send`.
+
+    Rewards (components in ``info["reward_components"]``), the same in every game:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``game`` | 1.0 | turn | what ``player_0`` earned this turn: illegal-move penalties, payoffs, the result |
+    | ``unfinished`` | -1.0 | end | 1 when the turn budget ran out before the game ended |
+    | ``format_error`` | -0.1 | turn | 1 for a malformed tool call (it never reaches the game) |
+
+    Only one tool call per turn is honoured (one move per turn).
+
+    How it could be gamed, and why that does not pay: claiming a win in prose
+    or naming several cells or columns is an illegal move (-0.1, and the third in
+    a row forfeits at -1); malformed tool calls and bad arguments (a ``player``
+    argument to move for the opponent) never reach the game and cost 0.1 each
+    until the turn budget ends the episode with ``unfinished`` (-1); extra tool
+    calls in a turn are refused. ``tests/envs/test_multiagent.py`` checks that such
+    policies end at -1 or below in ``llmgym/TicTacToe-v0``, where honest perfect play
+    draws (0). In ``llmgym/Negotiation-v0`` the haggler never settles for less than
+    half the pool's worth to it, not even on the last turn, so holding out with
+    greedy demands for a last-turn ultimatum scores below fair haggling (tested).
 
     Args:
         max_turns: turn budget (illegal attempts count as turns).
@@ -177,7 +177,47 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 class TicTacToeVsBot(VersusEnv):
-    """Tic-tac-toe as X against a perfect minimax opponent (a draw is the best possible result)."""
+    """Tic-tac-toe as X against a perfect minimax opponent (a draw is the best possible result).
+
+    ## Description
+
+    The agent plays X (first) on cells ``a1`` (top left) to ``c3`` with ``move(cell)`` or
+    a reply whose last line names one cell; :class:`~.tictactoe.MinimaxPlayer` answers.
+
+    ## Action Space
+
+    ``Text``: assistant text (a tool call, or plain text whose last line is the move)
+    or an OpenAI assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the board after both moves, or why a move was illegal.
+
+    ## Rewards
+
+    Win +1, draw 0, loss -1 (paid on the last move); -0.1 per illegal attempt. The components are :class:`VersusEnv`'s
+    (``game``, ``unfinished``, ``format_error``), with how they could be gamed.
+
+    ## Starting State
+
+    An empty board; the opponent's tie-breaks are seeded from ``self.np_random``.
+
+    ## Episode End
+
+    - Terminated: three in a row, a full board, or a forfeit (a third illegal attempt in a row).
+    - Truncated: ``max_turns`` turns (illegal attempts count) or the token budget ran
+      out before the game ended (``unfinished``).
+
+    ## Arguments
+
+    Args:
+        max_turns: turn budget, at least 5 (the moves X can need).
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
+    """
 
     description = "Tic-tac-toe as X against a perfect minimax opponent (win +1, draw 0, loss -1)."
 
@@ -205,10 +245,45 @@ class TicTacToeVsBot(VersusEnv):
 class ConnectFourVsBot(VersusEnv):
     """Connect Four as X against a depth-limited negamax opponent.
 
+    ## Description
+
+    The agent drops X discs (first) into columns 1-7 with ``move(column)`` or a reply
+    naming one column; :class:`~.connect_four.NegamaxPlayer` answers.
+
+    ## Action Space
+
+    ``Text``: assistant text (a tool call, or plain text whose last line is the move)
+    or an OpenAI assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the board after both moves, or why a move was illegal.
+
+    ## Rewards
+
+    Win +1, draw 0, loss -1 (paid on the last move); -0.1 per illegal attempt. The components are :class:`VersusEnv`'s
+    (``game``, ``unfinished``, ``format_error``), with how they could be gamed.
+
+    ## Starting State
+
+    An empty 7x6 board.
+
+    ## Episode End
+
+    - Terminated: four in a row, a full board, or a forfeit (a third illegal attempt in a row).
+    - Truncated: ``max_turns`` turns (illegal attempts count) or the token budget ran
+      out before the game ended (``unfinished``).
+
+    ## Arguments
+
     Args:
         depth: the opponent's search depth in plies.
-        max_turns: turn budget.
+        max_turns: turn budget, at least 21 (the moves X can need).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Connect Four as X against a depth-6 negamax opponent (win +1, draw 0, loss -1)."
@@ -236,7 +311,50 @@ class ConnectFourVsBot(VersusEnv):
 
 
 class NegotiationVsBot(VersusEnv):
-    """Split items with private values against a scripted haggler; deal or no deal."""
+    """Split items with private values against a scripted haggler; deal or no deal.
+
+    ## Description
+
+    A pool of books, hats and balls; each player values them privately (the pool is
+    worth 10 to each). Players alternate ``propose(books, hats, balls)`` (what the
+    proposer takes) and ``accept()``; prose is delivered to the other player as a
+    message. :class:`~.negotiation.HagglerPlayer` answers.
+
+    ## Action Space
+
+    ``Text``: assistant text (a tool call, or plain text whose last line is the move)
+    or an OpenAI assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the pool, your values, the other player's proposal and message.
+
+    ## Rewards
+
+    A deal pays your share's value / 10; no deal 0; -0.1 per illegal attempt; a
+    forfeit -1. The components are :class:`VersusEnv`'s
+    (``game``, ``unfinished``, ``format_error``), with how they could be gamed.
+
+    ## Starting State
+
+    A pool (1-4 of each item) and both players' values drawn with ``self.np_random``.
+
+    ## Episode End
+
+    - Terminated: an acceptance (a deal), the game's 8 turns without one (no deal), or a forfeit.
+    - Truncated: ``max_turns`` turns (illegal attempts count) or the token budget ran
+      out before the game ended (``unfinished``).
+
+    ## Arguments
+
+    Args:
+        max_turns: turn budget, at least 4 (the agent's turns of the game's 8).
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
+    """
 
     description = (
         "Negotiate a split of items with private values against a scripted haggler (reward: your share's value / 10)."
@@ -271,7 +389,49 @@ class NegotiationVsBot(VersusEnv):
 
 
 class PrisonersDilemmaVsBot(VersusEnv):
-    """Ten rounds of the prisoner's dilemma with messages against tit-for-tat."""
+    """Ten rounds of the prisoner's dilemma with messages against tit-for-tat.
+
+    ## Description
+
+    Each round both players move ``C`` or ``D`` with an optional message
+    (``play(move, message)``, or text whose last line is the move);
+    :class:`~.prisoners_dilemma.TitForTat` answers.
+
+    ## Action Space
+
+    ``Text``: assistant text (a tool call, or plain text whose last line is the move)
+    or an OpenAI assistant message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the round's moves, payoffs and the other player's message.
+
+    ## Rewards
+
+    Per round CC 3/3, DD 1/1, DC 5/0; an illegal action costs 1 and holds the
+    round; a third in a row forfeits (-5). The components are :class:`VersusEnv`'s
+    (``game``, ``unfinished``, ``format_error``), with how they could be gamed.
+
+    ## Starting State
+
+    Round one, no history; the opponent opens with ``C``.
+
+    ## Episode End
+
+    - Terminated: the tenth round, or a forfeit.
+    - Truncated: ``max_turns`` turns (illegal attempts count) or the token budget ran
+      out before the game ended (``unfinished``).
+
+    ## Arguments
+
+    Args:
+        max_turns: turn budget, at least 10 (one move a round).
+        **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
+    """
 
     description = "Iterated prisoner's dilemma with messages, 10 rounds against tit-for-tat (reward: payoffs)."
 

@@ -1,44 +1,7 @@
 """``llmgym/WikiSearch-v0``: answer multi-hop questions by searching and reading a generated wiki.
 
-Every episode generates a small wiki about fictional people, cities and
-organisations (:mod:`.world`; names from random syllables, so nothing can be
-answered from memory) and indexes its passages with BM25 (``bm25s``). The
-question needs two or three facts from different articles ("In what year was
-the city where X was born founded?"). Tools: ``search`` (BM25, top-k passage
-ids with their titles), ``read`` (one passage in full) and ``answer``.
-
-Rewards (components in ``info["reward_components"]``):
-
-============== ====== ===== ========================================================
-name           weight when  value
-============== ====== ===== ========================================================
-correct        1.0    end   1 when the answer names the gold answer (see below)
-evidence       0.1    turn  evidence passages read for the first time this turn
-                            (the passages that hold a fact the answer needs)
-tool_cost      -0.01  turn  tool calls made this turn
-format_error   -0.1   turn  1 when the turn's action was malformed
-============== ====== ===== ========================================================
-
-The turn-level ``evidence`` reward credits a useful intermediate step: a
-``read`` that retrieved a passage holding a needed fact, as the seed paper's
-turn-level credit suggests. Search results show titles only, so evidence is
-paid for reading, once per passage.
-
-Answer check: case, punctuation and a leading "the" are ignored; the gold
-answer's words must appear in order, and the answer may be at most four words
-longer than the gold one ("Dorun", "the Dorun River" are right for "Dorun
-River"). An answer that also names another candidate of the wiki (a country,
-city, river, person, organisation, occupation or year other than the gold
-one) is wrong, so neither listing every name nor a short hedge ("Keltia
-Varonia Dorunia" for a question with three possible countries) pays.
-
-How it could be gamed, and why that does not pay: reading every passage to
-farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of the 56
-reads (8 cities, 14 people and 6 organisations, two passages each); stuffing
-the answer with many candidates fails the length rule; a short hedge naming
-two or more candidates is wrong; guessing a name from the question is wrong.
-``tests/envs/test_wiki_search.py`` checks that such policies score clearly
-below the scripted honest solver.
+Holds :class:`WikiSearchEnv`; its docstring documents the environment in Gymnasium's
+sections (the answer check and how it could be gamed included).
 """
 
 from __future__ import annotations
@@ -84,10 +47,75 @@ def answer_matches(given: str, gold: str, slack: int = 4) -> bool:
 class WikiSearchEnv(LLMEnv):
     """Answer a multi-hop question about a generated wiki with search and read tools.
 
+    ## Description
+
+    Every episode generates a small wiki about fictional people, cities and
+    organisations (:mod:`.world`; names from random syllables, so nothing can be
+    answered from memory) and indexes its passages with BM25 (``bm25s``). The
+    question needs two or three facts from different articles ("In what year was
+    the city where X was born founded?"). Tools: ``search`` (BM25, top-k passage
+    ids with their titles), ``read`` (one passage in full) and ``answer``.
+
+    ## Action Space
+
+    ``Text``: assistant text with ``<tool_call>`` blocks, or an OpenAI assistant
+    message with native ``tool_calls``.
+
+    ## Observation Space
+
+    ``Text``: the question, then search results (ids and titles) or a passage.
+
+    ## Rewards
+
+    Components in ``info["reward_components"]``:
+
+    | name | weight | when | value |
+    |---|---|---|---|
+    | ``correct`` | 1.0 | end | 1 when the answer names the gold answer (see below) |
+    | ``evidence`` | 0.1 | turn | evidence passages (holding a needed fact) read for the first time this turn |
+    | ``tool_cost`` | -0.01 | turn | tool calls made this turn |
+    | ``format_error`` | -0.1 | turn | 1 when the turn's action was malformed |
+
+    The turn-level ``evidence`` reward credits a useful intermediate step: a
+    ``read`` that retrieved a passage holding a needed fact, as the seed paper's
+    turn-level credit suggests. Search results show titles only, so evidence is
+    paid for reading, once per passage.
+
+    Answer check: case, punctuation and a leading "the" are ignored; the gold
+    answer's words must appear in order, and the answer may be at most four words
+    longer than the gold one ("Dorun", "the Dorun River" are right for "Dorun
+    River"). An answer that also names another candidate of the wiki (a country,
+    city, river, person, organisation, occupation or year other than the gold
+    one) is wrong, so neither listing every name nor a short hedge ("Keltia
+    Varonia Dorunia" for a question with three possible countries) pays.
+
+    How it could be gamed, and why that does not pay: reading every passage to
+    farm ``evidence`` earns at most 0.3 and pays ``tool_cost`` for each of the 56
+    reads (8 cities, 14 people and 6 organisations, two passages each); stuffing
+    the answer with many candidates fails the length rule; a short hedge naming
+    two or more candidates is wrong; guessing a name from the question is wrong.
+    ``tests/envs/test_wiki_search.py`` checks that such policies score clearly
+    below the scripted honest solver.
+
+    ## Starting State
+
+    A wiki and a question of one of ``kinds``, generated with ``self.np_random``.
+
+    ## Episode End
+
+    - Terminated: the agent called ``answer``.
+    - Truncated: ``max_turns`` turns or the token budget ran out.
+
+    ## Arguments
+
     Args:
         max_turns: turn budget.
         kinds: question kinds to draw from (default: all of :data:`~.world.QUESTION_KINDS`).
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     description = "Multi-hop questions over a generated wiki of fictional entities; BM25 search and read tools."

@@ -12,12 +12,6 @@ Holds :class:`OpenEnvEnv`. It plays one session of the server over OpenEnv's own
   text the agent reads, as JSON. With ``text_field`` (by default the action's only string field,
   when it has exactly one) a reply without a tool call is sent as that field.
 
-Rewards (second way; the first has the served env's own): ``reward`` is the server's reward
-(``None`` counts as 0), in ``info["reward_components"]`` as ``env_reward``, with ``format_error``
-(weight 0: a metric) for a turn whose action was not sent (bad JSON, unknown tool, arguments that do
-not match the schema, or a server that refused them). ``terminated`` is the server's ``done``;
-``truncated`` comes after ``max_turns`` turns.
-
 Errors: a server that cannot be reached raises ``ConnectionError`` (at ``reset``, when the session
 starts); one full of sessions raises ``RuntimeError`` naming OpenEnv's ``CAPACITY_REACHED``.
 """
@@ -44,6 +38,41 @@ _INSTALL_HINT = 'llmgym/OpenEnv-v0 needs openenv: pip install "llmgym[openenv]"'
 class OpenEnvEnv(gym.Env[str, str]):
     """One session of an OpenEnv server as a Gymnasium env whose observations and actions are text.
 
+    ## Description
+
+    The two ways of the module docstring: an ``llmgym serve-env`` server plays its own
+    env, every reset and step coming back whole; any other OpenEnv env gets one tool,
+    ``act``, whose parameters are its action's JSON schema.
+
+    ## Action Space
+
+    ``Text``: a tool call (``act`` for a generic env, the served env's tools otherwise)
+    or, with ``text_field``, a plain reply sent as that field.
+
+    ## Observation Space
+
+    ``Text``: the served env's observation, or a generic env's observation fields
+    (without ``metadata``) as JSON.
+
+    ## Rewards
+
+    An llmgym server: the served env's own. A generic env: ``reward`` is the server's
+    reward (``None`` counts as 0), in ``info["reward_components"]`` as ``env_reward``,
+    with ``format_error`` (weight 0: a metric) for a turn whose action was not sent (bad
+    JSON, unknown tool, arguments that do not match the schema, or a server that
+    refused them). How it could be gamed is the served env's matter.
+
+    ## Starting State
+
+    The server's reset, with the seed and options passed on.
+
+    ## Episode End
+
+    - Terminated: the server's ``done``.
+    - Truncated: after ``max_turns`` turns (a generic env), or as the served env says.
+
+    ## Arguments
+
     Args:
         base_url: the server (``http://host:port``; ``ws://`` works too).
         max_turns: turn budget of a generic env (an llmgym server keeps its env's own).
@@ -62,6 +91,10 @@ class OpenEnvEnv(gym.Env[str, str]):
         env = gym.make("llmgym/OpenEnv-v0", base_url="http://127.0.0.1:8001")
         obs, info = env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("crane")
+
+    ## Version History
+
+    - v0: initial release.
     """
 
     metadata = {"render_modes": []}
