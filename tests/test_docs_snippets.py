@@ -113,3 +113,21 @@ def test_repository_files_named_in_docs_exist():
             if not (ROOT / name).exists():
                 missing.append(f"{path.name}: {name}")
     assert not missing, missing
+
+
+def test_readme_write_your_own_environment_runs_and_passes_the_checker(capsys):
+    from llmgym.checker import check_env
+
+    code = block_under(ROOT / "README.md", "## Write your own environment")
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert capsys.readouterr().out.strip().endswith("1.0")
+    report = check_env(namespace["ReverseEnv"](), episodes=3)
+    assert report.passed, report
+
+
+def test_docs_index_lists_every_page_once():
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = re.findall(r"^- \[([\w.-]+\.md)\]\(\1\)", index, flags=re.M)
+    pages = sorted(path.name for path in (ROOT / "docs").glob("*.md") if path.name != "README.md")
+    assert sorted(linked) == pages, f"docs/README.md lists {sorted(set(linked) ^ set(pages))} wrongly"
