@@ -19,8 +19,8 @@ them, built from the same public pieces this file uses:
   those tokens (never re-tokenized text), and
   :func:`llmgym.trainers.losses.grpo_loss` is the clipped surrogate.
 
-The model stays in eval mode throughout: dropout off, so the log-probs it is
-trained on are those of the distribution it sampled from.
+The model stays in eval mode throughout, as in the trainer: dropout off, so the
+log-probs it is trained on are those of the distribution it sampled from.
 
 Run: ``python examples/grpo_minimal.py`` (SmolLM2-135M on MentalMath), or
 ``python examples/grpo_minimal.py --model tiny-random --steps 2`` (seconds on a CPU;

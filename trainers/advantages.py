@@ -1,9 +1,11 @@
 """Group-relative advantages with turn-level credit assignment.
 
 Holds :func:`compute_advantages` and its result :class:`Advantages`, plus
-:func:`turn_spans_of`. The formula (also in ``docs/training.md``), for the
-episodes ``i`` of one group ``g`` (same env seed), with ``R_i`` the episode's
-total reward and ``r_{i,t}`` its reward on turn ``t``::
+:func:`turn_spans_of` and :func:`group_signal` (which groups carry signal, what
+the episode collector asks before the step's advantages are computed). The
+formula (also in ``docs/training.md``), for the episodes ``i`` of one group
+``g`` (same env seed), with ``R_i`` the episode's total reward and ``r_{i,t}``
+its reward on turn ``t``::
 
     A_i        = (R_i - mean_{j in g} R_j) / (s_g + eps)
     A_{i,t}    = (r_{i,t} - mean_{j in g_t} r_{j,t}) / (s_{g,t} + eps)
@@ -31,7 +33,15 @@ import numpy as np
 
 from llmgym.episode import Episode
 
-__all__ = ["Advantages", "compute_advantages", "cut_short", "merge_advantage_stats", "turn_spans_of"]
+__all__ = [
+    "Advantages",
+    "compute_advantages",
+    "cut_short",
+    "group_key",
+    "group_signal",
+    "merge_advantage_stats",
+    "turn_spans_of",
+]
 
 
 @dataclass
@@ -96,6 +106,22 @@ def cut_short(episode: Episode) -> bool:
     """
     reasons = episode.metadata.get("finish_reasons") or []
     return bool(episode.truncated) or (bool(reasons) and reasons[-1] == "length")
+
+
+def group_signal(episodes: list[Episode], turn_lambda: float = 1.0) -> dict[object, bool]:
+    """Per group (keyed by :func:`group_key`), whether it carries signal.
+
+    The same test :func:`compute_advantages` leaves groups out of the loss by: their
+    total rewards differ, or (with ``turn_lambda != 0``) their rewards on some turn do.
+
+    Example:
+        >>> eps = [Episode("x", group=0, turn_rewards=[1.0]), Episode("x", group=0, turn_rewards=[0.0]),
+        ...        Episode("x", group=1, turn_rewards=[1.0]), Episode("x", group=1, turn_rewards=[1.0])]
+        >>> group_signal(eps, turn_lambda=0.0)
+        {0: True, 1: False}
+    """
+    totals = np.array([e.total_reward for e in episodes], dtype=np.float64)
+    return {key: _has_signal(episodes, indices, totals, turn_lambda) for key, indices in _groups_of(episodes).items()}
 
 
 def compute_advantages(
@@ -204,12 +230,16 @@ def _turn_spans_checked(episodes: list[Episode], turn_lambda: float) -> list[lis
     return spans
 
 
+def group_key(episode: Episode) -> object:
+    """The group an episode belongs to: ``episode.group``, else ``(env_id, seed)``."""
+    return episode.group if episode.group is not None else (episode.env_id, episode.seed)
+
+
 def _groups_of(episodes: list[Episode]) -> dict[object, list[int]]:
-    """The indices of the episodes of each group, keyed by ``episode.group`` (else ``(env_id, seed)``)."""
+    """The indices of the episodes of each group, keyed by :func:`group_key`."""
     members: dict[object, list[int]] = defaultdict(list)
     for index, episode in enumerate(episodes):
-        key = episode.group if episode.group is not None else (episode.env_id, episode.seed)
-        members[key].append(index)
+        members[group_key(episode)].append(index)
     return members
 
 

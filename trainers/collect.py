@@ -5,15 +5,18 @@ Holds :class:`EpisodeCollector` and its result :class:`Rollouts`. A step draws
 its share) and plays ``group_size`` episodes per seed through a
 :class:`~llmgym.trainers.generation.Generator`. Episodes a policy error cut
 short are dropped and counted. A group whose episodes all score alike carries
-no signal (:func:`~llmgym.trainers.advantages.compute_advantages`); up to
+no signal (:func:`~llmgym.trainers.advantages.group_signal`); up to
 ``resample_zero_signal`` times such groups are replaced by groups of fresh
 seeds, never a seed the step has played already (DAPO's dynamic sampling).
 Groups left out by ``mask_truncated`` are not replaced: new seeds would not
 make a cut reply fit.
 
-Data parallelism: each rank holds whole groups; :attr:`Rollouts.everyone` is
-every rank's episodes, so the logged numbers and ``scale_rewards="batch"``
-describe the global batch, not one rank's share.
+The collector computes no advantages: the trainer does, once, from
+:class:`Rollouts`. Data parallelism: each rank holds whole groups;
+:attr:`Rollouts.everyone` is every rank's episodes (gathered here, a
+collective), so ``scale_rewards="batch"`` and the logged rewards describe the
+global batch, not one rank's share; :meth:`Rollouts.counts` are this rank's,
+which the trainer sums over ranks before :func:`rollout_metrics` reports them.
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ from typing import Any
 import numpy as np
 
 from llmgym.episode import Episode
-from llmgym.trainers.advantages import Advantages, compute_advantages, cut_short, merge_advantage_stats
+from llmgym.trainers.advantages import cut_short, group_key, group_signal
 from llmgym.trainers.config import GRPOConfig
 from llmgym.trainers.curriculum import Curriculum, group_solve_rates
-from llmgym.trainers.distributed import gather_episodes, gather_objects, sum_ranks
+from llmgym.trainers.distributed import gather_episodes
 from llmgym.trainers.generation import Generator
 from llmgym.trainers.metrics import reward_stats
-from llmgym.trainers.overlap import Prefetched
 
-__all__ = ["EpisodeCollector", "Rollouts"]
+__all__ = ["EpisodeCollector", "Rollouts", "rollout_metrics"]
 
 
 @dataclass
@@ -42,54 +44,66 @@ class Rollouts:
     Attributes:
         episodes: this rank's episodes to train on.
         everyone: every rank's ``episodes``, in rank order.
-        world: the number of ranks.
         errors: this rank's episodes dropped because a policy error cut them short (every round).
         first_groups: this rank's groups in the first round, before any was replaced.
         first_zero_signal: how many of them carried no signal.
         first_solve_rates: every rank's first-round groups' fractions of solved episodes.
         resampled: how many of this rank's groups were replaced by groups of fresh seeds.
         curriculum: the curriculum's metrics after this step (empty without a curriculum).
-        prefetched: the first round, when it was generated ahead (``async_generation``).
     """
 
     episodes: list[Episode]
     everyone: list[Episode]
-    world: int
     errors: int
     first_groups: int
     first_zero_signal: int
     first_solve_rates: list[float]
     resampled: int
     curriculum: dict[str, Any] = field(default_factory=dict)
-    prefetched: Prefetched | None = None
 
-    def advantages(self, config: GRPOConfig) -> Advantages:
-        """Advantages of :attr:`episodes`; with ``scale_rewards="batch"`` the batch is :attr:`everyone`."""
-        return _advantages(config, self.episodes, batch_rewards=[e.turn_rewards for e in self.everyone])
+    def counts(self) -> dict[str, float]:
+        """This rank's counts, which :func:`rollout_metrics` reports summed over the ranks."""
+        return {
+            "episodes/errors": float(self.errors),
+            "groups/first": float(self.first_groups),
+            "groups/zero_signal": float(self.first_zero_signal),
+            "groups/resampled": float(self.resampled),
+            "tokens/total": float(sum(len(e.token_ids) for e in self.episodes)),
+            "tokens/generated": float(sum(sum(e.mask) for e in self.episodes)),
+        }
 
-    def metrics(self, advantages: Advantages) -> dict[str, float]:
-        """The logged numbers of the step's episodes, every rank's together (every rank must call it)."""
-        everyone, world = self.everyone, self.world
-        stats = reward_stats(everyone)
-        stats.update(merge_advantage_stats(gather_objects(advantages.stat_sums, world)))
-        first_zero_signal = sum_ranks(self.first_zero_signal, world)
-        stats.update(
-            {
-                "episodes/errors": float(sum_ranks(self.errors, world)),
-                "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
-                "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
-                # both of the first round (before resampling): how often the policy's groups carry no signal
-                "groups/zero_signal": float(first_zero_signal),
-                "groups/zero_signal_fraction": first_zero_signal / max(sum_ranks(self.first_groups, world), 1.0),
-                "groups/resampled": float(sum_ranks(self.resampled, world)),
-                "groups/all_solved": float(sum(rate == 1.0 for rate in self.first_solve_rates)),
-                "groups/all_failed": float(sum(rate == 0.0 for rate in self.first_solve_rates)),
-                "tokens/total": float(sum_ranks(sum(len(e.token_ids) for e in self.episodes), world)),
-                "tokens/generated": float(sum_ranks(sum(sum(e.mask) for e in self.episodes), world)),
-            }
-        )
-        stats.update(self.curriculum)
-        return stats
+
+def rollout_metrics(
+    rollouts: Rollouts, counts: dict[str, float], advantage_stats: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The logged numbers of a step's episodes.
+
+    Args:
+        rollouts: the step's rollouts (its rewards are read from :attr:`Rollouts.everyone`).
+        counts: :meth:`Rollouts.counts` summed over the ranks (one rank: its own).
+        advantage_stats: the whole batch's advantage statistics
+            (:func:`~llmgym.trainers.advantages.merge_advantage_stats`), logged among them.
+    """
+    everyone = rollouts.everyone
+    stats = reward_stats(everyone)
+    stats.update(advantage_stats or {})
+    stats.update(
+        {
+            "episodes/errors": counts["episodes/errors"],
+            "episodes/turns_mean": float(np.mean([e.num_turns for e in everyone])) if everyone else 0.0,
+            "episodes/truncated_fraction": float(np.mean([e.truncated for e in everyone])) if everyone else 0.0,
+            # both of the first round (before resampling): how often the policy's groups carry no signal
+            "groups/zero_signal": counts["groups/zero_signal"],
+            "groups/zero_signal_fraction": counts["groups/zero_signal"] / max(counts["groups/first"], 1.0),
+            "groups/resampled": counts["groups/resampled"],
+            "groups/all_solved": float(sum(rate == 1.0 for rate in rollouts.first_solve_rates)),
+            "groups/all_failed": float(sum(rate == 0.0 for rate in rollouts.first_solve_rates)),
+            "tokens/total": counts["tokens/total"],
+            "tokens/generated": counts["tokens/generated"],
+        }
+    )
+    stats.update(rollouts.curriculum)
+    return stats
 
 
 class EpisodeCollector:
@@ -118,7 +132,6 @@ class EpisodeCollector:
         self.config, self.generator, self.rank, self.world, self.curriculum = config, generator, rank, world, curriculum
         self.seed_sampler = np.random.default_rng(config.seed)
         self._drawn: list[int] = []  # the newest draw, every rank's share: resampling never plays one of them
-        self._state_before_prefetch: dict[str, Any] | None = None
 
     def draw_seeds(self) -> list[int]:
         """Draw the next step's env seeds (the same draw on every rank); returns this rank's share."""
@@ -128,43 +141,26 @@ class EpisodeCollector:
         return self._drawn[self.rank :: self.world]
 
     def sampler_state(self) -> dict[str, Any]:
-        """The seed sampler's state to checkpoint.
-
-        It is the state from before a pending prefetch's draw, so a resumed run draws those seeds again.
-        """
-        if self._state_before_prefetch is not None:
-            return self._state_before_prefetch
+        """The seed sampler's state, to checkpoint."""
         return self.seed_sampler.bit_generator.state
 
     def load_sampler_state(self, state: dict[str, Any]) -> None:
         """Continue the seed draws of a checkpointed run."""
         self.seed_sampler.bit_generator.state = state
 
-    def collect(self, step: int) -> Rollouts:
-        """Play the 0-based ``step``'s groups; with a generator that :attr:`~Generator.overlaps`, start the next step's.
+    def collect(self, step: int, first_round: list[Episode] | None = None) -> Rollouts:
+        """Play the 0-based ``step``'s groups: the first round, then up to ``resample_zero_signal`` rounds.
+
+        Each later round replaces the groups without signal. Every rank must call it
+        (it gathers every rank's episodes and solve rates).
+
+        Args:
+            step: the 0-based step.
+            first_round: the first round's episodes when they were generated ahead
+                (``async_generation``); ``None`` draws seeds and plays them now.
 
         Raises:
             RuntimeError: no episode of the step can be trained on (every one failed).
-        """
-        config = self.config
-        prefetched = self.generator.take_prefetched(step)
-        self._state_before_prefetch = None
-        with self.generator.generating():
-            rollouts = self._play(step, prefetched.episodes if prefetched else None)
-        rollouts.prefetched = prefetched
-        if self.curriculum is not None:
-            # the next step plays the new level
-            rollouts.curriculum = self.curriculum.update(rollouts.first_solve_rates)
-        # the next step's first round generates while this one trains
-        if self.generator.overlaps and step + 1 < config.steps:
-            self._state_before_prefetch = self.seed_sampler.bit_generator.state
-            self.generator.prefetch(step + 1, self.draw_seeds())
-        return rollouts
-
-    def _play(self, step: int, first_round: list[Episode] | None) -> Rollouts:
-        """The first round (played now unless given), then up to ``resample_zero_signal`` rounds.
-
-        Each later round replaces the groups without signal.
         """
         config = self.config
         episodes = first_round if first_round is not None else self.generator.rollout(self.draw_seeds(), step)
@@ -175,54 +171,46 @@ class EpisodeCollector:
             raise RuntimeError(f"no episode of step {step + 1} can be trained on: {sorted(map(str, reasons))[:3]}")
         errors = sum(1 for e in episodes if _unusable(e))
         episodes = [e for e in episodes if not _unusable(e)]
-        advantages = _advantages(config, episodes)
-        first_groups, first_zero_signal, resampled = advantages.groups, advantages.zero_signal_groups, 0
+        signal = group_signal(episodes, config.turn_lambda)
+        first_groups, first_zero_signal, resampled = len(signal), sum(not s for s in signal.values()), 0
         first_solve_rates = gather_episodes(group_solve_rates(episodes, config.solve_threshold), self.world)
         resample_rng = np.random.default_rng([config.seed, step, self.rank])
         used = set(self._drawn) | {e.seed for e in episodes}
         for attempt in range(1, config.resample_zero_signal + 1):
+            # groups without signal; with mask_truncated, not those whose every episode is cut short anyway
             empty = sorted(
-                {
-                    e.group
-                    for e, keep in zip(episodes, advantages.keep)
-                    if not keep and not (config.mask_truncated and cut_short(e))
-                }
+                {e.group for e in episodes if not signal[group_key(e)] and not (config.mask_truncated and cut_short(e))}
             )
             fresh = _fresh_seeds(resample_rng, config.seed_pool, len(empty), used)
             if not fresh:
                 break
             used.update(fresh)
-            replaced = set(empty[: len(fresh)])  # a nearly exhausted seed pool replaces only some
-            next_group = 1 + max((e.group for e in episodes), default=-1)
-            played = self.generator.rollout(fresh, step, attempt)
-            for episode in played:
-                episode.group = next_group + (episode.group or 0)
-            errors += sum(1 for e in played if _unusable(e))
-            episodes = [e for e in episodes if e.group not in replaced] + [e for e in played if not _unusable(e)]
-            resampled += len(fresh)
-            advantages = _advantages(config, episodes)
-        return Rollouts(
+            episodes, dropped = self._replace(episodes, set(empty[: len(fresh)]), fresh, step, attempt)
+            errors, resampled = errors + dropped, resampled + len(fresh)
+            signal = group_signal(episodes, config.turn_lambda)
+        rollouts = Rollouts(
             episodes=episodes,
             everyone=gather_episodes(episodes, self.world),
-            world=self.world,
             errors=errors,
             first_groups=first_groups,
             first_zero_signal=first_zero_signal,
             first_solve_rates=first_solve_rates,
             resampled=resampled,
         )
+        if self.curriculum is not None:  # the next step plays the new level
+            rollouts.curriculum = self.curriculum.update(first_solve_rates)
+        return rollouts
 
-
-def _advantages(
-    config: GRPOConfig, episodes: list[Episode], batch_rewards: list[list[float]] | None = None
-) -> Advantages:
-    return compute_advantages(
-        episodes,
-        scale_rewards=config.scale_rewards,
-        turn_lambda=config.turn_lambda,
-        mask_truncated=config.mask_truncated,
-        batch_rewards=batch_rewards,
-    )
+    def _replace(
+        self, episodes: list[Episode], replaced: set[Any], fresh: list[int], step: int, attempt: int
+    ) -> tuple[list[Episode], int]:
+        """``episodes`` with the groups ``replaced`` swapped for groups of ``fresh`` seeds; and how many failed."""
+        next_group = 1 + max((e.group for e in episodes), default=-1)
+        played = self.generator.rollout(fresh, step, attempt)
+        for episode in played:
+            episode.group = next_group + (episode.group or 0)
+        kept = [e for e in episodes if e.group not in replaced] + [e for e in played if not _unusable(e)]
+        return kept, sum(1 for e in played if _unusable(e))
 
 
 def _unusable(episode: Episode) -> bool:

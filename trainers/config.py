@@ -28,6 +28,7 @@ import numbers
 import os
 import types
 import typing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,11 +45,44 @@ __all__ = [
     "LOSS_AGGREGATIONS",
     "REWARD_SCALINGS",
     "REPORT_SINKS",
+    "RESUMABLE_CHANGES",
 ]
 
 LOSS_AGGREGATIONS = ("sequence_mean", "token_mean", "dr_grpo")
 REWARD_SCALINGS = ("group", "batch", "none")
 REPORT_SINKS = ("tensorboard", "wandb")
+
+
+RESUMABLE_CHANGES = frozenset(
+    {
+        "steps",
+        "out",
+        "save_every",
+        "keep_checkpoints",
+        "plot",
+        "progress",
+        "sample_groups",
+        "tensorboard",
+        "report_to",
+        "wandb_project",
+        "torch_threads",
+        "device",
+        "bf16",
+        "micro_batch_size",
+        "share_prefix",
+        "rollout_precision",
+        "base_url",
+        "api_key",
+        "lora_name",
+        "concurrency",
+        "async_generation",
+        "learning_rate",
+        "weight_decay",
+    }
+)
+"""The :class:`GRPOConfig` fields a resumed run may change: the number of steps (to train on), how the run is
+logged, saved and computed, and the learning rate and weight decay (their configured values replace those in the
+checkpoint's optimizer state). Every other field defines the run and must match its ``config.json``."""
 
 
 @dataclass
@@ -148,7 +182,8 @@ class GRPOConfig:
     lora_alpha: int = 32
     """LoRA scaling numerator (scale = alpha / r)."""
     lora_dropout: float = 0.0
-    """Dropout on the LoRA input."""
+    """Deprecated for GRPO, which keeps dropout off (eval mode, so the loss scores the sampled distribution):
+    a value other than 0 warns and has no effect."""
     lora_target_modules: list[str] | str = "all-linear"
     """Modules that get adapters: a list of names or peft's ``all-linear``."""
     init_adapter: str | None = None
@@ -172,11 +207,10 @@ class GRPOConfig:
     worker_retries: int = 2
     """With ``ray``: times an episode is replayed on a fresh actor after its actor died, before it counts as failed."""
     rollout_precision: str = "fp32"
-    """In-process rollouts with the trained fp32 weights (``fp32``), with int8 copies of its Linear weights refreshed
-    after each optimizer step (``int8``, CPU only: ~2x faster decoding), or with a bf16 copy (LoRA merged) decoded
+    """In-process rollouts with the trained fp32 weights (``fp32``), or with a bf16 copy (LoRA merged) decoded
     with a KV cache slot per episode, so later turns evaluate only their new tokens (``bf16``, a plain Llama on a
-    CPU with AVX512-BF16). With int8 or bf16 the log-probs are the copy's and the ``is_cap`` importance weight
-    corrects the mismatch, logged as ``logp_mismatch``."""
+    CPU with AVX512-BF16). With bf16 the log-probs are the copy's and the ``is_cap`` importance weight corrects
+    the mismatch, logged as ``logp_mismatch``. ``int8`` is deprecated: it warns and runs as ``fp32``."""
 
     # -- logging and checkpoints ------------------------------------------------
     save_every: int = 25
@@ -191,7 +225,7 @@ class GRPOConfig:
     """Groups of each step written to ``samples.jsonl`` with the advantage of every token (for ``llmgym view``);
     0 writes none."""
     tensorboard: bool = False
-    """Also log metrics to TensorBoard in ``out/tensorboard`` (needs ``tensorboard``)."""
+    """Deprecated: use ``report_to = ["tensorboard"]``, which ``true`` is turned into (with a warning)."""
     torch_threads: int | None = None
     """``torch.set_num_threads`` on CPU (>= 1); ``None`` keeps torch's default."""
 
@@ -211,6 +245,7 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         _check_field_values(self, _GRPO_RANGES)
+        _deprecate_options(self)
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"loss_aggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}")
         if self.scale_rewards not in REWARD_SCALINGS:
@@ -225,20 +260,19 @@ class GRPOConfig:
                         "argument the levels go to; without it there is no curriculum"
                     )
         else:
-            from llmgym.trainers.curriculum import Curriculum
+            from llmgym.trainers.curriculum import check_curriculum
 
-            Curriculum(
+            check_curriculum(
                 self.curriculum_kwarg,
                 self.curriculum_levels,
-                self.curriculum_promote_at,  # validates
+                self.curriculum_promote_at,
                 self.curriculum_demote_at,
                 self.curriculum_window,
-                self.solve_threshold,
             )
             if self.curriculum_kwarg in self.env_kwargs:
                 raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
-        if self.rollout_precision not in ("fp32", "int8", "bf16"):
-            raise ValueError(f"rollout_precision must be 'fp32', 'int8' or 'bf16', got {self.rollout_precision!r}")
+        if self.rollout_precision not in ("fp32", "bf16"):
+            raise ValueError(f"rollout_precision must be 'fp32' or 'bf16', got {self.rollout_precision!r}")
         if self.rollout_precision != "fp32" and self.base_url is not None:
             raise ValueError(
                 f"rollout_precision={self.rollout_precision!r} is for in-process rollouts; "
@@ -275,6 +309,34 @@ class GRPOConfig:
         _check_device(self.device)
 
 
+def _deprecate_options(config: GRPOConfig) -> None:
+    """Warn about settings that are going away, and turn each into what replaces it (kept for one release)."""
+    if config.tensorboard and isinstance(config.report_to, list):
+        warnings.warn(
+            'GRPOConfig.tensorboard is deprecated: set report_to = ["tensorboard"] instead (done for you now)',
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        config.report_to = sorted(set(config.report_to) | {"tensorboard"})
+        config.tensorboard = False
+    if config.rollout_precision == "int8":
+        warnings.warn(
+            "rollout_precision='int8' is deprecated and runs as 'fp32': the int8 rollout copies were removed, "
+            "as the bf16 slot copies decode faster (rollout_precision='bf16', a plain Llama on a CPU with "
+            "AVX512-BF16; docs/benchmarks.md)",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        config.rollout_precision = "fp32"
+    if config.lora_dropout != 0:
+        warnings.warn(
+            f"lora_dropout={config.lora_dropout} has no effect in GRPO and is deprecated for it: the trainer keeps "
+            "dropout off so that the log-probs it trains on are those of the distribution it sampled",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+
+
 @dataclass
 class SFTConfig:
     """An SFT warm-up run on recorded episodes."""
@@ -309,7 +371,8 @@ class SFTConfig:
     lora_alpha: int = 32
     """LoRA scaling numerator."""
     lora_dropout: float = 0.0
-    """Dropout on the LoRA input."""
+    """Deprecated for GRPO, which keeps dropout off (eval mode, so the loss scores the sampled distribution):
+    a value other than 0 warns and has no effect."""
     lora_target_modules: list[str] | str = "all-linear"
     """Modules that get adapters."""
     bf16: bool = True

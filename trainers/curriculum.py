@@ -1,6 +1,7 @@
 """A curriculum over an env's difficulty levels, driven by the measured solve rate.
 
-Holds :class:`Curriculum` and :func:`group_solve_rates`. The trainer makes its
+Holds :class:`Curriculum`, :func:`check_curriculum` (its settings' checks) and
+:func:`group_solve_rates`. The trainer makes its
 envs with ``env_kwargs[kwarg] = level``; after every step it reports the solve
 rate of each group it played (the fraction of the group's episodes whose total
 reward reaches ``solve_threshold``), measured on the groups as first sampled,
@@ -34,7 +35,7 @@ from typing import Any
 
 from llmgym.episode import Episode
 
-__all__ = ["Curriculum", "group_solve_rates"]
+__all__ = ["Curriculum", "check_curriculum", "group_solve_rates"]
 
 
 def group_solve_rates(episodes: Iterable[Episode], solve_threshold: float) -> list[float]:
@@ -43,6 +44,26 @@ def group_solve_rates(episodes: Iterable[Episode], solve_threshold: float) -> li
     for episode in episodes:
         groups[episode.group].append(episode.total_reward >= solve_threshold)
     return [sum(solved) / len(solved) for _, solved in sorted(groups.items(), key=lambda item: str(item[0]))]
+
+
+def check_curriculum(
+    kwarg: str, levels: Sequence[Any], promote_at: float, demote_at: float | None, window: int
+) -> None:
+    """Refuse curriculum settings :class:`Curriculum` cannot run with (a config checks them before any model loads).
+
+    Raises:
+        ValueError: no kwarg or levels, rates outside [0, 1], ``demote_at >= promote_at``, or ``window < 1``.
+    """
+    if not kwarg:
+        raise ValueError("the curriculum needs the name of the env keyword argument that sets the level")
+    if not levels:
+        raise ValueError(f"the curriculum over {kwarg!r} needs at least one level")
+    if not 0.0 <= promote_at <= 1.0:
+        raise ValueError(f"promote_at must be in [0, 1], got {promote_at}")
+    if demote_at is not None and not 0.0 <= demote_at < promote_at:
+        raise ValueError(f"demote_at must be in [0, promote_at={promote_at}), got {demote_at}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
 
 
 class Curriculum:
@@ -69,21 +90,24 @@ class Curriculum:
         window: int = 8,
         solve_threshold: float = 1.0,
     ):
-        if not kwarg:
-            raise ValueError("the curriculum needs the name of the env keyword argument that sets the level")
-        if not levels:
-            raise ValueError(f"the curriculum over {kwarg!r} needs at least one level")
-        if not 0.0 <= promote_at <= 1.0:
-            raise ValueError(f"promote_at must be in [0, 1], got {promote_at}")
-        if demote_at is not None and not 0.0 <= demote_at < promote_at:
-            raise ValueError(f"demote_at must be in [0, promote_at={promote_at}), got {demote_at}")
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
+        check_curriculum(kwarg, levels, promote_at, demote_at, window)
         self.kwarg, self.levels = kwarg, list(levels)
         self.promote_at, self.demote_at = float(promote_at), demote_at
         self.window, self.solve_threshold = int(window), float(solve_threshold)
         self.index = 0
         self.recent: list[float] = []  # solve rates of the groups played at the current level, oldest first
+
+    @classmethod
+    def from_config(cls, config: Any) -> Curriculum:
+        """The curriculum a :class:`~llmgym.trainers.config.GRPOConfig` with ``curriculum_kwarg`` describes."""
+        return cls(
+            config.curriculum_kwarg,
+            config.curriculum_levels,
+            config.curriculum_promote_at,
+            config.curriculum_demote_at,
+            config.curriculum_window,
+            config.solve_threshold,
+        )
 
     @property
     def level(self) -> Any:

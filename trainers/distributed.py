@@ -322,10 +322,10 @@ def gather_objects(value: Any, world: int) -> list[Any]:
     return values
 
 
-def sum_ranks(value: float, world: int) -> float:
-    """``value`` summed over the ranks."""
+def sum_ranks(values: dict[str, float], world: int) -> dict[str, float]:
+    """Each of ``values`` summed over the ranks, in one ``all_reduce`` (every rank must call it with the same keys)."""
     if world == 1:
-        return float(value)
-    tensor = torch.tensor([float(value)], dtype=torch.float64)
+        return {key: float(value) for key, value in values.items()}
+    tensor = torch.tensor([float(value) for value in values.values()], dtype=torch.float64)
     dist.all_reduce(tensor)
-    return float(tensor[0])
+    return dict(zip(values, tensor.tolist()))

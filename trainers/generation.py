@@ -8,8 +8,8 @@ its two implementations:
   weights need no hand-over;
 - :class:`ServerGenerator`: an ``OpenAIPolicy`` on a vLLM or ``llmgym serve``
   server, which loads the newest LoRA adapter after every optimizer step
-  (``POST /v1/load_lora_adapter``) and, with ``async_generation``, plays the
-  next step's first round while this one trains
+  (``POST /v1/load_lora_adapter``). With ``async_generation`` the trainer plays
+  the next step's first round through it while this one trains
   (:class:`~llmgym.trainers.overlap.RolloutPrefetcher`).
 
 The trainer tells a generator when the weights are about to change
@@ -20,7 +20,6 @@ generator's business.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -36,8 +35,7 @@ from llmgym.rollout import rollout
 from llmgym.trainers.checkpoint import save_weights
 from llmgym.trainers.config import GRPOConfig, ServerConfigError
 from llmgym.trainers.curriculum import Curriculum
-from llmgym.trainers.distributed import full_weights, save_full_weights
-from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher
+from llmgym.trainers.distributed import save_full_weights
 
 __all__ = ["Generator", "InProcessGenerator", "ServerGenerator"]
 
@@ -56,8 +54,6 @@ class Generator:
     """
 
     policy: Policy
-    overlaps = False
-    """Whether :meth:`prefetch` can generate a step's first round while the previous step trains."""
 
     def __init__(self, config: GRPOConfig, env_id: str, curriculum: Curriculum | None, rank: int):
         self.config, self.env_id, self.curriculum, self.rank = config, env_id, curriculum, rank
@@ -93,18 +89,6 @@ class Generator:
             worker_retries=config.worker_retries,
         )
 
-    def generating(self) -> contextlib.AbstractContextManager[None]:
-        """A block around all of one step's rollouts (every rank enters it once per step)."""
-        return contextlib.nullcontext()
-
-    def prefetch(self, step: int, seeds: list[int]) -> None:
-        """Start generating ``step``'s first round for ``seeds`` in the background (only where :attr:`overlaps`)."""
-        raise NotImplementedError(f"{type(self).__name__} generates only when asked")
-
-    def take_prefetched(self, step: int) -> Prefetched | None:
-        """``step``'s first round if :meth:`prefetch` generated it (waiting for it), else ``None``."""
-        return None
-
     def before_update(self) -> None:
         """The optimizer is about to change the weights."""
 
@@ -121,7 +105,6 @@ class InProcessGenerator(Generator):
     Args:
         model: the trained model (the policy shares it: there are no weights to hand over).
         tokenizer: its tokenizer.
-        scorer: the model's :class:`~llmgym.trainers.losses.TokenScorer` (the FSDP root under ``fsdp``).
         world: the number of ranks (each decodes its share of the step's episodes).
         config, env_id, curriculum, rank: as for :class:`Generator`.
     """
@@ -130,7 +113,6 @@ class InProcessGenerator(Generator):
         self,
         model: Any,
         tokenizer: Any,
-        scorer: Any,
         config: GRPOConfig,
         env_id: str,
         curriculum: Curriculum | None,
@@ -140,7 +122,6 @@ class InProcessGenerator(Generator):
         from llmgym.wrappers.transformers_policy import TransformersPolicy
 
         super().__init__(config, env_id, curriculum, rank)
-        self.model, self.scorer = model, scorer
         batch = min(config.concurrency, max(1, config.prompts_per_step * config.group_size // world))
         # decode on the training thread: one OpenMP pool instead of two fighting over the cores
         self.policy = TransformersPolicy(
@@ -152,21 +133,8 @@ class InProcessGenerator(Generator):
             generate_inline=True,
         )
 
-    def rollout(self, seeds: list[int], step: int, attempt: int = 0) -> list[Episode]:
-        was_training = self.model.training
-        self.model.eval()  # no dropout while sampling
-        try:
-            return super().rollout(seeds, step, attempt)
-        finally:
-            self.model.train(was_training)
-
-    def generating(self) -> contextlib.AbstractContextManager[None]:
-        # FSDP: gather the full weights once for the whole step; a rank generating more
-        # tokens (or more resampling rounds) than another then calls no extra collectives
-        return full_weights(self.scorer) if self.config.fsdp else contextlib.nullcontext()
-
     def before_update(self) -> None:
-        # int8 rollout copies are stale from here on: freed while training, rebuilt next rollout
+        # bf16 rollout copies and their KV cache slots are stale from here on: rebuilt at the next rollout
         self.policy.weights_changed()
 
     # close(): the policy is left open, as it shares the model the trainer still holds
@@ -176,16 +144,13 @@ class ServerGenerator(Generator):
     """Generates on an OpenAI-compatible server that serves the trained LoRA adapter as ``config.lora_name``.
 
     The adapter is pushed when the generator is made and after every optimizer
-    step. With ``async_generation`` the next step's first round is generated in
-    a background thread while this step trains; the push after the step waits
-    until every rank's prefetch has finished, so the server never swaps adapters
-    under a running request and a prefetched episode is one step stale, never more.
+    step. :meth:`rollout` may run in the trainer's prefetch thread
+    (``async_generation``): it only sends requests and steps envs.
 
     Args:
         model: the trained (peft) model, whose adapter is pushed.
         tokenizer: its tokenizer (the policy renders prompts and keeps token ids with it).
         out: the run folder; the adapter is written to ``out/adapter_push`` for the server to read.
-        version: optimizer steps the current weights have taken (a resumed run's step).
         world: the number of ranks.
         config, env_id, curriculum, rank: as for :class:`Generator`.
     """
@@ -195,7 +160,6 @@ class ServerGenerator(Generator):
         model: Any,
         tokenizer: Any,
         out: Path,
-        version: int,
         config: GRPOConfig,
         env_id: str,
         curriculum: Curriculum | None,
@@ -205,7 +169,7 @@ class ServerGenerator(Generator):
         from llmgym.wrappers.openai_policy import OpenAIPolicy
 
         super().__init__(config, env_id, curriculum, rank)
-        self.model, self.out, self.version, self.world = model, out, version, world
+        self.model, self.out, self.world = model, out, world
         self.push_adapter()  # the server must hold the adapter before the first request
         self.policy = OpenAIPolicy(
             config.lora_name,
@@ -215,26 +179,8 @@ class ServerGenerator(Generator):
             max_concurrency=config.concurrency,
             tokenizer=tokenizer,
         )
-        # the thread only sends requests and steps envs: no collectives, no use of the trained model
-        self.prefetcher = (
-            RolloutPrefetcher(lambda step, seeds: self.rollout(seeds, step)) if config.async_generation else None
-        )
-        self.overlaps = self.prefetcher is not None
-
-    def prefetch(self, step: int, seeds: list[int]) -> None:
-        if self.prefetcher is None:
-            raise RuntimeError("prefetching needs async_generation = true")
-        self.prefetcher.start(step, seeds, policy_version=self.version)
-
-    def take_prefetched(self, step: int) -> Prefetched | None:
-        return self.prefetcher.take(step) if self.prefetcher else None
 
     def after_update(self, version: int) -> None:
-        if self.prefetcher:
-            self.prefetcher.wait()  # the server must not swap adapters under the prefetch's requests
-            if self.world > 1:
-                dist.barrier()  # ... of any rank: rank 0 pushes only once every rank's prefetch is done
-        self.version = version
         self.push_adapter()
 
     def push_adapter(self) -> None:
@@ -271,7 +217,5 @@ class ServerGenerator(Generator):
             dist.barrier()
 
     def close(self) -> None:
-        """Wait for a running prefetch, stop its thread and close the policy's connections."""
-        if self.prefetcher is not None:
-            self.prefetcher.close()
+        """Close the policy's connections."""
         self.policy.close()

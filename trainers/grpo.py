@@ -2,7 +2,7 @@
 
 Holds :class:`GRPOTrainer` and :func:`main` (``python -m llmgym.trainers.grpo
 --config cfg.toml``, also under ``torchrun``). :meth:`GRPOTrainer.train` is one
-loop; each step:
+loop, and each stage of a step is one call in it, in this order:
 
 1. collect: draw ``prompts_per_step`` env seeds (each rank plays its share) and
    play ``group_size`` episodes per seed with the current weights, replacing
@@ -10,14 +10,21 @@ loop; each step:
    Where the episodes are generated, in this process or on an OpenAI-compatible
    server that gets the newest LoRA adapter, is the business of the
    :class:`~llmgym.trainers.generation.Generator`;
-2. advantages: group-relative, with turn-level credit
-   (:mod:`llmgym.trainers.advantages`); groups without signal stay out of the loss;
-3. optimize: score exactly the episodes' token ids (never re-tokenized text) and
-   minimize the clipped surrogate (:mod:`llmgym.trainers.losses`), gradients
-   accumulated over micro-batches and summed over ranks; the generator then
-   gets the new weights;
-4. log the step's metrics;
-5. save a checkpoint every ``save_every`` steps.
+2. advantages: group-relative, with turn-level credit, computed once for the
+   step (:mod:`llmgym.trainers.advantages`); groups without signal stay out of the loss;
+3. loss and optimizer: score exactly the episodes' token ids (never re-tokenized
+   text) and minimize the clipped surrogate (:mod:`llmgym.trainers.losses`),
+   gradients accumulated over micro-batches and summed over ranks, then one
+   AdamW step, ``num_iterations`` times;
+4. push weights: the generator gets the new weights;
+5. log the step's metrics, every rank's numbers summed;
+6. save a checkpoint every ``save_every`` steps.
+
+Three variants are branches of the loop you can see: ``fsdp`` (gather the full
+weights around generation), ``base_url`` (a server generator, chosen in
+:meth:`GRPOTrainer.__init__`) and ``async_generation`` (a
+:class:`~llmgym.trainers.overlap.RolloutPrefetcher` plays the next step's first
+round while this one trains).
 
 Data parallelism: every rank holds the whole model; after its micro-batches
 each rank's gradients are summed with one flat ``all_reduce`` (the loss is
@@ -27,9 +34,7 @@ every rank run the same number of backward passes, which filtering zero-signal
 groups would break. With ``fsdp=True`` the weights, gradients and optimizer
 state are sharded instead (:mod:`llmgym.trainers.distributed`): in-process
 generation gathers the full weights, short ranks run empty padding
-micro-batches, checkpoints are written shard by shard. With
-``async_generation=True`` a server generates the next step's episodes while
-this one trains (:mod:`llmgym.trainers.overlap`).
+micro-batches, checkpoints are written shard by shard.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ import copy
 import dataclasses
 import importlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,8 +55,8 @@ import torch.distributed as dist
 
 from llmgym.episode import Episode
 from llmgym.policy import Policy
-from llmgym.trainers.advantages import Advantages
-from llmgym.trainers.batch import collate
+from llmgym.trainers.advantages import Advantages, compute_advantages, merge_advantage_stats
+from llmgym.trainers.batch import EpisodeBatch, collate
 from llmgym.trainers.checkpoint import (
     check_resume_config,
     latest_checkpoint,
@@ -61,10 +65,11 @@ from llmgym.trainers.checkpoint import (
     save_weights,
     tidy_checkpoints,
 )
-from llmgym.trainers.collect import EpisodeCollector
-from llmgym.trainers.config import GRPOConfig, ServerConfigError, load_config
+from llmgym.trainers.collect import EpisodeCollector, Rollouts, rollout_metrics
+from llmgym.trainers.config import RESUMABLE_CHANGES, GRPOConfig, ServerConfigError, load_config
 from llmgym.trainers.curriculum import Curriculum
 from llmgym.trainers.distributed import (
+    full_weights,
     gather_objects,
     global_grad_norm,
     init_distributed,
@@ -74,13 +79,29 @@ from llmgym.trainers.distributed import (
     save_full_weights,
     save_sharded_checkpoint,
     shard_model,
+    sum_ranks,
 )
 from llmgym.trainers.generation import Generator, InProcessGenerator, ServerGenerator
 from llmgym.trainers.losses import LossSums, TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, StepClock, peak_memory_mb, plot_metrics
+from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
+from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher
 from llmgym.trainers.samples import SampleLogger, with_advantages
 
-__all__ = ["GRPOTrainer", "main", "load_policy_model", "resolve_env_id", "resolve_device", "add_lora"]
+__all__ = ["GRPOTrainer", "main", "resolve_env_id"]
+
+NO_UPDATE = {
+    "loss": 0.0,
+    "kl": 0.0,
+    "clip_fraction": 0.0,
+    "entropy": 0.0,
+    "grad_norm": 0.0,
+    "is_weight/mean": 1.0,
+    "ratio/mean": 1.0,
+    "logp_mismatch": 0.0,
+    "tokens/trained": 0.0,
+}
+"""The loss metrics of a step whose every group lacked signal (no optimizer step was taken)."""
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -89,19 +110,6 @@ def resolve_env_id(env_id: str) -> str:
         module, env_id = env_id.split(":", 1)
         importlib.import_module(module)
     return env_id
-
-
-def load_policy_model(name: str, device: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: ``tiny-random`` builds a tiny random Llama, anything else goes to ``load_model``.
-
-    The tiny Llama's weights are always those of ``TINY_RANDOM_SEED``, not the run's seed: the weights
-    ``llmgym serve --model tiny-random`` decodes with, where a run with ``base_url`` generates.
-    """
-    from llmgym.wrappers.models import TINY_RANDOM, TINY_RANDOM_SEED, load_model, tiny_random_model
-
-    if name == TINY_RANDOM:
-        return tiny_random_model(TINY_RANDOM_SEED, device=device)
-    return load_model(name, device=device)
 
 
 class GRPOTrainer:
@@ -132,23 +140,8 @@ class GRPOTrainer:
             torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)
         self.env_id = resolve_env_id(config.env_id)
-        self.curriculum = None
-        if config.curriculum_kwarg is not None:
-            self.curriculum = Curriculum(
-                config.curriculum_kwarg,
-                config.curriculum_levels,
-                config.curriculum_promote_at,
-                config.curriculum_demote_at,
-                config.curriculum_window,
-                config.solve_threshold,
-            )
-        probe = gym.make(
-            self.env_id, **(self.curriculum.env_kwargs(config.env_kwargs) if self.curriculum else config.env_kwargs)
-        )
-        self.max_turns = int(getattr(probe.unwrapped, "max_turns", 1))
-        probe.close()
-        if self.curriculum is not None:
-            self._check_curriculum_levels()
+        self.curriculum = Curriculum.from_config(config) if config.curriculum_kwarg is not None else None
+        self.max_turns = self._check_env()
         self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
         self.out = Path(config.out)
         if self.rank == 0:  # what a run killed while saving left: temporary folders, a checkpoint renamed away
@@ -157,7 +150,71 @@ class GRPOTrainer:
             dist.barrier()
         # a missing one is an error before the model load
         resume_from = self._checkpoint_to_resume() if resume else None
+        self._build_model(model, tokenizer)
+        self.step, self.episodes_seen = 0, 0
+        saved = self._resume(resume_from) if resume_from is not None else None
+        self.metrics, self.samples = None, None
+        if self.rank == 0:
+            self.metrics = MetricsLogger(
+                self.out,
+                resume_step=self.step if resume else None,
+                report_to=config.report_to,
+                run_config=dataclasses.asdict(config),
+                wandb_project=config.wandb_project,
+            )
+            self.samples = SampleLogger(self.out, resume_step=self.step if resume else None)
+        # generation: in this process with the trained weights, or on the server at base_url (made with the
+        # resumed weights: a server gets them first)
+        self.generator: Generator
+        shared = dict(config=config, env_id=self.env_id, curriculum=self.curriculum, rank=self.rank, world=self.world)
+        if config.base_url is None:
+            self.generator = InProcessGenerator(self.model, self.tokenizer, **shared)
+        else:
+            self.generator = ServerGenerator(self.model, self.tokenizer, out=self.out, **shared)
+        # FSDP with in-process generation: the full weights are gathered once around each step's generation
+        self.gathers_weights = config.fsdp and config.base_url is None
+        # async generation: a thread plays the next step's first round on the server (no collectives, no model)
+        self.prefetcher = (
+            RolloutPrefetcher(lambda step, seeds: self.generator.rollout(seeds, step))
+            if config.async_generation
+            else None
+        )
+        self.collector = EpisodeCollector(config, self.generator, self.rank, self.world, self.curriculum)
+        if saved is not None:
+            self.collector.load_sampler_state(saved["seed_sampler"])
 
+    @property
+    def policy(self) -> Policy:
+        """The policy that generates the episodes (the :attr:`generator`'s)."""
+        return self.generator.policy
+
+    def _check_env(self) -> int:
+        """Make (and close) the env at every curriculum level (one env without one); returns its ``max_turns``.
+
+        So a bad level is a config error now, not after a promotion.
+        """
+        config, kwarg = self.config, self.config.curriculum_kwarg
+        levels = config.curriculum_levels if self.curriculum is not None else [None]
+        max_turns = 1
+        for index, level in enumerate(levels):
+            kwargs = config.env_kwargs if level is None else {**config.env_kwargs, kwarg: level}
+            try:
+                env = gym.make(self.env_id, **kwargs)
+            except (ValueError, TypeError, gym.error.Error) as err:
+                if level is None or index == 0:  # the first env's error is the env's own, as without a curriculum
+                    raise
+                message = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise ValueError(
+                    f"curriculum_levels: {kwarg}={level!r} is refused by {self.env_id}: {message}"
+                ) from None
+            if index == 0:
+                max_turns = int(getattr(env.unwrapped, "max_turns", 1))
+            env.close()
+        return max_turns
+
+    def _build_model(self, model: Any, tokenizer: Any) -> None:
+        """Load the model (unless given), add LoRA, wrap it in scorers, shard it (FSDP), make the optimizer."""
+        config = self.config
         load_device = "cpu" if config.fsdp else str(self.device)  # FSDP moves each shard to the device as it shards
         if model is None:
             model, tokenizer = load_policy_model(config.model, load_device)
@@ -167,7 +224,11 @@ class GRPOTrainer:
         if config.lora:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
-        self.model.train()
+        # Eval mode for rollouts and loss alike: dropout off, so the log-probs the loss scores are those of the
+        # distribution the episodes were sampled from (old_logp equals the generator's log-prob up to float
+        # rounding, tested in tests/trainers/test_grpo.py), the ratio starts at 1 and the importance weight
+        # measures only real mismatch. Gradients flow the same in eval mode. TRL's GRPO turns dropout off too.
+        self.model.eval()
         share_prefix = config.share_prefix and not config.fsdp  # FSDP units expect one forward per backward
         self.scorer = TokenScorer(self.model, share_prefix=share_prefix)
         self.reference = None
@@ -190,134 +251,83 @@ class GRPOTrainer:
             if config.bf16 and self.device.type == "cuda"
             else contextlib.nullcontext()
         )
-        self.step, self.episodes_seen = 0, 0
-        saved = self._resume(resume_from) if resume_from is not None else None
-        self.metrics, self.samples = None, None
-        if self.rank == 0:
-            sinks = sorted(set(config.report_to) | ({"tensorboard"} if config.tensorboard else set()))
-            self.metrics = MetricsLogger(
-                self.out,
-                resume_step=self.step if resume else None,
-                report_to=sinks,
-                run_config=dataclasses.asdict(config),
-                wandb_project=config.wandb_project,
-            )
-            self.samples = SampleLogger(self.out, resume_step=self.step if resume else None)
-        self.generator = self._make_generator()  # made with the resumed weights: a server gets them first
-        self.collector = EpisodeCollector(config, self.generator, self.rank, self.world, self.curriculum)
-        if saved is not None:
-            self.collector.load_sampler_state(saved["seed_sampler"])
-
-    @property
-    def policy(self) -> Policy:
-        """The policy that generates the episodes (the :attr:`generator`'s)."""
-        return self.generator.policy
-
-    def _check_curriculum_levels(self) -> None:
-        """Make (and close) an env at every curriculum level.
-
-        So a bad level is a config error now, not after a promotion.
-        """
-        kwarg = self.config.curriculum_kwarg
-        for level in self.config.curriculum_levels[1:]:  # the first level's env is the probe above
-            try:
-                gym.make(self.env_id, **{**self.config.env_kwargs, kwarg: level}).close()
-            except (ValueError, TypeError, gym.error.Error) as err:
-                message = str(err).splitlines()[0] if str(err) else type(err).__name__
-                raise ValueError(
-                    f"curriculum_levels: {kwarg}={level!r} is refused by {self.env_id}: {message}"
-                ) from None
-
-    def _make_generator(self) -> Generator:
-        """In-process generation, or on the server at ``base_url``."""
-        shared = dict(
-            config=self.config, env_id=self.env_id, curriculum=self.curriculum, rank=self.rank, world=self.world
-        )
-        if self.config.base_url is None:
-            return InProcessGenerator(self.model, self.tokenizer, self.scorer, **shared)
-        return ServerGenerator(self.model, self.tokenizer, out=self.out, version=self.step, **shared)
 
     # -- the loop -------------------------------------------------------------------
 
     def train(self) -> list[dict[str, Any]]:
         """Run the remaining steps; returns every step's metrics (rank 0; other ranks get ``[]``)."""
-        config, history = self.config, []
+        config, history, clock = self.config, [], StepClock()
         if self.rank == 0:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
-        clock = StepClock(overlapped=self.generator.overlaps)
         with _progress_bar(config.progress and self.rank == 0, config.steps, self.step) as show_progress:
             while self.step < config.steps:
                 clock.start()
-                # 1. collect: group_size episodes per env seed with the current weights; zero-signal groups resampled
-                rollouts = self.collector.collect(self.step)
+                # 1. collect: group_size episodes per env seed with the current weights, groups without signal
+                #    replaced by fresh seeds; with async_generation the first round was played during the last step
+                prefetched = self.prefetcher.take(self.step) if self.prefetcher is not None else None
+                with full_weights(self.scorer) if self.gathers_weights else contextlib.nullcontext():
+                    rollouts = self.collector.collect(self.step, prefetched.episodes if prefetched else None)
+                if self.prefetcher is not None and self.step + 1 < config.steps:
+                    self._prefetch(self.step + 1)  # the next step's first round generates while this one trains
                 clock.generated()
-                # 2. advantages: group-relative outcome plus turn-level credit, for every policy token
-                advantages = rollouts.advantages(config)
-                # 3. optimize: num_iterations clipped-surrogate steps on the groups with signal
-                losses = self._optimize(rollouts.episodes, advantages)
+                # 2. advantages: group-relative outcome plus turn-level credit for every policy token, once;
+                #    with scale_rewards="batch" the scale is every rank's batch
+                advantages = compute_advantages(
+                    rollouts.episodes,
+                    scale_rewards=config.scale_rewards,
+                    turn_lambda=config.turn_lambda,
+                    mask_truncated=config.mask_truncated,
+                    batch_rewards=[e.turn_rewards for e in rollouts.everyone],
+                )
+                # 3. loss and optimizer: num_iterations clipped-surrogate steps on the groups with signal
+                losses = self.optimize(rollouts.episodes, advantages)
                 clock.optimized()
                 self.step += 1
                 self.episodes_seen += len(rollouts.everyone)
-                self.generator.after_update(self.step)  # the next rollouts use the new weights
-                # 4. log: the whole batch's numbers, every rank's episodes together
-                metrics = {
-                    "step": self.step,
-                    "episodes_seen": self.episodes_seen,
-                    **rollouts.metrics(advantages),
-                    **losses,
-                }
-                metrics.update(clock.metrics(self.step, metrics["tokens/total"], rollouts.prefetched))
-                metrics.update(peak_memory_mb())
+                # 4. push weights: the next rollouts use the new ones; a server swaps adapters only once
+                #    every rank's prefetch is done
+                if self.prefetcher is not None:
+                    self.prefetcher.wait(self.world)
+                self.generator.after_update(self.step)
+                # 5. log: the whole batch's numbers, every rank's summed (collectives: every rank calls this)
+                metrics = self._step_metrics(rollouts, advantages, losses, clock, prefetched)
                 if self.rank == 0:
-                    self.metrics.log(metrics)
+                    self._log(metrics, rollouts.episodes, advantages)
                     history.append(metrics)
-                    sampled = with_advantages(
-                        rollouts.episodes, advantages, self.step, config.sample_groups, self.tokenizer
-                    )
-                    self.samples.log(sampled)
                 show_progress(self.step, metrics.get("reward/mean", 0.0))
-                # 5. save
+                # 6. save
                 if self.step % config.save_every == 0 or self.step == config.steps:
                     self.save()
         self._save_final_weights()
         return history
 
-    def _optimize(self, episodes: list[Episode], advantages: Advantages) -> dict[str, float]:
-        """``num_iterations`` optimizer steps on the kept episodes; returns the loss metrics."""
+    def _prefetch(self, step: int) -> None:
+        """Start generating the 0-based ``step``'s first round in the background (``async_generation``)."""
+        seed_state = self.collector.sampler_state()  # a checkpoint taken before the step draws these seeds again
+        self.prefetcher.start(step, self.collector.draw_seeds(), policy_version=self.step, seed_state=seed_state)
+
+    def optimize(self, episodes: list[Episode], advantages: Advantages) -> dict[str, float]:
+        """``num_iterations`` optimizer steps on the kept episodes; returns the loss metrics.
+
+        Every rank must call it: the batch's counts, the gradients and the loss sums are summed over ranks.
+        """
         config = self.config
-        kept = [(e, a) for e, a, keep in zip(episodes, advantages.token_advantages, advantages.keep) if keep]
-        micro = [kept[i : i + config.micro_batch_size] for i in range(0, len(kept), config.micro_batch_size)]
-        batches = [collate([e for e, _ in chunk], [a for _, a in chunk]).to(self.device) for chunk in micro]
-        if config.fsdp and self.world > 1:  # FSDP collectives need the same number of passes on every rank
-            batches = pad_micro_batches(batches, self.device)
-        counts = torch.tensor([float(len(kept)), float(sum(b.mask.sum() for b in batches))], dtype=torch.float64)
-        if self.world > 1:
-            dist.all_reduce(counts)
-        num_sequences, num_tokens = int(counts[0]), float(counts[1])
+        batches, num_sequences, num_tokens = self._micro_batches(episodes, advantages)
         if num_sequences == 0:  # every group lacked signal: nothing to learn from this step
-            return {
-                "loss": 0.0,
-                "kl": 0.0,
-                "clip_fraction": 0.0,
-                "entropy": 0.0,
-                "grad_norm": 0.0,
-                "is_weight/mean": 1.0,
-                "ratio/mean": 1.0,
-                "logp_mismatch": 0.0,
-                "tokens/trained": 0.0,
-            }
+            return dict(NO_UPDATE)
         self.generator.before_update()
         old_logps: list[torch.Tensor] = []
         ref_logps: list[torch.Tensor | None] = []
         sums, grad_norm = LossSums(), 0.0  # loss terms of the last iteration, entropy of the first
         for iteration in range(config.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
+            # loss: score exactly the episodes' tokens and back-propagate the surrogate, micro-batch by micro-batch
             for index, batch in enumerate(batches):
                 with self.autocast:
                     logp, entropy = self.scorer(
                         batch.input_ids, batch.attention_mask, batch.mask, with_entropy=iteration == 0
                     )
-                if iteration == 0:
+                if iteration == 0:  # the policy before this step's updates: the ratio's denominator
                     old_logps.append(logp.detach())
                     ref_logps.append(self._reference_logp(batch) if config.beta > 0 else None)
                     if entropy is not None:
@@ -341,14 +351,31 @@ class GRPOTrainer:
                 loss.backward()
                 if iteration == config.num_iterations - 1:
                     sums.add(loss.item(), terms)
+            # optimizer: every rank's gradients summed, clipped to max_grad_norm, one AdamW step
             self._all_reduce_gradients()
             grad_norm = global_grad_norm(self.params, config.max_grad_norm)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # free the gradients' memory for the next rollout
         return sums.over_ranks(self.world).metrics(grad_norm)
 
+    def _micro_batches(self, episodes: list[Episode], advantages: Advantages) -> tuple[list[EpisodeBatch], int, float]:
+        """The kept episodes as micro-batches on the device; and the whole batch's sequence and token counts.
+
+        Under FSDP short ranks get empty padding micro-batches (every rank runs as many passes).
+        """
+        config = self.config
+        kept = [(e, a) for e, a, keep in zip(episodes, advantages.token_advantages, advantages.keep) if keep]
+        micro = [kept[i : i + config.micro_batch_size] for i in range(0, len(kept), config.micro_batch_size)]
+        batches = [collate([e for e, _ in chunk], [a for _, a in chunk]).to(self.device) for chunk in micro]
+        if config.fsdp and self.world > 1:  # FSDP collectives need the same number of passes on every rank
+            batches = pad_micro_batches(batches, self.device)
+        counts = torch.tensor([float(len(kept)), float(sum(b.mask.sum() for b in batches))], dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(counts)
+        return batches, int(counts[0]), float(counts[1])
+
     @torch.no_grad()
-    def _reference_logp(self, batch: Any) -> torch.Tensor:
+    def _reference_logp(self, batch: EpisodeBatch) -> torch.Tensor:
         with self.autocast:
             if self.reference is not None:
                 return self.reference(batch.input_ids, batch.attention_mask, batch.mask)[0]
@@ -372,12 +399,43 @@ class GRPOTrainer:
             p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
 
+    def _step_metrics(
+        self,
+        rollouts: Rollouts,
+        advantages: Advantages,
+        losses: dict[str, float],
+        clock: StepClock,
+        prefetched: Prefetched | None,
+    ) -> dict[str, Any]:
+        """The step's logged numbers; every rank must call it (its counts are summed, its statistics gathered)."""
+        counts = sum_ranks(rollouts.counts(), self.world)
+        advantage_stats = merge_advantage_stats(gather_objects(advantages.stat_sums, self.world))
+        metrics = {
+            "step": self.step,
+            "episodes_seen": self.episodes_seen,
+            **rollout_metrics(rollouts, counts, advantage_stats),
+            **losses,
+        }
+        metrics.update(clock.metrics(counts["tokens/total"]))
+        if self.prefetcher is not None:
+            metrics.update(self.prefetcher.metrics(prefetched, self.step, clock.run_start, clock.train_window))
+        metrics.update(peak_memory_mb())
+        return metrics
+
+    def _log(self, metrics: dict[str, Any], episodes: list[Episode], advantages: Advantages) -> None:
+        """Write the step's metrics, and its first ``sample_groups`` groups with every token's advantage (rank 0)."""
+        self.metrics.log(metrics)
+        sampled = with_advantages(episodes, advantages, self.step, self.config.sample_groups, self.tokenizer)
+        self.samples.log(sampled)
+
     # -- checkpoints ----------------------------------------------------------------------
 
     def save(self) -> Path | None:
         """Checkpoint the run (rank 0 writes, or every rank its shards under FSDP) and redraw the plot."""
         folder = None
-        state = {"episodes_seen": self.episodes_seen, "seed_sampler": self.collector.sampler_state()}
+        # with a prefetch pending, the seed sampler as it was before the prefetch drew the next step's seeds
+        seed_state = self.prefetcher.seed_state if self.prefetcher is not None else None
+        state = {"episodes_seen": self.episodes_seen, "seed_sampler": seed_state or self.collector.sampler_state()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state_dict()
         save = save_sharded_checkpoint if self.config.fsdp else save_checkpoint
@@ -428,9 +486,7 @@ class GRPOTrainer:
     def _checkpoint_to_resume(self) -> Path:
         """The newest checkpoint, if the settings that define the run are those saved in ``config.json``.
 
-        The others may change: the number of steps (to train on), how the run is logged,
-        saved and computed, and the learning rate and weight decay, whose configured values
-        replace those in the checkpoint's optimizer state (docs/training.md).
+        Only the fields of :data:`~llmgym.trainers.config.RESUMABLE_CHANGES` may differ (docs/training.md).
 
         Raises:
             FileNotFoundError: there is no checkpoint.
@@ -442,32 +498,7 @@ class GRPOTrainer:
                 f"--resume: no checkpoint under {self.out / 'checkpoints'}; give the --out of the run "
                 "to resume, or start it without --resume"
             )
-        may_change = {
-            "steps",
-            "out",
-            "save_every",
-            "keep_checkpoints",
-            "plot",
-            "progress",
-            "sample_groups",
-            "tensorboard",
-            "report_to",
-            "wandb_project",
-            "torch_threads",
-            "device",
-            "bf16",
-            "micro_batch_size",
-            "share_prefix",
-            "rollout_precision",
-            "base_url",
-            "api_key",
-            "lora_name",
-            "concurrency",
-            "async_generation",
-            "learning_rate",
-            "weight_decay",
-        }
-        check_resume_config(self.out / "config.json", dataclasses.asdict(self.config), may_change)
+        check_resume_config(self.out / "config.json", dataclasses.asdict(self.config), RESUMABLE_CHANGES)
         return folder
 
     def _resume(self, folder: Path) -> dict[str, Any]:
@@ -488,7 +519,9 @@ class GRPOTrainer:
         return state
 
     def close(self) -> None:
-        """Close the generator (its prefetch thread, its server connections) and the metrics file."""
+        """Stop the prefetch thread, close the generator (its server connections) and the metrics files."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         self.generator.close()
         if self.metrics is not None:
             self.metrics.close()
@@ -497,34 +530,6 @@ class GRPOTrainer:
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def add_lora(model: Any, config: Any) -> Any:
-    """Wrap ``model`` in a peft LoRA adapter: ``config.init_adapter``'s weights (trainable), or a fresh one
-    configured by ``config.lora_*``."""
-    try:
-        from peft import LoraConfig, PeftModel, get_peft_model
-    except ImportError as err:
-        raise ImportError('lora=True needs peft: pip install "llmgym[train]"') from err
-    if getattr(config, "init_adapter", None):
-        return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
-    lora = LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, lora)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` = this rank's CUDA device when available, else CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        return torch.device("cpu")
-    return torch.device(name)
 
 
 @contextlib.contextmanager

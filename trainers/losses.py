@@ -16,6 +16,7 @@ unmasked positions hold 0.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,9 @@ class TokenScorer(nn.Module):
 
     Args:
         model: a transformers causal LM (or a peft model around one).
-        temperature: logits are divided by it, matching the sampling distribution.
+        temperature: deprecated. The log-probs are the raw model's (temperature 1), the
+            quantity every policy reports whatever temperature it sampled at; another
+            value warns and still divides the logits by it, for one release.
         share_prefix: when every row of a batch starts with the same
             ``min_shared_prefix`` or more real tokens (a GRPO group's prompt), run the
             decoder on that prefix once and on each row's rest with the prefix's
@@ -48,6 +51,13 @@ class TokenScorer(nn.Module):
 
     def __init__(self, model: nn.Module, temperature: float = 1.0, share_prefix: bool = True):
         super().__init__()
+        if temperature != 1.0:
+            warnings.warn(
+                "TokenScorer(temperature=) is deprecated: the trainers score the raw model's log-probs "
+                "(temperature 1), as the policies report them",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.model = model
         self.temperature = temperature
         self.share_prefix = share_prefix

@@ -23,7 +23,6 @@ from typing import Any, TextIO
 import numpy as np
 
 from llmgym.episode import Episode
-from llmgym.trainers.overlap import Prefetched, overlap_stats
 
 __all__ = ["MetricsLogger", "plot_metrics", "reward_stats", "peak_memory_mb", "StepClock"]
 
@@ -66,22 +65,16 @@ def peak_memory_mb() -> dict[str, float]:
 class StepClock:
     """The wall-clock marks of each training step, as metrics.
 
-    Args:
-        overlapped: the next step's first round is generated while a step trains
-            (``async_generation``); adds the ``async/*`` metrics of :func:`~llmgym.trainers.overlap.overlap_stats`.
-
     Example:
         >>> clock = StepClock()
         >>> clock.start(); clock.generated(); clock.optimized()
-        >>> sorted(clock.metrics(step=1, tokens=10.0))
+        >>> sorted(clock.metrics(tokens=10.0))
         ['time/generation_s', 'time/optimizer_end_s', 'time/step_s', 'time/train_s', 'tokens_per_s']
     """
 
-    def __init__(self, overlapped: bool = False):
-        self.overlapped = overlapped
+    def __init__(self) -> None:
         self.run_start = time.perf_counter()
         self._started = self._generated = self._optimized = self.run_start
-        self._previous_train: tuple[float, float] | None = None  # when the previous step optimized
 
     def start(self) -> None:
         """A step begins."""
@@ -95,20 +88,21 @@ class StepClock:
         """Its optimizer steps are done."""
         self._optimized = time.perf_counter()
 
-    def metrics(self, step: int, tokens: float, prefetched: Prefetched | None = None) -> dict[str, float]:
-        """The step's timings so far; ``step`` counts finished steps, ``tokens`` those of the step's episodes."""
+    @property
+    def train_window(self) -> tuple[float, float]:
+        """When the step's training began and ended (``time.perf_counter()``)."""
+        return self._generated, self._optimized
+
+    def metrics(self, tokens: float) -> dict[str, float]:
+        """The step's timings so far; ``tokens`` counts those of the step's episodes."""
         step_s = time.perf_counter() - self._started
-        metrics = {
+        return {
             "time/generation_s": self._generated - self._started,
             "time/train_s": self._optimized - self._generated,
             "time/step_s": step_s,
             "time/optimizer_end_s": self._optimized - self.run_start,
             "tokens_per_s": tokens / step_s,
         }
-        if self.overlapped:
-            metrics.update(overlap_stats(prefetched, step, self.run_start, self._previous_train))
-            self._previous_train = (self._generated, self._optimized)
-        return metrics
 
 
 class MetricsLogger:

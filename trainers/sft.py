@@ -36,6 +36,7 @@ from llmgym.trainers.checkpoint import save_weights
 from llmgym.trainers.config import SFTConfig
 from llmgym.trainers.losses import TokenScorer, sft_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb
+from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
 
 __all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "check_tokens", "export_messages", "chat_messages"]
 
@@ -239,8 +240,6 @@ class SFTTrainer:
         episodes: list[Episode] | None = None,
         retokenize: bool = False,
     ):
-        from llmgym.trainers.grpo import add_lora, load_policy_model, resolve_device
-
         self.config = config
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)

@@ -46,12 +46,13 @@ def test_device(monkeypatch):
     """
     device = os.environ.get("LLMGYM_TEST_DEVICE", "cpu")
     try:
-        from llmgym.trainers import grpo
+        from llmgym.trainers import grpo, model, sft
     except ImportError:  # no torch: the test skips itself
         yield device
         return
-    resolve = grpo.resolve_device
-    monkeypatch.setattr(grpo, "resolve_device", lambda name: resolve(device if name == "auto" else name))
+    resolve = model.resolve_device
+    for trainer in (grpo, sft):
+        monkeypatch.setattr(trainer, "resolve_device", lambda name: resolve(device if name == "auto" else name))
     yield device
 
 

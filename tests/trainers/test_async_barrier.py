@@ -2,7 +2,7 @@
 
 ``GRPOTrainer.train`` promises (``trainers/overlap.py``) that the adapter after
 step k is pushed only once *every* rank's prefetch of step k+1 has finished
-(``prefetcher.wait()`` then ``dist.barrier()`` in ``ServerGenerator.after_update``), and that no
+(``RolloutPrefetcher.wait``, a barrier over the ranks, before ``ServerGenerator.after_update``), and that no
 prefetch starts before the push (the barrier in ``ServerGenerator.push_adapter``). So the episodes trained on
 in step k+1 were generated, on every rank, by the adapter of step k: one step
 stale, never more, never mixed.

@@ -1,4 +1,4 @@
-"""The episode collector (llmgym/trainers/collect.py): a step's rollouts, zero-signal resampling, stats over ranks.
+"""The episode collector (llmgym/trainers/collect.py): a step's rollouts, zero-signal resampling, its logged numbers.
 
 The generators here play no env: they return scripted episodes, round by round.
 """
@@ -10,8 +10,8 @@ import pytest
 
 from llmgym.episode import Episode
 from llmgym.trainers import collect
-from llmgym.trainers.advantages import compute_advantages
-from llmgym.trainers.collect import EpisodeCollector
+from llmgym.trainers.advantages import compute_advantages, merge_advantage_stats
+from llmgym.trainers.collect import EpisodeCollector, rollout_metrics
 from llmgym.trainers.config import GRPOConfig
 from llmgym.trainers.generation import Generator
 
@@ -25,6 +25,22 @@ class ScriptedGenerator(Generator):
 
     def rollout(self, seeds, step, attempt=0):
         return list(self.rounds[attempt])
+
+
+def step_advantages(config: GRPOConfig, rollouts):
+    """The step's advantages as the trainer computes them (the batch scale over every rank's episodes)."""
+    return compute_advantages(
+        rollouts.episodes,
+        scale_rewards=config.scale_rewards,
+        turn_lambda=config.turn_lambda,
+        mask_truncated=config.mask_truncated,
+        batch_rewards=[e.turn_rewards for e in rollouts.everyone],
+    )
+
+
+def one_rank_metrics(rollouts, advantages):
+    """The logged numbers of a one-rank run."""
+    return rollout_metrics(rollouts, rollouts.counts(), advantages.stats)
 
 
 def one_turn(group: int, reward: float) -> Episode:
@@ -43,15 +59,14 @@ def test_batch_scaling_under_data_parallel_uses_the_whole_batch_std(monkeypatch)
         return items + (other_rank if items and isinstance(items[0], Episode) else items)
 
     monkeypatch.setattr(collect, "gather_episodes", gather)
-    monkeypatch.setattr(collect, "sum_ranks", lambda value, world: float(value))
     whole = compute_advantages(local + other_rank, scale_rewards="batch", turn_lambda=0.0)
     rank1 = compute_advantages(
         other_rank, scale_rewards="batch", turn_lambda=0.0, batch_rewards=[[1.0], [0.0], [10.0], [0.0]]
     )
-    monkeypatch.setattr(collect, "gather_objects", lambda value, world: [value, rank1.stat_sums])
     rollouts = collector.collect(0)
-    advantages = rollouts.advantages(config)
-    stats = rollouts.metrics(advantages)
+    advantages = step_advantages(config, rollouts)
+    # what the trainer logs: every rank's advantage sums merged
+    stats = rollout_metrics(rollouts, rollouts.counts(), merge_advantage_stats([advantages.stat_sums, rank1.stat_sums]))
     np.testing.assert_allclose(advantages.outcome, whole.outcome[:2])
     # the logged advantage statistics are the global batch's too, not rank 0's share
     assert stats["episodes/kept"] == 4 and stats["advantage/abs_max"] == pytest.approx(np.abs(whole.outcome).max())
@@ -66,7 +81,7 @@ def test_episode_errors_of_resampled_groups_are_counted(monkeypatch):
     ]
     config = GRPOConfig(turn_lambda=0.0, prompts_per_step=1, group_size=2, resample_zero_signal=1)
     rollouts = EpisodeCollector(config, ScriptedGenerator(config, rounds)).collect(0)
-    stats = rollouts.metrics(rollouts.advantages(config))
+    stats = one_rank_metrics(rollouts, step_advantages(config, rollouts))
     assert stats["groups/resampled"] == 1 and stats["episodes/errors"] == 1
 
 
@@ -103,8 +118,8 @@ def collect_step(**settings):
     config = GRPOConfig(turn_lambda=0.0, group_size=2, **settings)
     generator = ResampleGenerator(config)
     rollouts = EpisodeCollector(config, generator).collect(0)
-    advantages = rollouts.advantages(config)
-    return rollouts, advantages, rollouts.metrics(advantages), generator.played
+    advantages = step_advantages(config, rollouts)
+    return rollouts, advantages, one_rank_metrics(rollouts, advantages), generator.played
 
 
 def test_resampling_plays_distinct_unused_seeds_and_counts_what_it_played():

@@ -235,3 +235,47 @@ def test_a_device_this_machine_lacks_is_a_config_error(monkeypatch, cls):
     with pytest.raises(ValueError, match="1 CUDA device"):
         cls(device="cuda:3")
     cls(device="cuda:0"), cls(device="cuda")
+
+
+# -- deprecated settings: each warns and becomes what replaces it, for one release ------------------
+
+
+def test_tensorboard_flag_is_deprecated_and_becomes_a_report_to_sink():
+    with pytest.warns(DeprecationWarning, match='report_to = \\["tensorboard"\\]'):
+        config = GRPOConfig(tensorboard=True, report_to=["wandb"])
+    assert config.report_to == ["tensorboard", "wandb"] and config.tensorboard is False
+
+
+def test_tensorboard_key_in_a_toml_file_warns_too(tmp_path):
+    path = tmp_path / "cfg.toml"
+    path.write_text("tensorboard = true\n")
+    with pytest.warns(DeprecationWarning, match="tensorboard is deprecated"):
+        assert load_config(path).report_to == ["tensorboard"]
+
+
+def test_int8_rollout_precision_is_deprecated_and_runs_as_fp32():
+    with pytest.warns(DeprecationWarning, match="int8.*runs as 'fp32'.*bf16"):
+        assert GRPOConfig(rollout_precision="int8").rollout_precision == "fp32"
+
+
+def test_lora_dropout_warns_that_grpo_keeps_dropout_off():
+    with pytest.warns(DeprecationWarning, match="no effect in GRPO"):
+        GRPOConfig(lora=True, lora_dropout=0.1)
+
+
+def test_the_defaults_warn_about_nothing(recwarn):
+    GRPOConfig()
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+def test_the_curriculum_settings_are_checked_without_building_one(monkeypatch):
+    """The config checks the curriculum's settings; only the trainer builds the curriculum (once)."""
+    from llmgym.trainers import curriculum
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a Curriculum was built to validate the config")
+
+    monkeypatch.setattr(curriculum.Curriculum, "__init__", no_build)
+    GRPOConfig(curriculum_kwarg="difficulty", curriculum_levels=[1, 2])
+    with pytest.raises(ValueError, match="demote_at must be in"):
+        GRPOConfig(curriculum_kwarg="difficulty", curriculum_levels=[1, 2], curriculum_demote_at=0.9)

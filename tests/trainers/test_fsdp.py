@@ -27,8 +27,9 @@ import torch.distributed as dist  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from llmgym.trainers import grpo  # noqa: E402
+from llmgym.trainers.advantages import compute_advantages  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
-from llmgym.trainers.distributed import local_parameter_count, save_full_weights  # noqa: E402
+from llmgym.trainers.distributed import full_weights, local_parameter_count, save_full_weights  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from tests.trainers.toy_env import ENV_REF  # noqa: E402
 
@@ -103,14 +104,21 @@ def test_fsdp_on_one_process_equals_the_plain_trainer_and_resumes(tmp_path, own_
 
 def uneven_rounds(trainer: GRPOTrainer) -> list[int]:
     """Two optimizer steps on one step's episodes where rank 1 trains on none, then on fewer than rank 0."""
-    rollouts = trainer.collector.collect(0)  # under FSDP the generator gathers the full weights for it
-    advantages = rollouts.advantages(trainer.config)
+    with full_weights(trainer.scorer):  # in-process generation under FSDP runs with the gathered weights
+        rollouts = trainer.collector.collect(0)
+    config = trainer.config
+    advantages = compute_advantages(
+        rollouts.episodes,
+        config.scale_rewards,
+        config.turn_lambda,
+        batch_rewards=[e.turn_rewards for e in rollouts.everyone],
+    )
     kept_counts = []
     for rank1_keeps in (0, 2):
         keep = list(advantages.keep)
         if trainer.rank == 1:
             keep = [k and i < rank1_keeps for i, k in enumerate(keep)]
-        trainer._optimize(rollouts.episodes, dataclasses.replace(advantages, keep=keep))
+        trainer.optimize(rollouts.episodes, dataclasses.replace(advantages, keep=keep))
         kept_counts.append(sum(keep))
     return kept_counts
 

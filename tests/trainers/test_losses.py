@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llmgym.episode import Episode
-from llmgym.trainers import advantages, batch, config, losses
+from llmgym.trainers import advantages, batch, config, curriculum, losses, model
 from llmgym.trainers.batch import collate
 from llmgym.trainers.losses import TokenScorer, grpo_loss, sft_loss
 
@@ -150,12 +150,12 @@ def test_token_scorer_matches_full_logits():
         Episode("x", token_ids=[5, 6, 8], mask=[0, 1, 1]),
     ]
     b = collate(episodes)
-    scorer = TokenScorer(model, temperature=0.7)
+    scorer = TokenScorer(model)
     logp, entropy = scorer(b.input_ids, b.attention_mask, b.mask, with_entropy=True)
     with torch.no_grad():
         for row, episode in enumerate(episodes):
             ids = torch.tensor([episode.token_ids])
-            full = torch.log_softmax(model(ids).logits[0].float() / 0.7, -1)
+            full = torch.log_softmax(model(ids).logits[0].float(), -1)
             for p, bit in enumerate(episode.mask):
                 if bit:
                     assert logp[row, p].item() == pytest.approx(full[p - 1, episode.token_ids[p]].item(), abs=1e-5)
@@ -167,8 +167,14 @@ def test_token_scorer_matches_full_logits():
     assert model.model.embed_tokens.weight.grad is not None
 
 
+def test_token_scorer_temperature_is_deprecated():
+    """The log-probs are the raw model's (temperature 1), as every policy reports them; another value warns."""
+    with pytest.warns(DeprecationWarning, match="temperature"):
+        TokenScorer(tiny_llama(), temperature=0.7)
+
+
 def test_doctests_of_trainer_modules():
-    for module in (advantages, batch, config, losses):
+    for module in (advantages, batch, config, curriculum, losses, model):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 from llmgym.cli import main  # noqa: E402
 from llmgym.episode import Episode, JSONLWriter, load_jsonl, save_jsonl  # noqa: E402
-from llmgym.trainers import grpo, sft  # noqa: E402
+from llmgym.trainers import sft  # noqa: E402
 from llmgym.trainers.config import SFTConfig  # noqa: E402
 from llmgym.trainers.sft import SFTTrainer, export_messages, select_episodes, tokenize_episode  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
@@ -144,7 +144,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(grpo, "load_policy_model", refuse)
+    monkeypatch.setattr(sft, "load_policy_model", refuse)
 
 
 @pytest.mark.parametrize(
@@ -188,13 +188,12 @@ def test_tokenize_refuses_recorded_ids_without_policy_tokens_and_chats_cut_by_ma
 
 
 def test_sft_with_no_episode_kept_fails_before_loading_the_model(tmp_path, monkeypatch):
-    import llmgym.trainers.grpo as grpo
     from llmgym.trainers.sft import SFTTrainer
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(grpo, "load_policy_model", no_load)
+    monkeypatch.setattr(sft, "load_policy_model", no_load)
     path = tmp_path / "episodes.jsonl"
     save_jsonl([Episode("x", turn_rewards=[0.5])], path)
     with pytest.raises(ValueError, match="lower --min-reward"):
