@@ -36,11 +36,27 @@ def test_serve_max_model_len_sets_the_llama_cpp_context(monkeypatch, capsys):
         (["--max-model-len", "0"], "--max-model-len must be at least 1"),
         (["--backend", "transformers", "--max-model-len", "512"], "the model's own context"),
         (["--backend", "scripted", "--max-model-len", "512"], "no model"),
+        (["--max-choices-per-request", "0"], "--max-choices-per-request must be at least 1"),
     ],
 )
-def test_serve_max_model_len_refusals(argv, message, capsys):
+def test_serve_flag_refusals(argv, message, capsys):
     assert main(["serve", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [([], None), (["--max-choices-per-request", "512"], 512)])
+def test_serve_passes_the_choices_cap_to_the_app(monkeypatch, argv, expected):
+    import llmgym.wrappers.server as server
+    from llmgym.wrappers.server.backend import DEFAULT_MAX_CHOICES
+
+    seen = {}
+    monkeypatch.setattr(server, "create_app", lambda policy, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(server, "serve", lambda app, **kwargs: None)
+    with socket.socket() as sock:  # a free port for the bind check
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["serve", "--backend", "scripted", "--port", str(port), *argv]) == 0
+    assert seen["max_choices_per_request"] == (expected or DEFAULT_MAX_CHOICES)  # the flag's default is the app's
 
 
 def test_serve_refuses_a_scripted_model_without_act(capsys):

@@ -50,6 +50,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-model-len tokens each)",
     )
     parser.add_argument(
+        "--max-choices-per-request",
+        type=int,
+        default=128,
+        help="most generations one request may ask for: prompts x n of a /v1/completions request, n of a "
+        "chat request; more is a 400 (default: %(default)s). A request's generations reach the model "
+        "--max-batch-size at a time, so a big one does not stall other clients",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=int,
         default=None,
@@ -99,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--port must be between 1 and 65535, got {args.port}")
     if args.max_batch_size < 1:
         raise CLIError(f"--max-batch-size must be at least 1, got {args.max_batch_size}")
+    if args.max_choices_per_request < 1:
+        raise CLIError(f"--max-choices-per-request must be at least 1, got {args.max_choices_per_request}")
     if args.max_model_len is not None:
         if args.max_model_len < 1:
             raise CLIError(f"--max-model-len must be at least 1, got {args.max_model_len}")
@@ -141,7 +151,12 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
     model_name = args.model_name or served_name(args.backend, args.model)
     try:
-        app = create_app(policy, model_name=model_name, max_batch_size=args.max_batch_size)
+        app = create_app(
+            policy,
+            model_name=model_name,
+            max_batch_size=args.max_batch_size,
+            max_choices_per_request=args.max_choices_per_request,
+        )
         print(f"llmgym serve: {model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     except ImportError as err:

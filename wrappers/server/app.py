@@ -22,7 +22,9 @@ uvicorn) and :func:`serve_in_thread`. What each endpoint does is in
   ``POST /v1/unload_lora_adapter`` ``{lora_name}`` (transformers backend):
   requests with ``model=<lora_name>`` then use the adapter.
 
-Concurrent requests are batched (see :class:`~llmgym.wrappers.server.backend.ServedModel`).
+Concurrent requests are batched, a big request's generations a batch at a
+time so that it does not hold up the others, and a request may ask for at most
+``max_choices_per_request`` generations (see :class:`~llmgym.wrappers.server.backend.ServedModel`).
 Bad input gets a 4xx with an OpenAI-style error body and never takes the
 server down; a bug gets a logged 500 with the same body, and either way the
 client's kept-alive connection stays open. A client that disconnects only
@@ -41,7 +43,7 @@ from typing import Any
 
 from llmgym.policy import Policy
 from llmgym.wrappers.server import routes
-from llmgym.wrappers.server.backend import ServedModel
+from llmgym.wrappers.server.backend import DEFAULT_MAX_CHOICES, ServedModel
 from llmgym.wrappers.server.protocol import APIError
 
 __all__ = ["create_app", "serve", "serve_in_thread"]
@@ -56,6 +58,7 @@ def create_app(
     max_batch_size: int = 16,
     batch_wait_s: float = 0.005,
     enable_auto_tool_choice: bool = True,
+    max_choices_per_request: int = DEFAULT_MAX_CHOICES,
 ) -> Any:
     """The FastAPI app serving a policy.
 
@@ -63,11 +66,14 @@ def create_app(
         policy_or_backend: an llmgym :class:`~llmgym.policy.Policy`, or a
             :class:`~llmgym.wrappers.server.backend.ServedModel` already wrapping one.
         model_name: the name clients pass as ``model``.
-        max_batch_size: most requests generated together.
+        max_batch_size: most requests generated together, and most generations of one
+            request submitted at a time.
         batch_wait_s: how long a batch waits for more requests to join.
         enable_auto_tool_choice: accept ``tools``; ``False`` refuses them with
             a 400, as ``vllm serve`` does without ``--enable-auto-tool-choice``
             (clients then fall back to the text protocol).
+        max_choices_per_request: most generations (prompts x ``n``) one request may ask
+            for; more is a 400.
 
     Raises:
         ImportError: fastapi is missing (names the extra to install).
@@ -81,7 +87,7 @@ def create_app(
     backend = (
         policy_or_backend
         if isinstance(policy_or_backend, ServedModel)
-        else ServedModel(policy_or_backend, model_name, max_batch_size, batch_wait_s)
+        else ServedModel(policy_or_backend, model_name, max_batch_size, batch_wait_s, max_choices_per_request)
     )
 
     @asynccontextmanager

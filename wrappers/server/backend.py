@@ -7,7 +7,7 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
   (``continuous_batching``: :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy`)
   gets each chat or completion request as it arrives, joining the batch it is
   decoding; requests for prompt log-probs, and every request to other policies,
-  go through the queue. Concurrent requests wait in one queue; a single worker takes
+  go through the queue. Concurrent generations wait in one queue; a single worker takes
   everything queued (up to ``max_batch_size``, waiting ``batch_wait_s`` for
   stragglers), groups it by LoRA adapter and hands each group to
   ``policy.generate`` as one batch, on a worker thread so the event loop keeps
@@ -15,6 +15,14 @@ for the HTTP layer in :mod:`llmgym.wrappers.server`:
   safely between batches. A failing batch is retried request by request, so
   one bad request fails alone. Requests whose client has gone are dropped
   before they reach the model.
+- **Fairness and size.** Both ways in are first come, first served per
+  generation, so a request's many generations (prompts x ``n``) would all be
+  ahead of a request that arrives a moment later. :meth:`ServedModel.generate_all`
+  submits one request's generations at most ``max_batch_size`` at a time: its
+  next ones queue behind whatever arrived meanwhile, and a small request waits
+  for the batch (or, continuously batched, the slot) running when it came, not
+  for the big request's whole list. A request for more than
+  ``max_choices_per_request`` generations is refused (:meth:`ServedModel.check_choices`).
 - **LoRA** (transformers models): adapters are loaded onto the served model in
   place by :class:`~llmgym.wrappers.server.lora.LoRAAdapters` (peft's
   functional API); a batch for adapter ``x`` runs with ``x`` active, a
@@ -38,6 +46,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +54,11 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.server.lora import LoRAAdapters
 from llmgym.wrappers.server.protocol import APIError
 
-__all__ = ["ServedModel"]
+__all__ = ["ServedModel", "DEFAULT_MAX_CHOICES"]
+
+#: Most generations (prompts x ``n``) one request may ask for, unless the server is told otherwise
+#: (``llmgym serve --max-choices-per-request``; docs/serve.md says why 128).
+DEFAULT_MAX_CHOICES = 128
 
 
 @dataclass
@@ -66,19 +79,31 @@ class ServedModel:
             tokenizer) and ``model`` (a transformers model), when it has them,
             enable token text, ``/v1/completions``, ``top_logprobs`` and LoRA.
         model_name: the name clients use in ``"model"``.
-        max_batch_size: most requests per ``policy.generate`` call.
+        max_batch_size: most requests per ``policy.generate`` call, and most generations of one
+            request submitted at a time (see :meth:`generate_all`).
         batch_wait_s: how long the worker waits for more requests to join a batch.
+        max_choices_per_request: most generations (prompts x ``n``) one request may ask for.
     """
 
-    def __init__(self, policy: Policy, model_name: str, max_batch_size: int = 16, batch_wait_s: float = 0.005):
+    def __init__(
+        self,
+        policy: Policy,
+        model_name: str,
+        max_batch_size: int = 16,
+        batch_wait_s: float = 0.005,
+        max_choices_per_request: int = DEFAULT_MAX_CHOICES,
+    ):
         if not isinstance(policy, Policy):
             raise TypeError(f"ServedModel needs an llmgym Policy, got {type(policy).__name__}")
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        if max_choices_per_request < 1:
+            raise ValueError(f"max_choices_per_request must be at least 1, got {max_choices_per_request}")
         self.policy = policy
         self.model_name = model_name
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
+        self.max_choices_per_request = max_choices_per_request
         self.tokenizer = getattr(policy, "tokenizer", None)
         self.hf_model = _transformers_model(policy)
         llm = getattr(policy, "llm", None)
@@ -156,6 +181,48 @@ class ServedModel:
             f"asks for {max_tokens} new tokens{after}.",
             "max_tokens",
         )
+
+    def check_choices(self, prompts: int, n: int) -> None:
+        """Refuse a request for more than ``max_choices_per_request`` generations (``prompts`` x ``n``).
+
+        Raises:
+            APIError: 400 naming ``prompt`` when the prompts alone are too many, else ``n``.
+        """
+        if prompts * n <= self.max_choices_per_request:
+            return
+        asked = f"{prompts * n} choices ({prompts} prompts x n={n})" if prompts > 1 else f"{n} choices (n={n})"
+        raise APIError(
+            400,
+            f"This request asks for {asked}; this server answers at most {self.max_choices_per_request} per "
+            "request. Send the prompts in several requests, or start the server with a larger "
+            "--max-choices-per-request.",
+            "prompt" if prompts > self.max_choices_per_request else "n",
+        )
+
+    async def generate_all(self, starts: list[Callable[[], Awaitable[Generation]]]) -> list[Generation]:
+        """Run one request's generations, at most ``max_batch_size`` of them submitted at a time; in order.
+
+        ``starts`` are the coroutine functions that queue each generation (:meth:`generate`,
+        :meth:`complete`). Each one that finishes lets the request's next one in, behind whatever other
+        requests queued meanwhile: the queue and a continuously batching policy take generations in
+        arrival order, so one request's hundred prompts submitted at once would keep every later
+        request waiting for all of them. One request alone still fills whole batches.
+
+        Raises:
+            APIError: the first generation's error (the others are cancelled).
+        """
+        in_flight = asyncio.Semaphore(self.max_batch_size)
+
+        async def admitted(start: Callable[[], Awaitable[Generation]]) -> Generation:
+            async with in_flight:
+                return await start()
+
+        tasks = [asyncio.ensure_future(admitted(start)) for start in starts]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
 
     async def generate(self, request: PolicyRequest, adapter: str | None = None, top_logprobs: int = 0) -> Generation:
         """Queue one chat request and wait for its generation."""

@@ -9,15 +9,21 @@ and validated here (:func:`~llmgym.wrappers.server.protocol.parse_body`; a bad
 one is an :class:`~llmgym.wrappers.server.protocol.APIError`), turned into the
 policy's request and sampling settings, and generated while the client is
 watched: a client that disconnects cancels its own generations (a 499), no one
-else's. The bodies and streams come from :mod:`~llmgym.wrappers.server.responses`.
+else's. A request's generations (prompts x ``n``) are bounded in number and fed
+to the model a batch at a time
+(:meth:`~llmgym.wrappers.server.backend.ServedModel.generate_all`), so a big
+request does not keep the others waiting. The bodies and streams come from
+:mod:`~llmgym.wrappers.server.responses`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgym.policy import Generation, PolicyRequest, SamplingParams
@@ -97,14 +103,17 @@ async def chat_completions(backend: ServedModel, request: Any, enable_auto_tool_
             "ask without logprobs and return_token_ids.",
             "logprobs",
         )
+    backend.check_choices(1, body.n)
     policy_request, parse_tools = _policy_request(body)
     if (body.max_completion_tokens or body.max_tokens) is not None:
         # unset: DEFAULT_MAX_TOKENS, which generation stops short of where the context ends (as vLLM's default)
         backend.check_max_tokens(policy_request.sampling.max_tokens)
     top = (body.top_logprobs or 0) if body.logprobs else 0
-    generations = await _generate_n(
-        request, body.n, body.seed, lambda seed: backend.generate(_with_seed(policy_request, seed), adapter, top)
-    )
+    starts = [
+        functools.partial(backend.generate, _with_seed(policy_request, _nth_seed(body.seed, i)), adapter, top)
+        for i in range(body.n)
+    ]
+    generations = await _run_all(request, backend, starts)
     response_id = f"chatcmpl-{uuid.uuid4().hex}"
     name = body.model or backend.model_name
     if body.stream:
@@ -126,24 +135,24 @@ async def completions(backend: ServedModel, request: Any) -> Any:
             "max_tokens must be at least 1; 0 is only allowed with echo (the prompt is scored, nothing is generated).",
             "max_tokens",
         )
+    backend.check_choices(len(body.prompts()), body.n)  # before tokenizing what may be thousands of prompts
     prompts = [backend.encode(prompt) if isinstance(prompt, str) else list(prompt) for prompt in body.prompts()]
     sampling = _sampling(body, body.max_tokens)
     samplings = [_fitted(backend, sampling, len(prompt_ids), body.max_tokens is None) for prompt_ids in prompts]
     score_prompt = body.echo and body.logprobs is not None
-    generations = await _run_all(
-        request,
-        [
-            backend.complete(
-                prompt_ids,
-                _seeded(fitted, None if body.seed is None else body.seed + i),
-                adapter,
-                body.logprobs or 0,
-                score_prompt,
-            )
-            for prompt_ids, fitted in zip(prompts, samplings)
-            for i in range(body.n)
-        ],
-    )
+    starts = [
+        functools.partial(
+            backend.complete,
+            prompt_ids,
+            _seeded(fitted, _nth_seed(body.seed, i)),
+            adapter,
+            body.logprobs or 0,
+            score_prompt,
+        )
+        for prompt_ids, fitted in zip(prompts, samplings)
+        for i in range(body.n)
+    ]
+    generations = await _run_all(request, backend, starts)
     response_id = f"cmpl-{uuid.uuid4().hex}"
     name = body.model or backend.model_name
     prompt_tokens = sum(len(prompt_ids) for prompt_ids in prompts)
@@ -236,33 +245,30 @@ def _policy_request(body: ChatCompletionRequest) -> tuple[PolicyRequest, bool]:
     return PolicyRequest(messages=messages, tools=tools, sampling=sampling), bool(tools)
 
 
-async def _generate_n(request: Any, n: int, seed: int | None, start: Any) -> list[Generation]:
-    """Run ``n`` generations (seeds ``seed``, ``seed+1``... when seeded); drop them if the client leaves."""
-    return await _run_all(request, [start(None if seed is None else seed + i) for i in range(n)])
+def _nth_seed(seed: int | None, i: int) -> int | None:
+    """The seed of a prompt's ``i``-th choice: ``seed + i``, so each choice samples differently but reproducibly."""
+    return None if seed is None else seed + i
 
 
-async def _run_all(request: Any, generations: list[Any]) -> list[Generation]:
-    """Await the ``generations`` (coroutines) together, in order; drop them all if the client leaves.
+async def _run_all(
+    request: Any, backend: ServedModel, starts: list[Callable[[], Awaitable[Generation]]]
+) -> list[Generation]:
+    """Run one request's generations (see :meth:`ServedModel.generate_all`), in order; drop them all if the
+    client leaves.
 
     Raises:
         APIError: 499 when the client disconnects; a generation's own error as it is.
     """
-    tasks = [asyncio.ensure_future(generation) for generation in generations]
+    generations = asyncio.ensure_future(backend.generate_all(starts))
     watcher = asyncio.ensure_future(_wait_disconnect(request))
     try:
-        while True:
-            await asyncio.wait({*tasks, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()
-            if all(task.done() for task in tasks):
-                return [task.result() for task in tasks]
-            if watcher.done():
-                raise APIError(499, "The client closed the request.")
+        await asyncio.wait({generations, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if generations.done():
+            return generations.result()
+        raise APIError(499, "The client closed the request.")
     finally:
         watcher.cancel()
-        for task in tasks:
-            task.cancel()
+        generations.cancel()
 
 
 async def _read_body(request: Any) -> bytes:
