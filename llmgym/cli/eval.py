@@ -1,7 +1,8 @@
 """``llmgym eval``: evaluate an LLM agent (or a scripted one) on an environment.
 
 Runs ``-n`` seeds (``--group-size`` episodes each) through the rollout engine
-with a progress bar, streams the episodes to ``OUT/episodes.jsonl``, writes
+with a progress bar, streams the episodes to ``OUT/episodes.jsonl`` (holding it:
+a second run into ``OUT`` is refused, naming the first's pid), writes
 ``OUT/summary.json``, prints a summary table (or ``--json``) and, with
 ``--plot``, ``OUT/rewards.png``. The policy is, in order of precedence:
 ``--policy scripted:NAME``, an OpenAI-compatible server (``--base-url``), or
@@ -112,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import llmgym  # noqa: F401  registers the environments
-    from llmgym.policy import SamplingParams
-    from llmgym.rollout import rollout, summarize
+    from llmgym.rollout.output_lock import OutputInUseError, hold_output
 
     multiagent = multiagent_ids()
     if args.opponent is None and args.env_id in multiagent:
@@ -177,8 +177,23 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     env_kwargs = parse_env_kwargs(args.env_kwargs)
-    if args.opponent is not None:
-        return _run_games(args, env_kwargs)
+    try:  # held from the first read of OUT to the summary: a second run into OUT would record episodes twice
+        with hold_output(out / "episodes.jsonl"):
+            if args.opponent is not None:
+                return _run_games(args, env_kwargs)
+            return _run_episodes(args, out, env_kwargs)
+    except OutputInUseError as err:
+        raise CLIError(f"{err}: wait for it to end, or choose another --out") from None
+
+
+def _run_episodes(args: argparse.Namespace, out: Path, env_kwargs: dict[str, Any]) -> int:
+    """The single-agent branch: ``-n`` seeds x ``--group-size`` episodes through the rollout engine."""
+    import gymnasium as gym
+
+    from llmgym.policy import SamplingParams
+    from llmgym.rollout import rollout, summarize
+    from llmgym.rollout.resume import repair_jsonl
+
     try:
         gym.make(args.env_id, **env_kwargs).close()
     except (TypeError, ValueError) as err:  # an unknown argument, or a value the env refuses
@@ -188,6 +203,13 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed
     )
+    if args.resume:
+        try:  # before anything reads it: two runs that wrote into it at once left lines twice, and torn ones
+            repair = repair_jsonl(path)
+        except ValueError as err:
+            raise CLIError(f"cannot resume: {err}") from None
+        if repair.duplicates or repair.torn:
+            print(f"llmgym: {path}: {repair}", file=sys.stderr)
     previous = _resumed_policies(path, out, args.env_id, env_kwargs, sampling) if args.resume else set()
     policy = build_policy(args)
     if previous - {policy.name}:
@@ -220,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         policy.close()
     wall = time.perf_counter() - started
+    if args.resume:  # a failed episode played again left its old line beside the new: one line each, as summarized
+        repair_jsonl(path)
 
     summary = summarize(episodes)
     summary["run"] = {

@@ -15,6 +15,8 @@ requests in flight. ``env.step`` runs in the event loop (it is fast). Every
 finished episode is written to the JSONL file at once (flushed), so a crash
 loses nothing, and ``resume=True`` skips the (seed, index) pairs already in
 the file (a file of other settings is refused: :func:`~llmgym.rollout.resume.resume_conflict`).
+The run holds the file (:func:`~llmgym.rollout.output_lock.hold_output`) from before it reads or
+empties it until its last episode is written: a second process's run on it is refused.
 
 An exception from the policy or from the env on one episode does not stop
 the run: the episode is recorded with ``metadata["error"]`` and
@@ -45,6 +47,7 @@ import numpy as np
 
 from llmgym.episode import Episode, JSONLWriter
 from llmgym.policy import Policy, SamplingParams
+from llmgym.rollout.output_lock import hold_output
 from llmgym.rollout.play import EnvWorkerLost, _describe, _env_name, _play, _spec_id
 from llmgym.rollout.resume import as_recorded, resumed_episodes
 
@@ -105,6 +108,8 @@ def rollout(
         ValueError: bad arguments (a negative seed), a JSONL file to resume from another
             environment or other settings (:func:`~llmgym.rollout.resume.resume_conflict`), or a policy that breaks
             the token-prefix contract (:class:`~llmgym.rollout.tokens.TokenMismatchError`).
+        OutputInUseError: another process's run holds ``jsonl_path``
+            (:class:`~llmgym.rollout.output_lock.OutputInUseError`, naming its pid).
         TypeError: seeds that are not ints, an env whose actions are not text, or a policy
             that returns no :class:`~llmgym.policy.Generation` or one whose message is no dict.
 
@@ -217,6 +222,7 @@ async def arollout(
     # The first env is built and checked before the file is touched: a run that cannot start (bad env_kwargs, a
     # broken factory, an env that does not take text) must not wipe an earlier run's episodes. It plays too.
     spare = make_env() if seed_list else None
+    output = contextlib.ExitStack()  # holds jsonl_path against other processes until the writer is closed
     try:
         if spare is not None:
             _check_text_env(spare)
@@ -224,9 +230,12 @@ async def arollout(
             # a factory's env counts by the id it is registered under, in its records and in a resume's check; a
             # class name (an unregistered env) is no id: a file of a subclass may be resumed with its fixed parent
             env_id = _spec_id(spare)
+        if jsonl_path is not None:  # two runs appending to one file would record episodes twice
+            output.enter_context(hold_output(jsonl_path))
         done = resumed_episodes(jsonl_path, env_id, recorded_kwargs, sampling, groups, group_size) if resume else {}
         writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
     except BaseException:
+        output.close()
         if spare is not None:
             with contextlib.suppress(Exception):  # the reason the run did not start is the error worth showing
                 spare.close()
@@ -306,6 +315,7 @@ async def arollout(
         reporter.close()
         if writer is not None:
             writer.close()
+        output.close()
     return [results[(seed, index)] for seed in seed_list for index in range(group_size)]
 
 

@@ -2,23 +2,28 @@
 
 Holds :func:`episode_key` (the (seed, index in group) pair that names an episode
 within a run), :func:`resume_conflict` (why an episode of the file does not
-belong to a run of given settings), :func:`resumed_episodes` (the episodes of
-the file a run keeps, after repairing a last line cut short by a kill) and
-:func:`as_recorded` (a value as a JSONL record reads it back).
+belong to a run of given settings), :func:`repair_jsonl` (one line per episode:
+drops the lines of an episode recorded twice and lines torn by a kill or by two
+runs writing at once), :func:`resumed_episodes` (the episodes of the file a run
+keeps, after that repair) and :func:`as_recorded` (a value as a JSONL record
+reads it back).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import tempfile
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmgym.episode import Episode, iter_jsonl
 from llmgym.policy import SamplingParams
 
-__all__ = ["episode_key", "resume_conflict", "resumed_episodes", "as_recorded"]
+__all__ = ["episode_key", "resume_conflict", "repair_jsonl", "Repair", "resumed_episodes", "as_recorded"]
 
 
 def episode_key(episode: Episode) -> tuple[int | None, int]:
@@ -68,6 +73,81 @@ def resume_conflict(
     return None
 
 
+class Repair(NamedTuple):
+    """What :func:`repair_jsonl` dropped from a file.
+
+    Example:
+        >>> str(Repair(duplicates=350, torn=1))
+        'dropped 350 duplicate lines and 1 torn line (one line kept per episode)'
+        >>> str(Repair(duplicates=0, torn=2))
+        'dropped 2 torn lines'
+    """
+
+    duplicates: int
+    torn: int
+
+    def __str__(self) -> str:
+        counts = ((self.duplicates, "duplicate line"), (self.torn, "torn line"))
+        dropped = " and ".join(f"{n} {what}{'' if n == 1 else 's'}" for n, what in counts if n) or "no line"
+        return f"dropped {dropped}" + (" (one line kept per episode)" if self.duplicates else "")
+
+
+def repair_jsonl(path: str | os.PathLike[str]) -> Repair:
+    """Leave one whole line per episode in the JSONL file ``path``; the file is replaced only if that changes it.
+
+    Dropped: a line of an episode (:func:`episode_key`) that another line records too (a finished
+    episode wins over a failed one, else the later line wins), and a torn line, one that is not JSON:
+    the rest of a write cut short by a kill, or a line two runs wrote into at once (its episode is
+    played again). A last line without its newline gets one. The new file is written beside the old
+    one and moved over it (:func:`os.replace`): a kill during the repair leaves one or the other whole.
+
+    Returns:
+        How many lines of each kind were dropped; none when ``path`` does not exist.
+
+    Raises:
+        ValueError: a line is JSON but not an episode, or no line is an episode and a line before the
+            last is not JSON either (not a file of episodes). The file is left as it was.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "e.jsonl"
+        >>> one, two = Episode("x", seed=1).to_json(), Episode("x", seed=2).to_json()
+        >>> _ = path.write_text(f"{one}\\n{two[:30]}\\n{two}\\n{one}\\n")
+        >>> repair_jsonl(path)
+        Repair(duplicates=1, torn=1)
+        >>> [episode.seed for episode in iter_jsonl(path)]
+        [2, 1]
+    """
+    path = Path(path)
+    if not path.exists():
+        return Repair(0, 0)
+    data = path.read_bytes()
+    lines = data.split(b"\n")  # the last piece is what follows the last newline: empty in a whole file
+    chosen: dict[tuple[int | None, int], tuple[int, bool]] = {}  # episode -> (its line's index, failed)
+    episodes, torn = 0, []
+    for index, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            episode = Episode.from_json(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            torn.append(index)
+            continue
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}:{index + 1}: not an episode ({err})") from None
+        episodes += 1
+        key, failed = episode_key(episode), "error" in episode.metadata
+        if key not in chosen or not failed or chosen[key][1]:
+            chosen[key] = (index, failed)
+    if not chosen and any(index < len(lines) - 1 for index in torn):
+        raise ValueError(f"{path}:{torn[0] + 1}: not an episode (not JSON), and no line is one: not a file of episodes")
+    repair = Repair(duplicates=episodes - len(chosen), torn=len(torn))
+    if repair.duplicates or repair.torn or (data and not data.endswith(b"\n")):
+        kept = sorted(index for index, _ in chosen.values())
+        _replace(path, b"".join(lines[index] + b"\n" for index in kept))
+    return repair
+
+
 def resumed_episodes(
     path: str | os.PathLike[str],
     env_id: str | None,
@@ -79,9 +159,10 @@ def resumed_episodes(
     """The episodes of ``path`` a resumed run keeps, by :func:`episode_key`; none when the file does not exist.
 
     Kept: the finished (not failed) episodes whose seed is in ``groups`` (seed -> this run's
-    group number, which they are given) and whose index is below ``group_size``; a later line
-    wins over an earlier one. A last line cut short by a kill is repaired first (see
-    :func:`_repair_tail`), so that appended lines stay whole.
+    group number, which they are given) and whose index is below ``group_size``. The file is
+    repaired first (:func:`repair_jsonl`: one line per episode, every line whole, so that appended
+    lines stay whole); a ``RuntimeWarning`` says what it dropped. Call it while holding the file
+    (:func:`~llmgym.rollout.output_lock.hold_output`): the repair replaces it.
 
     Raises:
         ValueError: an episode of the file was played with other settings (:func:`resume_conflict`),
@@ -91,7 +172,9 @@ def resumed_episodes(
     done: dict[tuple[int | None, int], Episode] = {}
     if not path.exists():
         return done
-    _repair_tail(path)
+    repair = repair_jsonl(path)
+    if repair.duplicates or repair.torn:
+        warnings.warn(f"{path}: {repair}", RuntimeWarning, stacklevel=2)
     for episode in iter_jsonl(path):
         conflict = resume_conflict(episode, env_id, env_kwargs, sampling)
         if conflict is not None:
@@ -116,24 +199,17 @@ def as_recorded(value: Any) -> Any:
         return None
 
 
-def _repair_tail(path: Path) -> None:
-    """End a JSONL file cut short mid-line (a killed run) cleanly, so appended lines stay whole.
-
-    A last line that is a complete episode gets its newline; a half-written one is cut off
-    (:func:`~llmgym.episode.iter_jsonl` skips it too, so that episode is played again).
-    """
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
+def _replace(path: Path, data: bytes) -> None:
+    """Replace the file ``path`` by one holding ``data``, atomically: written beside it, synced, renamed over it."""
+    file = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
     try:
-        Episode.from_json(data[cut:].decode("utf-8"))
-        complete = True
-    except (ValueError, TypeError, UnicodeDecodeError):
-        complete = False
-    with open(path, "r+b") as file:
-        if complete:
-            file.seek(0, os.SEEK_END)
-            file.write(b"\n")
-        else:
-            file.truncate(cut)
+        with file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(file.name, path.stat().st_mode & 0o7777)  # the temporary file is private (0600); keep the old mode
+        os.replace(file.name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(file.name)
+        raise
