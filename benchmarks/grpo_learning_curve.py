@@ -18,8 +18,8 @@ evaluation before/after with 95% CIs) beside the JSON.
 Usage::
 
     HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py [--steps 8] [--eval-episodes 64]
-    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py --rollout-precision int8 \
-        --results benchmarks/results/grpo_learning_curve_int8.json   # int8 rollout copies, fp32 training
+    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py --rollout-precision bf16 \
+        --results benchmarks/results/grpo_learning_curve_bf16.json   # bf16 slot rollout copies, fp32 training
 
 One torch thread (``--threads 1``) is the default: on a shared 2-core machine two
 threads ran a GRPO step 4x slower (OpenMP workers spin waiting for a busy core).
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument(
         "--rollout-precision",
-        choices=["fp32", "int8", "bf16"],
+        choices=["fp32", "bf16"],
         default="fp32",
         help="the training rollouts' weights (evaluation always decodes the fp32 model)",
     )

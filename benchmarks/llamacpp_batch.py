@@ -20,12 +20,10 @@ the cores, whose spinning workers want a core to spare; torch: every core) unles
 - ``serve_cN``: an ``llmgym serve`` subprocess (its default 16 slots) at N = 1, 16, 64
   concurrent one-turn episodes (``--waves`` x N requests) through the OpenAI client,
   and the server's peak RSS;
-- ``trainer_rollout_bf16`` / ``_int8``: the GRPO trainer's in-process rollouts
+- ``trainer_rollout_bf16``: the GRPO trainer's in-process rollouts
   (``TransformersPolicy`` as the trainer builds it, 4 Wordle prompts x groups of 4)
-  on bf16 slot copies, against the int8 copies that re-evaluate the history each turn;
-- ``batch16``: 16 requests generated as one batch by the batched policy on each
-  engine, and ``int8_torch16`` by the int8 torch decoder
-  (``TransformersPolicy(rollout_precision="int8")``), an alternative;
+  on bf16 slot copies;
+- ``batch16``: 16 requests generated as one batch by the batched policy on each engine;
 - ``limit``: FLOPs per token (2 x parameters) x the best tokens/s, against measured
   ``torch.matmul`` rates (fp32, and bf16, the torch engine's arithmetic) with the same
   threads: how far the batch is from the machine's compute; and the memory bound a
@@ -203,20 +201,6 @@ def one_batch_rate(policy: Any, tokens: int) -> dict[str, Any]:
     return {"batch": 16, "generated_tokens": generated, "wall_s": round(wall, 2), "tokens_per_s": rate}
 
 
-def int8_torch_rate(threads: int, tokens: int) -> dict[str, Any]:
-    """The int8 torch decoder at batch 16 (:func:`one_batch_rate`)."""
-    import torch
-
-    from llmgym.wrappers.models import load_policy
-
-    torch.set_num_threads(threads)
-    policy = load_policy("transformers", None, rollout_precision="int8", batch_size=16)
-    try:
-        return one_batch_rate(policy, tokens)
-    finally:
-        policy.close()
-
-
 def trainer_rollout_case(precision: str, prompts: int, group: int, sampling: SamplingParams, max_turns: int) -> dict:
     """The GRPO trainer's in-process rollouts: ``TransformersPolicy`` on the fp32 SmolLM2 as the trainer builds it
     (decoding on the calling thread, batches of ``prompts x group``), Wordle in groups of ``group`` episodes."""
@@ -229,7 +213,7 @@ def trainer_rollout_case(precision: str, prompts: int, group: int, sampling: Sam
 
 
 def batch_rate(threads: int, tokens: int, engine: str) -> dict[str, Any]:
-    """LlamaCppBatchPolicy at 16 sequences, the same requests as :func:`int8_torch_rate`."""
+    """LlamaCppBatchPolicy at 16 sequences (the requests of :func:`one_batch_rate`)."""
     from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
 
     policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads, engine=engine)
@@ -283,7 +267,7 @@ def main() -> None:
     parser.add_argument("--eval", default="1,4,16", help="eval concurrencies (default 1,4,16)")
     parser.add_argument("--serve", default="1,16,64", help="serve concurrencies (default 1,16,64)")
     parser.add_argument("--waves", type=int, default=4, help="episodes per slot in eval and serve (default 4)")
-    parser.add_argument("--skip", default="", help="parts to skip: eval,serve,int8,trainer")
+    parser.add_argument("--skip", default="", help="parts to skip: eval,serve,trainer")
     parser.add_argument(
         "--engines", default="torch,llama.cpp", help="LlamaCppBatchPolicy engines, the first unsuffixed"
     )
@@ -344,16 +328,8 @@ def main() -> None:
             levels = [int(x) for x in args.serve.split(",")]
             results.update(serve_cases(levels, sampling, engine, suffix[engine], args.waves, reference))
     if "trainer" not in skip:
-        for precision in ("bf16", "int8"):
-            case = (trainer_rollout_case, precision, 4, 4, sampling, args.max_turns)
-            results[f"trainer_rollout_{precision}"] = beside(*case)
-            print(f"-- trainer_rollout_{precision}: {results[f'trainer_rollout_{precision}']}", flush=True)
-    if "int8" not in skip:
-        try:
-            results["int8_torch16"] = isolated(int8_torch_rate, args.threads or every, 64)
-        except Exception as err:  # a backend that cannot run here is reported, not fatal
-            results["int8_torch16"] = {"skipped": f"{type(err).__name__}: {err}"[:300]}
-        print(f"-- int8_torch16: {results['int8_torch16']}", flush=True)
+        results["trainer_rollout_bf16"] = beside(trainer_rollout_case, "bf16", 4, 4, sampling, args.max_turns)
+        print(f"-- trainer_rollout_bf16: {results['trainer_rollout_bf16']}", flush=True)
     base = results["single_stream"]["tokens_per_s"]
     ratios = {
         name: round(value["tokens_per_s"] / base, 2)

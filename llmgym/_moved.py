@@ -37,7 +37,6 @@ MOVED: dict[str, str] = {
     "llmgym.wrappers.server_complete": "llmgym.wrappers.server.complete",
     "llmgym.wrappers.server_protocol": "llmgym.wrappers.server.protocol",
     "llmgym.wrappers.server_lora": "llmgym.wrappers.server.lora",
-    "llmgym.wrappers.int8_rollout": "llmgym.wrappers.decoding.int8",
     "llmgym.wrappers.llama_decode": "llmgym.wrappers.decoding.llama",
     "llmgym.wrappers.sb3": "llmgym.wrappers.classic_rl.sb3",
     "llmgym.wrappers.trl": "llmgym.trainers.trl",

@@ -10,7 +10,7 @@ calls are grouped by a micro-batcher into one batched generation.
 Log-probs are ``log_softmax`` of the model's raw logits (temperature 1, no
 top-p) at the chosen token: the quantity a trainer recomputes from the same
 weights, whatever temperature was used to sample. With
-``rollout_precision="int8"`` they are the int8 copy's, the model that sampled.
+``rollout_precision="bf16"`` they are the bf16 copy's, the model that sampled.
 
 Requests with the same prompt (a GRPO group) share one prefill: each distinct
 prompt is encoded once and its KV cache rows are copied to its requests.
@@ -18,9 +18,9 @@ prompt is encoded once and its KV cache rows are copied to its requests.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinki
 
 __all__ = ["TransformersPolicy", "ROLLOUT_PRECISIONS"]
 
-ROLLOUT_PRECISIONS = ("fp32", "int8", "bf16")
+ROLLOUT_PRECISIONS = ("fp32", "bf16")
 
 
 class _Row:
@@ -171,25 +171,21 @@ class TransformersPolicy(Policy):
             still use ``<tool_call>{json}</tool_call>`` (Qwen/Hermes style) to
             be parsed by the env.
         rollout_precision: ``"fp32"`` decodes with the model's own weights;
-            ``"int8"`` (CPU only) with int8 copies of its Linear weights
-            (:class:`~llmgym.wrappers.decoding.int8.Int8Linears`, ~2x faster
-            decoding of small batches). Log-probs are then those of the int8
-            model, the distribution actually sampled; after changing the
-            weights call :meth:`weights_changed` so the copies are rebuilt.
             ``"bf16"`` (a plain Llama, or a peft model around one, on a CPU
             with AVX512-BF16) decodes a bf16 copy with any LoRA adapter merged
             (:class:`~llmgym.wrappers.decoding.rollout_slots.SlotRollouts`),
             keeping a KV cache slot per episode (``batch_size`` of them), so an
             episode's next turn evaluates only its new tokens; its log-probs
-            are the bf16 copy's.
+            are the bf16 copy's, the distribution actually sampled; after
+            changing the weights call :meth:`weights_changed` so the copy is
+            rebuilt. ``"int8"`` is deprecated: it warns and decodes as ``"fp32"``.
         generate_inline: decode on the event loop's thread instead of a worker
             thread (see :class:`~llmgym.wrappers.batching.MicroBatcher`): for a
             CPU model the same thread also trains, as in the GRPO trainer.
         fast_decode: decode a plain Llama model on the CPU with
             :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` (a static
             key/value cache; the same logits up to float rounding; a batch-4
-            SmolLM2-135M token took 36.6 instead of 41.2 ms with int8 copies,
-            68.3 instead of 71.6 in fp32); ``False`` runs the transformers
+            SmolLM2-135M token took 68.3 instead of 71.6 ms in fp32); ``False`` runs the transformers
             forward at every step. Other models always do.
 
     Attributes:
@@ -234,6 +230,14 @@ class TransformersPolicy(Policy):
             raise TypeError("TransformersPolicy(model=<loaded model>) also needs tokenizer=")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if rollout_precision == "int8":
+            warnings.warn(
+                "rollout_precision='int8' is deprecated and decodes as 'fp32': the int8 copies were removed, "
+                "as the bf16 slot copies decode faster (rollout_precision='bf16')",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            rollout_precision = "fp32"
         if rollout_precision not in ROLLOUT_PRECISIONS:
             raise ValueError(f"rollout_precision must be one of {ROLLOUT_PRECISIONS}, got {rollout_precision!r}")
         self.model = model
@@ -251,9 +255,8 @@ class TransformersPolicy(Policy):
         self.forced_close = tokenizer.encode(FORCED_CLOSE, add_special_tokens=False)
         self.rollout_precision = rollout_precision
         self.fast_decode = fast_decode
-        self._int8: Any = None  # int8 copies of the current weights, built on the first generation after a change
         self._slots: Any = None  # bf16 slot copies (rollout_precision="bf16"), refreshed after a change
-        if rollout_precision in ("int8", "bf16") and self.device.type != "cpu":
+        if rollout_precision == "bf16" and self.device.type != "cpu":
             raise ValueError(f"rollout_precision={rollout_precision!r} runs on the CPU; the model is on {self.device}")
         self._lock = threading.Lock()
         self.abort = threading.Event()
@@ -264,25 +267,12 @@ class TransformersPolicy(Policy):
     def weights_changed(self) -> None:
         """Tell the policy its model's weights change (an optimizer step, a checkpoint load).
 
-        With ``rollout_precision="int8"`` or ``"bf16"`` the copies are dropped at
-        once (a trainer calls this before its backward passes, so the int8 copies'
-        memory is free while it trains; the bf16 model's own tensors stay) and
-        rebuilt from the new weights on the next generation, every KV cache slot
-        emptied. Without this call the policy keeps sampling from stale copies.
+        With ``rollout_precision="bf16"`` the copy is refreshed from the new
+        weights on the next generation, every KV cache slot emptied. Without
+        this call the policy keeps sampling from a stale copy.
         """
-        self._int8 = None
         if self._slots is not None:
             self._slots.weights_changed()
-
-    def _rollout_weights(self) -> Any:
-        """A context in which the model decodes with the rollout weights (int8 copies, fresh)."""
-        if self.rollout_precision != "int8":
-            return contextlib.nullcontext()
-        if self._int8 is None:
-            from llmgym.wrappers.decoding.int8 import Int8Linears
-
-            self._int8 = Int8Linears(self.model)
-        return self._int8.active()
 
     def _fast_decoder_reason(self) -> str | None:
         """Why decoding does not use :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder` (``None`` when it does)."""
@@ -298,7 +288,7 @@ class TransformersPolicy(Policy):
             return None
         from llmgym.wrappers.decoding.llama import LlamaDecoder
 
-        return LlamaDecoder(self.model, fuse=self._int8.fused if self.rollout_precision == "int8" else None)
+        return LlamaDecoder(self.model)
 
     @property
     def _context_limit(self) -> int | None:
@@ -361,8 +351,7 @@ class TransformersPolicy(Policy):
             self.model.eval()
             try:
                 started = time.perf_counter()
-                with self._rollout_weights():
-                    rows = self._decode(prompts)
+                rows = self._decode(prompts)
                 elapsed = time.perf_counter() - started
             finally:
                 self.model.train(was_training)

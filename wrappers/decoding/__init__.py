@@ -1,7 +1,5 @@
 """Faster decoding on a CPU (imports as ``llmgym.wrappers.decoding``).
 
-- ``int8``: :class:`~llmgym.wrappers.decoding.int8.Int8Linears`, weight-only int8
-  copies of a model's Linear layers for rollouts of the weights being trained.
 - ``llama``: :class:`~llmgym.wrappers.decoding.llama.LlamaDecoder`, a decoding step
   for Llama models on a static key/value cache.
 - ``slots``: :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`, many sequences
@@ -12,8 +10,8 @@
 - ``prefix``: :func:`~llmgym.wrappers.decoding.prefix.common_prefix`, what of a new
   prompt a slot's cache can keep (no torch).
 
-:class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses the first two
-when asked (``rollout_precision="int8"``, ``fast_decode``);
+:class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses ``llama``
+(``fast_decode``) and ``rollout_slots`` (``rollout_precision="bf16"``);
 :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` runs ``slots`` as its
 ``"torch"`` engine. All but ``prefix`` need torch; import each module itself.
 """

@@ -9,7 +9,6 @@ pytest.importorskip("transformers")
 
 from llmgym.policy import PolicyRequest, SamplingParams  # noqa: E402
 from llmgym.wrappers.decoding import llama  # noqa: E402
-from llmgym.wrappers.decoding.int8 import Int8Linears  # noqa: E402
 from llmgym.wrappers.decoding.llama import LlamaDecoder  # noqa: E402
 from llmgym.wrappers.models import tiny_random_model  # noqa: E402
 from llmgym.wrappers.transformers_policy import TransformersPolicy  # noqa: E402
@@ -29,11 +28,10 @@ def requests() -> list[PolicyRequest]:
     ]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_fast_decoding_gives_the_transformers_forwards_tokens_and_logprobs(tiny, precision):
+def test_fast_decoding_gives_the_transformers_forwards_tokens_and_logprobs(tiny):
     model, tokenizer = tiny
-    slow = TransformersPolicy(model, tokenizer, rollout_precision=precision, fast_decode=False).generate(requests())
-    fast_policy = TransformersPolicy(model, tokenizer, rollout_precision=precision)
+    slow = TransformersPolicy(model, tokenizer, fast_decode=False).generate(requests())
+    fast_policy = TransformersPolicy(model, tokenizer)
     assert fast_policy._fast_decoder_reason() is None
     fast = fast_policy.generate(requests())
     assert [len(g.token_ids) for g in fast] == [12, 5, 9, 1]
@@ -50,21 +48,6 @@ def test_the_cache_grows_past_its_first_allocation(tiny, monkeypatch):
     monkeypatch.setattr(llama, "_FIRST_GROWTH", 2)  # room for 2 tokens: grown 4 times on the way to 20
     fast = TransformersPolicy(model, tokenizer).generate(request)[0]
     assert fast.token_ids == slow.token_ids and fast.logprobs == pytest.approx(slow.logprobs, abs=1e-4)
-
-
-def test_fused_int8_projections_equal_the_separate_ones(tiny):
-    model, _ = tiny
-    int8 = Int8Linears(model)
-    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
-    qkv = int8.fused([attention.q_proj, attention.k_proj, attention.v_proj])
-    gate_up = int8.fused([mlp.gate_proj, mlp.up_proj])
-    x = torch.randn(3, 1, model.config.hidden_size)
-    with torch.no_grad(), int8.active():
-        assert torch.equal(qkv(x), torch.cat([attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)], dim=-1))
-        assert torch.equal(gate_up(x), torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], dim=-1))
-    # weights not side by side in the copies' buffer, or a layer without a copy: no fused call
-    assert int8.fused([attention.v_proj, attention.q_proj]) is None
-    assert int8.fused([attention.q_proj, torch.nn.Linear(4, 4)]) is None
 
 
 def test_models_it_cannot_run_keep_the_transformers_forward(tiny):
