@@ -3,11 +3,13 @@
 Holds :class:`DockerSandbox` and :func:`docker_available`. The container has
 no network (``network_mode="none"``), a read-only root filesystem, a tmpfs
 work dir, memory and pids limits, all capabilities dropped,
-``no-new-privileges``, and runs as ``nobody``. Each run is wrapped in
+``no-new-privileges``; programs run as ``nobody`` and its first process, a
+reaper under another uid, only collects the dead. Each run is wrapped in
 ``ulimit`` (CPU, file size, address space) and ``timeout -s KILL``; the
 program and its files go in through the exec's stdin (no argument-size
 limit), its output is read as it comes and no further than the cap; after
-the run every process of the sandbox user is killed and the work dir wiped.
+the run every process of the sandbox user is killed and the work dir wiped,
+and a container that cannot be made ready that way is replaced.
 Runs on one sandbox take turns (they share the container). Needs the
 ``docker`` package and an engine that answers; the image must be present
 locally (no pulls at run time).
@@ -23,7 +25,9 @@ from typing import Any
 
 from llmgym.sandbox.base import ExecutionResult, Sandbox, SandboxError, SandboxLimits, check_files, describe_failure
 
-__all__ = ["DockerSandbox", "docker_available"]
+__all__ = ["DockerSandbox", "docker_available", "DEFAULT_IMAGE"]
+
+DEFAULT_IMAGE = "python:3.11-slim"
 
 # Reads the job (a length line, then that many bytes of JSON) from stdin, writes the files and the program,
 # then becomes ``python -I /tmp/main.py``: the program runs as a real __main__, with python's own teardown.
@@ -40,7 +44,33 @@ _BOOTSTRAP = (
     "os.dup2(os.open(os.devnull,os.O_RDONLY),0)\n"
     "os.execv(sys.executable,[sys.executable,'-I','/tmp/main.py'])\n"
 )
-_CLEANUP = ["sh", "-c", "kill -9 -1; rm -rf /work/* /work/.[!.]* /tmp/*"]
+# Programs run as nobody. The container's first process (PID 1, under another uid) only reaps: ``kill -9 -1``
+# spares PID 1, so the cleanup's kill loop ends once every process of the run is gone and reaped.
+_SANDBOX_USER = "65534:65534"
+_KEEPER_USER = "65533:65533"
+_REAPER = (
+    "import os,signal\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK,{signal.SIGCHLD})\n"
+    "while True:\n"
+    "    try:\n"
+    "        while os.waitpid(-1,os.WNOHANG)[0]: pass\n"
+    "    except ChildProcessError: pass\n"
+    "    signal.sigwaitinfo({signal.SIGCHLD})\n"
+)
+# Kills until nothing of nobody's is left (a fork bomb forks while it dies), then empties /work and /tmp.
+# Exits 0 only when the container is ready for the next run.
+_CLEANUP = [
+    "sh",
+    "-c",
+    "n=0; while kill -9 -1 2>/dev/null; do n=$((n+1)); [ $n -lt 100000 ] || exit 1; done; "
+    "rm -rf /work/* /work/.[!.]* /work/..?* /tmp/* /tmp/.[!.]* /tmp/..?*",
+]
+# Runs {command} with $py the image's interpreter: python3, else python (``command -v`` is a builtin: no fork).
+_FIND_PYTHON = (
+    'for py in python3 python; do command -v "$py" >/dev/null && exec {command}; done; '
+    'echo "sandbox setup failed: the image has neither python3 nor python" >&2; exit 120'
+)
+_CLEANUP_TRIES_S = 3.0  # a cleanup that cannot start (every pid taken) is retried this long, then the container goes
 _GRACE_S = 5.0  # beyond the wall clock, for the exec's own start and end
 _FRAME_HEADER = 8  # an attached exec's output: [stream, 0, 0, 0, size (4 bytes, big-endian)] then the bytes
 
@@ -63,7 +93,9 @@ class DockerSandbox(Sandbox):
 
     Args:
         limits: default limits of a run.
-        image: a local image with ``python`` and coreutils' ``timeout``.
+        image: a local image with ``python3`` (or ``python``), ``sh`` and coreutils' ``timeout`` (default:
+            ``$LLMGYM_SANDBOX_IMAGE``, else ``python:3.11-slim``). ``scripts/sandbox-image.sh`` builds one
+            from Debian's packages with no registry.
         client: a ``docker.DockerClient`` (default: ``docker.from_env()``).
 
     The container starts on the first :meth:`run`; :meth:`close` removes it.
@@ -72,9 +104,9 @@ class DockerSandbox(Sandbox):
     a container of its own and never touches the owner's.
     """
 
-    def __init__(self, limits: SandboxLimits | None = None, *, image: str = "python:3.11-slim", client: Any = None):
+    def __init__(self, limits: SandboxLimits | None = None, *, image: str | None = None, client: Any = None):
         self.limits = limits or SandboxLimits()
-        self.image = image
+        self.image = image or os.environ.get("LLMGYM_SANDBOX_IMAGE") or DEFAULT_IMAGE
         self._client = client
         self._own_client = client is None
         self._container: Any = None
@@ -117,20 +149,21 @@ class DockerSandbox(Sandbox):
         except docker.errors.ImageNotFound as err:
             raise SandboxError(
                 f"the image {self.image!r} is not present locally and is never pulled at run time: "
-                f"run `docker pull {self.image}` first"
+                f"run `docker pull {self.image}` first, or build one with no registry "
+                "(`bash scripts/sandbox-image.sh`) and pass image= or set LLMGYM_SANDBOX_IMAGE"
             ) from err
         limits = self.limits
         return self._client.containers.run(
             self.image,
-            ["sleep", "infinity"],
+            ["sh", "-c", _FIND_PYTHON.format(command='"$py" -I -c "$1"'), "sandbox", _REAPER],
             detach=True,
             network_mode="none",
             read_only=True,
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.max_processes,
-            tmpfs={"/work": "size=64m,mode=1777", "/tmp": "size=16m,mode=1777"},
-            user="65534:65534",
+            tmpfs={"/work": f"size={_work_dir_mb(limits)}m,mode=700,uid=65534,gid=65534", "/tmp": "size=16m,mode=1777"},
+            user=_KEEPER_USER,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             working_dir="/work",
@@ -159,22 +192,29 @@ class DockerSandbox(Sandbox):
             except Exception as exc:  # noqa: BLE001
                 return ExecutionResult(error=f"sandbox failure: {type(exc).__name__}: {exc}")
             finally:
-                try:
-                    container.exec_run(_CLEANUP)
-                except Exception:  # noqa: BLE001  container gone: nothing left to clean
-                    pass
+                if not _clean(container):
+                    self._discard(container)
+
+    def _discard(self, container: Any) -> None:
+        """Remove a container the cleanup could not make ready; the next run starts a fresh one."""
+        with self._start_lock:
+            if self._container is container:
+                self._container = None
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001  already gone
+            pass
 
     def _run_in(self, container: Any, job: bytes, limits: SandboxLimits) -> ExecutionResult:
-        cpu = max(1, int(limits.cpu_time_s + 0.999))
-        script = (
-            f"ulimit -t {_ulimit(cpu)} -f {_ulimit(int(limits.file_size_mb) * 2048)} "
-            f"-v {_ulimit(int(limits.memory_mb) * 1024)}; "
-            f'exec timeout -s KILL {min(limits.wall_time_s, 1e7):g} python -I -c "$0"'
-        )
-        api = self._client.api
-        exec_id = api.exec_create(
-            container.id, ["sh", "-c", script, _BOOTSTRAP], stdin=True, workdir="/work", environment={}
+        exec_id = self._client.api.exec_create(
+            container.id,
+            ["sh", "-c", _run_script(limits), "sandbox", _BOOTSTRAP],
+            stdin=True,
+            workdir="/work",
+            environment={},
+            user=_SANDBOX_USER,
         )["Id"]
+        api = self._client.api
         start = time.monotonic()
         attached = api.exec_start(exec_id, socket=True)
         sock = getattr(attached, "_sock", attached)  # docker-py hands back a SocketIO over a unix socket
@@ -195,7 +235,7 @@ class DockerSandbox(Sandbox):
                     pass
         duration = time.monotonic() - start
         if overflow or waited_out:  # the program may still run: stop it before asking for its status
-            container.exec_run(_CLEANUP)
+            _clean(container)
         exit_code = _exit_code(api, exec_id)
         timed_out = waited_out or (exit_code in (124, 137) and duration >= 0.9 * limits.wall_time_s)
         if exit_code is not None and exit_code > 128:  # timeout and sh report "killed by signal N" as 128 + N
@@ -234,6 +274,43 @@ class DockerSandbox(Sandbox):
                 container.remove(force=True)
             except Exception:  # noqa: BLE001  already gone
                 pass
+
+
+def _work_dir_mb(limits: SandboxLimits) -> int:
+    """The work dir's size: room for a few files at the file-size limit, never under 64 MB."""
+    return max(64, 4 * int(limits.file_size_mb))
+
+
+def _clean(container: Any) -> bool:
+    """Kill every process of the run and wipe its files; False when that could not be done in time."""
+    deadline = time.monotonic() + _CLEANUP_TRIES_S
+    while True:
+        try:
+            exit_code, _ = container.exec_run(_CLEANUP, user=_SANDBOX_USER)
+            if exit_code == 0:
+                return True
+        except Exception:  # noqa: BLE001  no pid left to start the cleanup, or the container is gone
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _run_script(limits: SandboxLimits) -> str:
+    """The shell line of one run: its limits, then the bootstrap (``$1``) under ``timeout``.
+
+    Written for any POSIX ``sh``: dash (Debian's ``/bin/sh``) takes one limit per ``ulimit`` call. ``$0`` is
+    the name the shell gives its own messages. ``command -v`` is a builtin, so an image with only ``python3``
+    (or only ``python``) works, and finding the interpreter forks nothing.
+    """
+    cpu = max(1, int(limits.cpu_time_s + 0.999))
+    blocks = int(limits.file_size_mb) * 2048  # sh counts file sizes in 512-byte blocks
+    return (
+        f"{{ ulimit -St {_ulimit(cpu)} && ulimit -Ht {_ulimit(cpu + 1)} && ulimit -f {_ulimit(blocks)} && "
+        f"ulimit -v {_ulimit(int(limits.memory_mb) * 1024)}; }} 2>/dev/null || "
+        '{ echo "sandbox setup failed: the shell refused the run\'s limits" >&2; exit 120; }; '
+        + _FIND_PYTHON.format(command=f'timeout -s KILL {min(limits.wall_time_s, 1e7):g} "$py" -I -c "$1"')
+    )
 
 
 def _ulimit(value: int) -> str:
