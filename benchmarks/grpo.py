@@ -15,9 +15,10 @@ llmgym runs twice: with fp32 rollouts (the trained weights, like TRL) and with
 ``rollout_precision="int8"`` (weight-only int8 copies for generation, refreshed
 after each optimizer step; the log-probs are the int8 model's, corrected by the
 importance weight); each row says which. Each trainer runs in a fresh subprocess, so peak RSS is its own; TRL runs in
-its own virtual environment (``--trl-venv``, created with
-``--system-site-packages`` and ``pip install trl==1.16.0`` when missing), never
-as an llmgym dependency. The first step is warm-up and not counted. Writes
+its own virtual environment (``--trl-venv``, made when missing: it sees the running
+environment's packages, so both trainers use the same torch and transformers, and
+``pip install trl==1.16.0`` adds only TRL's own; the set-up's seconds are printed),
+never as an llmgym dependency. The first step is warm-up and not counted. Writes
 ``benchmarks/results/grpo.json``.
 """
 
@@ -214,12 +215,33 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
 
 
 def ensure_trl_venv(venv: Path) -> Path:
+    """The Python of a venv that holds TRL on top of the running environment's packages; prints the set-up time.
+
+    ``--system-site-packages`` would expose the base interpreter's packages, which have no torch, and
+    ``pip install trl`` would then fetch torch's multi-GB CUDA build. A ``.pth`` file adds this
+    environment's site-packages instead (its own ``.pth`` files too, as for a site directory), and torch
+    is pinned to the running version in the same pip command, so pip keeps that torch or fails, never
+    downloading another.
+    """
+    import site
+    import sysconfig
+    from importlib import metadata
+
+    start = time.perf_counter()
     python = venv / "bin" / "python"
     if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+    parent_pth = purelib / "llmgym_benchmark_parent.pth"
+    if not parent_pth.exists():  # also in a venv an older version of this script made
+        parents = list(dict.fromkeys([sysconfig.get_paths()["purelib"], *site.getsitepackages()]))
+        parent_pth.write_text("".join(f"import site; site.addsitedir({path!r})\n" for path in parents))
     probe = subprocess.run([str(python), "-c", "import trl; print(trl.__version__)"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", f"trl=={TRL_VERSION}"], check=True)
+    if probe.stdout.strip() != TRL_VERSION:
+        torch_pin = f"torch=={metadata.version('torch')}"
+        subprocess.run([str(python), "-m", "pip", "install", f"trl=={TRL_VERSION}", torch_pin], check=True)
+    print(f"TRL venv {venv}: set up in {time.perf_counter() - start:.1f} s", flush=True)
     return python
 
 
