@@ -3,7 +3,9 @@
 The adapters, each in its own module and imported from there, so a missing
 optional extra only affects the adapter that needs it:
 ``llamacpp_policy``, ``transformers_policy``, ``openai_policy``,
-``vllm_policy`` and ``scripted``, with ``prompting`` (chat templates and the
+``vllm_policy`` and ``scripted``; ``llamacpp_batch`` and ``torch_slot_policy``
+(concurrent episodes decoded together by llama.cpp or torch, a KV cache slot
+each, on ``slot_batching``'s scheduler); with ``prompting`` (chat templates and the
 text tool protocol), ``thinking`` (``<think>`` budgets), ``batching`` and
 ``models`` (finding and loading model files; ``load_policy``).
 

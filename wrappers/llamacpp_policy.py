@@ -16,6 +16,10 @@ position's logits, only when asked.
 llama.cpp runs one sequence at a time here: calls are serialized by a lock.
 The KV cache of the previous call is reused for the longest common token
 prefix, so the next turn of the same episode only evaluates its new tokens.
+
+Also holds what the batched policies built on this one share:
+:class:`TurnSampler` (one turn's sampling from the logits it is given) and
+:func:`import_llama_cpp`.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.wrappers.prompting import ChatPrompter, Prompt, template_has_tool_role, template_supports_tools
 from llmgym.wrappers.thinking import FORCED_CLOSE, ThinkingTracker, split_thinking
 
-__all__ = ["LlamaCppPolicy"]
+__all__ = ["LlamaCppPolicy", "TurnSampler", "import_llama_cpp"]
 
 
-def _import_llama_cpp() -> Any:
+def import_llama_cpp() -> Any:
+    """The ``llama_cpp`` module; an ImportError that says how to install it when it is missing."""
     try:
         import llama_cpp
     except ImportError:
@@ -98,10 +103,9 @@ def _inverse_cdf(probs: np.ndarray, uniform: float) -> int:
     """The first index at which the running sum of ``probs`` (``>= 0``, not all 0) reaches ``uniform`` (in
     ``[0, 1)``) x their total: a draw from ``probs``, in which an entry of 0 is never drawn (but at ``uniform = 0``).
 
-    The running sum is taken over block totals, then inside the one block that holds the draw. One
-    ``np.cumsum`` over SmolLM2's 49,152-entry vocabulary took 146 us a token (a batched decoding step costs
-    each sequence ~2.5 ms); this takes 17, and is more exact: float32 summed one entry at a time drifted by
-    3e-5 over the vocabulary, enough to give another token in 2% of draws on random logits.
+    The running sum is taken over block totals, then inside the one block that holds the draw: a fraction
+    of one ``np.cumsum`` over the whole vocabulary's time, and more exact, since float32 summed one entry at a
+    time drifts over a large vocabulary (docs/benchmarks.md has the measurements).
     """
     padded = np.pad(probs, (0, -len(probs) % _CDF_BLOCK)).reshape(-1, _CDF_BLOCK)
     block_ends = np.cumsum(padded.sum(axis=1))
@@ -112,15 +116,22 @@ def _inverse_cdf(probs: np.ndarray, uniform: float) -> int:
     return block * _CDF_BLOCK + int(np.searchsorted(inside, min(target, inside[-1])))
 
 
-class _Turn:
+class TurnSampler:
     """One turn being decoded: each token sampled from the logits it follows, until a stop.
 
-    :meth:`advance` takes the logits after the last token fed to llama.cpp and
+    :meth:`advance` takes the logits after the last token evaluated and
     returns the next token (sampled, or forced to close a thinking block over its
     budget); ``finish`` is then ``"stop"`` (end-of-turn token or stop string),
     ``"length"``, or ``None`` while the turn goes on. The single-stream loop and
-    the batched scheduler (:mod:`llmgym.wrappers.llamacpp_batch`) both decode with it,
-    so a seed gives the same tokens from the same logits in either.
+    the batched policies (:mod:`llmgym.wrappers.slot_batching`, on llama.cpp or
+    torch) all decode with it, so a seed gives the same tokens from the same
+    logits in any of them.
+
+    Args:
+        policy: the policy whose tokenizer, end-of-turn tokens, thinking close and ``logprobs`` the turn uses.
+        ready: the prompt (and its request's sampling parameters).
+        rng: the turn's sampler.
+        top_k: also keep the ``top_k`` most likely tokens' log-probs at each position.
     """
 
     def __init__(self, policy: LlamaCppPolicy, ready: Prompt, rng: np.random.Generator, top_k: int = 0) -> None:
@@ -185,7 +196,7 @@ class LlamaCppPolicy(Policy):
         chat_template: overrides the template from the GGUF metadata.
         native_tools: pass tools to the template instead of the text protocol;
             default: when the template mentions ``tools``.
-        logprobs: compute log-probs of generated tokens (about 0.5 ms a token).
+        logprobs: compute log-probs of generated tokens (a softmax over the vocabulary per token).
         verbose: let llama.cpp print its logs.
         lora_path: a llama.cpp GGUF LoRA adapter applied to the model.
 
@@ -198,7 +209,7 @@ class LlamaCppPolicy(Policy):
 
     returns_tokens = True
     max_concurrency = 1  # one sequence and one KV cache: interleaved episodes would re-evaluate every prompt
-    engine = "llama.cpp"  # what evaluates the tokens (LlamaCppBatchPolicy may run torch instead)
+    engine = "llama.cpp"  # what evaluates the tokens (TorchSlotPolicy: torch)
 
     def __init__(
         self,
@@ -217,12 +228,14 @@ class LlamaCppPolicy(Policy):
         from llmgym.wrappers.lora_gguf import with_adapter
         from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
 
-        llama_cpp = _import_llama_cpp()
+        llama_cpp = import_llama_cpp()
         model_path, lora_path, adapter_name = with_adapter(model_path, lora_path)
         name = name or adapter_name
         path = resolve_gguf(model_path)
         if path is None:
-            raise ValueError(f"LlamaCppPolicy needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}")
+            raise ValueError(
+                f"{type(self).__name__} needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}"
+            )
         self._llama_cpp = llama_cpp
         # Prompt evaluation uses as many threads as generation: on a small, shared CPU more threads than
         # free cores makes llama.cpp's spinning workers slower by an order of magnitude.
@@ -396,7 +409,7 @@ class LlamaCppPolicy(Policy):
         prompt = ready.ids
         scored: dict[str, Any] = {}
         with self._lock:
-            turn = _Turn(self, ready, self._rng(ready.request.sampling), top_logprobs)
+            turn = TurnSampler(self, ready, self._rng(ready.request.sampling), top_logprobs)
             started = time.perf_counter()
             if prompt_logprobs:
                 scored["prompt_logprobs"], scored["prompt_top_logprobs"] = self._evaluate_scored(prompt, top_logprobs)
@@ -417,7 +430,13 @@ class LlamaCppPolicy(Policy):
         return self._generation(ready, turn, reused, prompt_seconds, elapsed, scored)
 
     def _generation(
-        self, ready: Prompt, turn: _Turn, reused: int, prompt_seconds: float, elapsed: float, scored: dict[str, Any]
+        self,
+        ready: Prompt,
+        turn: TurnSampler,
+        reused: int,
+        prompt_seconds: float,
+        elapsed: float,
+        scored: dict[str, Any],
     ) -> Generation:
         """The :class:`Generation` of a decoded turn: content cut at a stop string, thinking split off."""
         if turn.top_k:

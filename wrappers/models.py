@@ -59,8 +59,9 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
         model: model name or path for the backend; ``None`` = SmolLM2-135M-Instruct;
             ``"tiny-random"`` = :func:`tiny_random_model` (transformers) or
             :func:`tiny_random_gguf` (llama.cpp) of :data:`TINY_RANDOM_SEED`, for trying things in seconds.
-        **kwargs: passed to the policy class; for llama.cpp, ``slots=N`` builds
-            :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` (N requests decoded together).
+        **kwargs: passed to the policy class; for llama.cpp, ``slots=N`` decodes N requests together:
+            :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy`, or with ``engine="torch"``
+            :class:`~llmgym.wrappers.torch_slot_policy.TorchSlotPolicy` (torch decodes, in bf16).
 
     Raises:
         ValueError: an unknown backend name.
@@ -70,7 +71,11 @@ def load_policy(backend: str = "llama.cpp", model: Any = None, **kwargs: Any) ->
     tiny = isinstance(model, str) and model.lower() == TINY_RANDOM
     if key in ("llama.cpp", "llamacpp", "llama"):
         path = tiny_random_gguf() if tiny else model
-        if "slots" in kwargs:  # concurrent requests decoded together
+        if "slots" in kwargs and kwargs.get("engine") == "torch":  # concurrent requests decoded by torch
+            from llmgym.wrappers.torch_slot_policy import TorchSlotPolicy
+
+            return TorchSlotPolicy(path, **{key: value for key, value in kwargs.items() if key != "engine"})
+        if "slots" in kwargs:  # concurrent requests decoded together by llama.cpp
             from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
 
             return LlamaCppBatchPolicy(path, **kwargs)

@@ -55,17 +55,19 @@ def add_engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def resolve_engine(choice: str) -> str:
-    """``--engine``'s value with ``auto`` made concrete (:func:`~llmgym.wrappers.llamacpp_batch.default_engine`)."""
+    """``--engine``'s value with ``auto`` made concrete (:func:`~llmgym.wrappers.slot_batching.default_engine`)."""
     if choice != "auto":
         return choice
-    from llmgym.wrappers.llamacpp_batch import default_engine
+    from llmgym.wrappers.slot_batching import default_engine
 
     return default_engine()
 
 
 def _local_batching(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """The ``load_policy`` arguments that make a local llama.cpp model decode ``--concurrency`` episodes together,
-    a KV cache slot each, on ``--engine`` (none for one episode at a time, or another backend)."""
+    a KV cache slot each, on ``--engine`` (none for one episode at a time, or another backend): ``load_policy``
+    then builds a :class:`~llmgym.wrappers.torch_slot_policy.TorchSlotPolicy` (torch) or a
+    :class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` (llama.cpp)."""
     concurrency = getattr(args, "concurrency", None) or 1
     if backend != "llama.cpp" or concurrency <= 1:
         return {}

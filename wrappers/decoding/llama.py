@@ -2,9 +2,8 @@
 
 Holds :class:`LlamaDecoder`. Decoding a small batch on a CPU is bound by
 reading the weights, but a transformers forward for one token also builds
-cache objects, masks and position tensors layer by layer: on SmolLM2-135M the
-model alone took 45 ms for an int8 batch-4 step that this decoder runs in 34
-(inside a policy, prefill and sampling included, 41.2 -> 36.6 ms). This decoder runs the same
+cache objects, masks and position tensors layer by layer, a cost this decoder
+does not pay (docs/benchmarks.md has the measurement). It runs the same
 modules (the model's own norms, projections, rotary embedding and activation,
 int8 copies included) on a key/value cache allocated once per batch, with one
 ``scaled_dot_product_attention`` per layer, and with the q/k/v and gate/up

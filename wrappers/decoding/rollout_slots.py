@@ -16,8 +16,7 @@ it on a :class:`~llmgym.wrappers.decoding.slots.SlotDecoder`:
 
 When the weights change every slot is emptied: what they hold was computed by
 the old weights. The log-probs a policy reports are the bf16 copy's (the model
-that sampled); the trainer's importance weight corrects the mismatch, as for
-int8 copies.
+that sampled); the trainer's importance weight corrects the mismatch.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 Holds :class:`SlotDecoder`. A Llama model's decoding step for one sequence reads
 every weight to compute one token; a step for many sequences shares that read,
-and in bf16 a CPU with AVX512-BF16 multiplies a 16-row batch at ~220 GFLOP/s
-on one core against ~100 in fp32. So the decoder keeps the model in bf16 and
-gives each *slot* (a sequence: an episode's conversation) its own rows of one
-key/value cache:
+and a CPU with AVX512-BF16 multiplies a batch of rows in bf16 faster than in
+fp32. So the decoder keeps the model in bf16 and gives each *slot* (a sequence:
+an episode's conversation) its own rows of one key/value cache:
 
 - :meth:`SlotDecoder.evaluate` evaluates, in one pass through the layers, one
   token of each slot being decoded and the new tokens of others (a prompt, or an
@@ -18,29 +17,28 @@ key/value cache:
 The cache is one tensor for the keys and one for the values, each ``[layers,
 slots, kv_heads, capacity, head_dim]``. The scores are computed transposed, as
 ``keys @ q^T`` (each slot's keys read as they lie, the few queries as the narrow
-side: 8% less time for attention at 16 rows of 704 columns than ``q @ keys^T``
-over keys stored transposed, the same bits), then laid back out for a softmax
-over the last dimension. A step attends over the first rows only, so the slots
-being stepped are first moved to the front rows, in any order (a slot behind
-swaps rows with one that is not stepped, which happens when the set of
-generating slots changes, at a turn's start or end, not at every token).
-Grouped-query attention runs without repeating the keys: a kv head's query
-heads are laid out as extra query columns of one batched matrix product.
-(``scaled_dot_product_attention`` took 2.8x as long for these few queries over
-long cached contexts.)
+side; the same bits as ``q @ keys^T`` over keys stored transposed, in less
+time), then laid back out for a softmax over the last dimension. A step attends
+over the first rows only, so the slots being stepped are first moved to the
+front rows, in any order (a slot behind swaps rows with one that is not stepped,
+which happens when the set of generating slots changes, at a turn's start or
+end, not at every token). Grouped-query attention runs without repeating the
+keys: a kv head's query heads are laid out as extra query columns of one batched
+matrix product (``scaled_dot_product_attention`` was slower for these few
+queries over long cached contexts).
 
 The Linear weights are reordered once into oneDNN's blocked layout (:class:`_Weight`),
 which the plain ``F.linear`` redoes at every call. Prompts share a pass with the
-decoding rows: their tokens ride the same weight reads, and a 52-token turn then
-adds ~22 ms to a 16-row step instead of taking 35 ms alone.
+decoding rows: their tokens ride the same weight reads instead of a pass of their own.
 
 The numbers are bf16's (the weights and activations; norms, softmax and logits
-in fp32), so log-probs differ from the fp32 model's by ~0.01-0.1. A row's logits
-barely depend on the rows beside it in a step: attention is computed per row
-over whole blocks of columns, and the bf16 products give each row the same
+in fp32), so log-probs differ a little from the fp32 model's. A row's
+logits barely depend on the rows beside it in a step: attention is computed per
+row over whole blocks of columns, and the bf16 products give each row the same
 numbers alone or in a batch but for a few rows of the MLP's down projection,
-which oneDNN rounds differently (SmolLM2's log-probs moved by up to 0.009 between
-a batch of 16 and one row; the tests bound it at 0.05).
+which oneDNN rounds differently (the tests bound the difference in log-probs at 0.05).
+
+The measurements behind these choices are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -285,8 +283,8 @@ class SlotDecoder:
 
         Growing by blocks, not doubling, keeps the capacity at the longest sequence's blocks, so a step
         usually attends over every column: the slots' keys and values are then contiguous, and the batched
-        products read them in place (over a slice of the columns they first copied them: 0.12 against
-        0.07 ms a layer for 12 slots of 640 tokens). The copy a growth costs comes once per 64 tokens.
+        products read them in place (over a slice of the columns they first copy them). The copy a growth
+        costs comes once per ``_COLUMN_BLOCK`` tokens.
         """
         if length > self.max_length:
             raise ValueError(f"a slot would hold {length} tokens; the most is {self.max_length}")
@@ -327,8 +325,8 @@ class _Weight:
     """A Linear layer's weight (no bias) as the CPU multiplies it fastest: ``weight(x) == F.linear(x, weight)``.
 
     A bf16 weight is reordered once into oneDNN's blocked layout, which ``F.linear`` otherwise does at every
-    call: the same numbers, bit for bit, in 0.6-0.7x the time for the 1-16 rows of a step (a 576x3072
-    product of 16 rows: 75 against 114 us). Other dtypes, or a torch without oneDNN, keep the plain weight.
+    call: the same numbers, bit for bit, in less time for the few rows of a step. Other dtypes, or a torch
+    without oneDNN, keep the plain weight.
     """
 
     def __init__(self, weight: torch.Tensor) -> None:
