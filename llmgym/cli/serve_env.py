@@ -18,8 +18,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve-env",
         help="serve an environment as an OpenEnv server",
         description=__doc__
-        + " Routes: /ws (sessions), /reset, /step, /state, /schema, /metadata, /health (OpenEnv's). "
-        "Needs the openenv extra.",
+        + " Routes (OpenEnv's): /ws (one session per episode), /reset and /step (stateless: a fresh env per call, "
+        "so /step answers 409 pointing to /ws), /state, /schema, /metadata, /health. Needs the openenv extra.",
     )
     parser.add_argument("env_id", help="a registered single-agent environment id (llmgym list)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")

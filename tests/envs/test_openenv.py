@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -111,6 +112,36 @@ def test_bad_requests_are_server_errors_not_crashes(wordle_url):
         with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
             client.step({"words": "crane"})
         assert client.reset(seed=0).observation["turn"] == 0  # the session still works
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_the_http_routes_answer_a_clients_mistake_with_what_to_do(wordle_url):
+    """Were 500s, each with a traceback in the server's log: every POST /step (ResetNeeded), a bad reset field."""
+    import httpx
+
+    log = _Records()
+    logging.getLogger("uvicorn.error").addHandler(log)
+    try:
+        step = httpx.post(f"{wordle_url}/step", json={"action": {"content": GUESS % "crane"}}, timeout=30)
+        bogus = httpx.post(f"{wordle_url}/reset", json={"seed": 0, "bogus": 1}, timeout=30)
+        options = httpx.post(f"{wordle_url}/reset", json={"options": 5}, timeout=30)
+        reset = httpx.post(f"{wordle_url}/reset", json={"seed": 3}, timeout=30)
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(log)
+    assert step.status_code == 409
+    assert "WebSocket route /ws" in step.json()["detail"] and "GenericEnvClient" in step.json()["detail"]
+    assert bogus.status_code == 422 and "got also ['bogus']: leave them out" in bogus.json()["detail"]
+    assert options.status_code == 422 and "options must be a JSON object" in options.json()["detail"]
+    assert reset.status_code == 200 and reset.json()["observation"]["text"] == _local_trace(3, [])[0][0]
+    assert not [r for r in log.records if r.exc_info], [r.getMessage() for r in log.records]
 
 
 def test_round_trip_gives_the_local_episode(wordle_url):

@@ -1,12 +1,14 @@
 """Any registered single-agent llmgym env as an OpenEnv server: what ``llmgym serve-env`` runs.
 
-Holds :func:`environment_class` (llmgym's OpenEnv ``Environment``: one Gymnasium env per session) and
-:func:`create_env_app` (OpenEnv's own FastAPI app around it). OpenEnv does the serving: its
+Holds :func:`environment_class` (llmgym's OpenEnv ``Environment``: one Gymnasium env per session),
+:func:`create_env_app` (OpenEnv's own FastAPI app around it) and :class:`ResetArgumentError` (a reset
+request the env cannot take). OpenEnv does the serving: its
 ``/ws`` WebSocket gives each client connection a session of its own (a fresh env, built by
 ``gymnasium.make``), refuses connections beyond ``max_sessions`` (``CAPACITY_REACHED``), and closes a
 session's env when its client disconnects or vanishes (the WebSocket ping fails). Its stateless
 ``/reset`` and ``/step`` routes build a throwaway env per call, as for every OpenEnv env; an episode
-needs the WebSocket (``GenericEnvClient`` uses it).
+needs the WebSocket (``GenericEnvClient`` uses it). So ``POST /step`` never has an episode to step: it
+answers 409 pointing to ``/ws``; a ``POST /reset`` with arguments the env does not take answers 422.
 
 Example (needs the ``openenv`` extra)::
 
@@ -29,7 +31,28 @@ import gymnasium as gym
 
 from llmgym.envs.adapters.openenv.wire import chat_models, observation_fields, to_env_action
 
-__all__ = ["environment_class", "create_env_app", "check_servable"]
+__all__ = [
+    "environment_class",
+    "create_env_app",
+    "answer_client_errors",
+    "check_servable",
+    "ResetArgumentError",
+    "STEP_WITHOUT_EPISODE",
+]
+
+#: What ``POST /step`` answers (409): its throwaway env has had no reset, and never will.
+STEP_WITHOUT_EPISODE = (
+    "POST /step has no episode to step: the HTTP /reset and /step routes build a fresh env for every call, "
+    "so no step follows a reset there. Play an episode over the WebSocket route /ws, one session per episode: "
+    "openenv's GenericEnvClient, or gymnasium.make('llmgym/OpenEnv-v0', base_url=...)"
+)
+
+
+class ResetArgumentError(ValueError):
+    """A reset request the env cannot take: a field besides seed, episode_id and options, or options that are no object.
+
+    The client's error: ``POST /reset`` answers it with 422 (a WebSocket session with an error frame).
+    """
 
 
 def check_servable(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
@@ -88,7 +111,11 @@ def environment_class() -> type:
             **kwargs: Any,
         ) -> Any:
             if kwargs:  # OpenEnv passes every field of the reset message on: a typo must not pass silently
-                raise ValueError(f"reset takes seed, episode_id and options; got also {sorted(kwargs)}")
+                raise ResetArgumentError(
+                    f"reset takes seed, episode_id and options; got also {sorted(kwargs)}: leave them out"
+                )
+            if options is not None and not isinstance(options, dict):
+                raise ResetArgumentError(f"reset's options must be a JSON object, got {options!r}")
             text, info = self.env.reset(seed=seed, options=options)
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             return observation_cls(**observation_fields(text, info, False, False), reward=None)
@@ -147,10 +174,32 @@ def create_env_app(
     from openenv.core.env_server.types import ConcurrencyConfig
 
     action_cls, observation_cls = chat_models()
-    return create_app(
+    app = create_app(
         functools.partial(environment, env_id, dict(env_kwargs or {})),
         action_cls,
         observation_cls,
         env_name=env_id.replace("/", "-"),  # OpenEnv mounts task routes under /{env_name}/
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout),
     )
+    answer_client_errors(app)
+    return app
+
+
+def answer_client_errors(app: Any) -> None:
+    """Answer the HTTP routes' client errors with a 4xx that says what to do, instead of a 500 and a logged traceback.
+
+    OpenEnv's ``/reset`` and ``/step`` let an env's exception through to FastAPI. Two are the client's:
+    ``gymnasium.error.ResetNeeded`` (a step before a reset, which is every ``POST /step``) answers 409
+    with :data:`STEP_WITHOUT_EPISODE`; :class:`ResetArgumentError` answers 422. Any other exception is
+    still a server error. WebSocket sessions are not concerned: OpenEnv answers their errors itself.
+    """
+    from fastapi.responses import JSONResponse
+
+    async def step_without_episode(request: Any, err: Exception) -> Any:
+        return JSONResponse({"detail": STEP_WITHOUT_EPISODE}, status_code=409)
+
+    async def bad_reset_arguments(request: Any, err: Exception) -> Any:
+        return JSONResponse({"detail": str(err)}, status_code=422)
+
+    app.add_exception_handler(gym.error.ResetNeeded, step_without_episode)
+    app.add_exception_handler(ResetArgumentError, bad_reset_arguments)
