@@ -11,10 +11,8 @@ saved once, and the SmolLM2-135M-Instruct GGUF converted by ``load_model``),
 the same 16 chat prompts, 4 generations per prompt, 4 completions per step,
 at most 32 completion tokens, lr 1e-6, beta 0, DAPO/token-mean loss, fp32 on
 CPU, the same torch thread count and the same reward (fraction of vowels).
-llmgym runs twice: with fp32 rollouts (the trained weights, like TRL) and with
-``rollout_precision="int8"`` (weight-only int8 copies for generation, refreshed
-after each optimizer step; the log-probs are the int8 model's, corrected by the
-importance weight); each row says which. Each trainer runs in a fresh subprocess, so peak RSS is its own; TRL runs in
+llmgym runs with fp32 rollouts (the trained weights, like TRL). Each trainer
+runs in a fresh subprocess, so peak RSS is its own; TRL runs in
 its own virtual environment (``--trl-venv``, made when missing: it sees the running
 environment's packages, so both trainers use the same torch and transformers, and
 ``pip install trl==1.16.0`` adds only TRL's own; the set-up's seconds are printed),
@@ -262,7 +260,7 @@ def checkpoints(names: list[str]) -> dict[str, str]:
 
 
 def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict:
-    """Run ``kind`` (``ours``, ``ours-int8`` or ``trl``) in a fresh process; its JSON line, or ``{"error": ...}``."""
+    """Run ``kind`` (``ours`` or ``trl``) in a fresh process; its JSON line, or ``{"error": ...}``."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
@@ -307,7 +305,7 @@ def main() -> int:
     )
     parser.add_argument("--trl-venv", default=str(HERE / ".venv-trl"), help="virtual environment holding TRL")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo.json"))
-    parser.add_argument("--worker", choices=["ours", "ours-int8", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
@@ -316,11 +314,7 @@ def main() -> int:
         if args.worker == "trl":
             print(json.dumps(run_trl(args.model, args.steps, args.threads)))
         else:
-            print(
-                json.dumps(
-                    run_ours(args.model, args.steps, args.threads, "int8" if args.worker == "ours-int8" else "fp32")
-                )
-            )
+            print(json.dumps(run_ours(args.model, args.steps, args.threads)))
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     trl_python = str(ensure_trl_venv(Path(args.trl_venv)))
@@ -332,7 +326,6 @@ def main() -> int:
         kinds = (
             ("trl", "trl", trl_python),
             ("llmgym", "ours", sys.executable),
-            ("llmgym_int8", "ours-int8", sys.executable),
         )
         runs: dict[str, list[dict]] = {key: [] for key, _, _ in kinds}
         for _ in range(args.repeats):
@@ -340,13 +333,13 @@ def main() -> int:
                 runs[key].append(worker(kind, python, path, args.steps, args.threads))
         row = {key: _median_run(values) for key, values in runs.items()}
         theirs = row["trl"]
-        for key in ("llmgym", "llmgym_int8"):
+        for key in ("llmgym",):
             if "error" not in row[key] and "error" not in theirs:
                 row[f"{key}_tokens_per_s_ratio"] = row[key]["tokens_per_s"] / theirs["tokens_per_s"]
                 row[f"{key}_peak_rss_ratio"] = row[key]["peak_rss_mb"] / theirs["peak_rss_mb"]
         row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
         # the ratio within each interleaved repeat (both trainers under that repeat's load), then its median
-        for key in ("llmgym", "llmgym_int8"):
+        for key in ("llmgym",):
             paired = [
                 ours["tokens_per_s"] / trl["tokens_per_s"]
                 for ours, trl in zip(runs[key], runs["trl"])
@@ -374,7 +367,6 @@ def main() -> int:
             "dtype": "float32",
             "rows": {
                 "llmgym": "fp32 rollouts (the trained weights)",
-                "llmgym_int8": "rollout_precision='int8': weight-only int8 rollout copies, fp32 training",
             },
         },
         "machine": {

@@ -12,8 +12,8 @@ text tool protocol), ``thinking`` (``<think>`` budgets), ``batching`` and
 Each other role has a subpackage named for it:
 
 - ``server``: ``llmgym serve``, any policy behind vLLM's OpenAI-compatible API.
-- ``decoding``: faster CPU decoding for the transformers policy (int8 copies,
-  the static-cache Llama step).
+- ``decoding``: faster CPU decoding for the transformers policy (the
+  static-cache Llama step, bf16 KV-cache slots).
 - ``classic_rl``: Gymnasium wrappers that give a text env the spaces classic RL
   libraries take (Stable-Baselines3).
 """
