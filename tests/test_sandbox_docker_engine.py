@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
+import llmgym  # noqa: F401  registers the environments
+from llmgym.envs.code_tests import FlawedCodeTestsSolver
 from llmgym.sandbox import DockerSandbox, SandboxLimits, docker_available
 
 LIMITS = SandboxLimits(wall_time_s=10, cpu_time_s=2, memory_mb=256, file_size_mb=1, max_output_bytes=10_000)
@@ -111,3 +114,25 @@ def test_a_python3_only_image_works():
     with DockerSandbox(LIMITS, image=IMAGE) as box:
         has_python = box.run("import shutil; print(shutil.which('python'), shutil.which('python3'))")
     assert has_python.ok and has_python.stdout.split()[1].endswith("python3"), has_python
+
+
+def _play_code_tests(backend: str, seed: int) -> float:
+    env = gym.make("llmgym/CodeTests-v0", sandbox_backend=backend)
+    try:
+        solver = FlawedCodeTestsSolver()
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(solver.act(obs))
+            total, done = total + reward, terminated or truncated
+        return total
+    finally:
+        env.close()
+
+
+def test_code_tests_grade_alike_on_docker_and_subprocess():
+    """Seeds whose flawed solutions pass some tests (3, 7), none (4: an endless loop) and all (6)."""
+    seeds = [3, 4, 6, 7]
+    docker = [_play_code_tests("docker", seed) for seed in seeds]
+    assert docker == [_play_code_tests("subprocess", seed) for seed in seeds]
+    assert len(set(docker)) >= 3  # the seeds tell the backends apart if they grade differently

@@ -32,6 +32,8 @@ SCRIPTED_ACTORS: dict[str, str] = {
     "wordle-random": "llmgym.envs.wordle.solver:RandomGuesser",
     "multiply": "llmgym.envs.multiply:MultiplySolver",
     "multiply-mixed": "llmgym.envs.multiply:MixedMultiplyTeacher",
+    "code-tests": "llmgym.envs.code_tests.solver:CodeTestsSolver",
+    "code-tests-flawed": "llmgym.envs.code_tests.solver:FlawedCodeTestsSolver",
 }
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 
-__all__ = ["CodeTestsSolver", "write_solution"]
+__all__ = ["CodeTestsSolver", "FlawedCodeTestsSolver", "write_solution"]
 
 _SOLUTIONS = {
     "shift_letters": (
@@ -137,6 +138,37 @@ class CodeTestsSolver:
             self.checked = True
             return _call("run_examples", code)
         return _call("submit", code)
+
+
+# What a flawed programmer appends to a correct solution, one per problem: nothing, a wrong answer for some
+# inputs, a crash, an endless loop, a flood of output, a fork bomb, a file past the size limit.
+_FLAWS = (
+    "",
+    "\n_right = {name}\n{name} = lambda *args: None if len(repr(args)) % 2 else _right(*args)\n",
+    "\nraise RuntimeError('bug')\n",
+    "\nwhile True: pass\n",
+    "\nwhile True: print('x' * 1000)\n",
+    "\nimport os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n",
+    "\nopen('dump', 'wb').write(b'x' * 64 * 1024 * 1024)\n",
+)
+
+
+class FlawedCodeTestsSolver(CodeTestsSolver):
+    """The solver with one flaw per problem (chosen by the spec's checksum): sometimes none, else a wrong answer,
+    a crash, an endless loop, a flood of output, a fork bomb or a huge file.
+
+    Its rewards differ from seed to seed, so two sandboxes that grade alike give the same rewards on the same
+    seeds only if each contains every flaw the same way (``docs/sandbox.md`` compares the backends with it).
+    """
+
+    def act(self, observation: str) -> str:
+        solution = write_solution(observation)
+        if solution is not None:
+            name = re.search(r"function `(\w+)\(", observation).group(1)
+            flaw = _FLAWS[zlib.crc32(observation.encode()) % len(_FLAWS)]
+            observation = ""  # the parent keeps the code it has; give it the flawed one instead
+            self.code, self.checked = solution + flaw.format(name=name), False
+        return super().act(observation)
 
 
 def _call(name: str, code: str) -> str:
