@@ -10,14 +10,20 @@ program and returns its output, for:
 - ``fresh_python_c``: ``subprocess.run([python, "-c", code])`` per call (no
   isolation at all: the baseline an agent framework usually starts from);
 - ``cold_isolated``: the same sandbox with ``warm=False`` (a fresh isolated
-  worker per call: what the pool saves).
+  worker per call: what the pool saves);
+- ``docker_warm`` and ``docker_cold`` (where an engine answers and the image is
+  present: ``--docker-image``, default ``$LLMGYM_SANDBOX_IMAGE``, which
+  ``scripts/sandbox-image.sh`` builds): :class:`llmgym.sandbox.DockerSandbox`
+  with its container started (one ``exec`` per call, then the cleanup), and a
+  new sandbox per call (container start, run, removal). Only ``print``: the
+  image has no sympy.
 
 Programs: ``print(1 + 1)`` (pure overhead) and a small sympy computation
 (``import sympy`` is paid per call by a fresh interpreter and by the plain
 pool's forks, once per worker by the preloading pool). Reports p50/p99 in milliseconds and writes
 ``benchmarks/results/sandbox.json``. Target: warm p50 under 20 ms.
 
-Run: ``python benchmarks/sandbox.py [--calls 200]``
+Run: ``python benchmarks/sandbox.py [--calls 200] [--docker-image TAG]``
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from llmgym.sandbox import SandboxLimits, SubprocessSandbox
+from llmgym.sandbox import DockerSandbox, SandboxLimits, SubprocessSandbox, docker_available
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
 PROGRAMS = {
@@ -62,10 +68,32 @@ def time_calls(call, code: str, n: int) -> list[float]:
     return samples
 
 
+def docker_backends(image: str, limits: SandboxLimits) -> tuple[dict, list]:
+    """The Docker backend's calls (warm: container started; cold: a sandbox per call) and what to close."""
+    if not image or not docker_available():
+        print("no Docker engine or no --docker-image: the Docker rows are skipped")
+        return {}, []
+    warm_box = DockerSandbox(limits, image=image)
+
+    def warm(code: str) -> None:
+        result = warm_box.run(code)
+        assert result.ok, result.to_text()
+
+    def cold(code: str) -> None:
+        with DockerSandbox(limits, image=image) as box:
+            result = box.run(code)
+        assert result.ok, result.to_text()
+
+    return {"docker_warm": warm, "docker_cold": cold}, [warm_box]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per program for the warm pool")
     parser.add_argument("--fresh-calls", type=int, default=30, help="calls per program for the per-call interpreters")
+    parser.add_argument(
+        "--docker-image", default=os.environ.get("LLMGYM_SANDBOX_IMAGE", ""), help="the Docker rows' image"
+    )
     args = parser.parse_args()
     limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
     load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
@@ -98,13 +126,17 @@ def main() -> None:
         "fresh_python_c": fresh,
         "cold_isolated": cold,
     }
+    docker_calls, docker_boxes = docker_backends(args.docker_image, limits)
+    backends.update(docker_calls)
     for name, code in PROGRAMS.items():
         for backend, call in backends.items():
+            if backend.startswith("docker") and name != "print":
+                continue
             call(code)  # first call: nothing to measure but the program's own first import
             cheap = backend == "warm_pool_preload_sympy" or (backend == "warm_pool" and name == "print")
             n = args.calls if cheap else args.fresh_calls
             results.setdefault(backend, {})[name] = percentiles(time_calls(call, code, n))
-    for pool in (plain, with_sympy, cold_box):
+    for pool in (plain, with_sympy, cold_box, *docker_boxes):
         pool.close()
     report = {
         "benchmark": "sandbox tool-call latency",
@@ -117,6 +149,7 @@ def main() -> None:
         },
         "pool": "one warm worker per pool; every call is a fresh fork with all limits and isolation",
         "isolation": isolation,
+        "docker_image": args.docker_image if docker_calls else None,
         "results": results,
         "target": "warm_pool print p50 < 20 ms",
         "target_met": results["warm_pool"]["print"]["p50_ms"] < 20,
