@@ -60,13 +60,20 @@ def test_a_second_run_into_a_held_output_is_refused_naming_the_holder(holder, tm
     assert refused.value.pid == process.pid and refused.value.path == path
 
 
+def test_a_run_that_wrote_nothing_leaves_no_folder_behind(tmp_path):
+    out = tmp_path / "new" / "run"
+    with hold_output(out / "episodes.jsonl"):
+        assert lock_path(out / "episodes.jsonl").exists()
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_killed_holder_leaves_the_output_free(holder, tmp_path, capsys):
     process, path = holder
     process.kill()  # SIGKILL: no cleanup of its own runs; the kernel drops its lock
     process.wait()
     assert eval_wordle(tmp_path / "run", "-n", "2") == 0
     assert [e.seed for e in load_jsonl(path)] == [0, 1]
-    assert lock_path(path).read_text() == ""  # released: the lock file names no holder
+    assert not lock_path(path).exists()  # released: the lock file (the killed holder's) is gone
 
 
 def test_the_lock_is_shared_within_a_process_and_released_by_the_outermost_hold(tmp_path):
@@ -76,6 +83,7 @@ def test_the_lock_is_shared_within_a_process_and_released_by_the_outermost_hold(
         assert lock_path(path).read_text() == f"{os.getpid()}\n"
     taken = subprocess.run([sys.executable, "-c", _TAKE, str(path)], capture_output=True, text=True)
     assert taken.returncode == 0, taken.stderr  # another process takes it at once
+    assert not lock_path(path).exists()
 
 
 def _lines(path):
