@@ -57,7 +57,7 @@ import referencing.jsonschema
 
 from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric, format_error
-from llmgym.tools import ToolResult, _strip_titles, tool
+from llmgym.tools import ToolResult, strip_schema_titles, tool
 
 __all__ = ["MCPToolset", "MCPTool", "MCPEnv", "openai_tool_schema"]
 
@@ -110,7 +110,7 @@ def openai_tool_schema(name: str, description: str, input_schema: dict[str, Any]
         {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}
     """
     parameters = copy.deepcopy(input_schema)
-    _strip_titles(parameters)
+    strip_schema_titles(parameters)
     parameters.setdefault("type", "object")
     parameters.setdefault("properties", {})
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}

@@ -1,6 +1,7 @@
 """Tools: plain Python functions an agent may call.
 
-Holds the :func:`tool` decorator and :class:`Tool`. A tool's JSON schema is
+Holds the :func:`tool` decorator and :class:`Tool`, and
+:func:`strip_schema_titles` (shared with the MCP bridge). A tool's JSON schema is
 derived from its type hints and Google-style docstring; its arguments are
 validated by pydantic's compiled validator (for a ``TypedDict`` of the
 arguments, which returns a plain dict: about 3x cheaper than building a model
@@ -29,7 +30,7 @@ import pydantic
 from pydantic_core import PydanticCustomError
 from typing_extensions import NotRequired, TypedDict
 
-__all__ = ["Tool", "ToolResult", "ToolError", "tool"]
+__all__ = ["Tool", "ToolResult", "ToolError", "strip_schema_titles", "tool"]
 
 
 class ToolError(Exception):
@@ -107,7 +108,7 @@ class Tool:
         arguments_type.__pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # type: ignore[attr-defined]
         self._adapter = pydantic.TypeAdapter(arguments_type)
         parameters = self._adapter.json_schema()
-        _strip_titles(parameters)
+        strip_schema_titles(parameters)
         parameters.setdefault("properties", {})
         parameters.setdefault("required", [])
         self.parameters = parameters
@@ -286,11 +287,17 @@ _SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")  # [schema, ...]
 _SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")  # one schema
 
 
-def _strip_titles(schema: Any) -> None:
-    """Drop pydantic's auto-generated ``title`` keys (noise in a prompt) from a schema and its sub-schemas.
+def strip_schema_titles(schema: Any) -> None:
+    """Drop pydantic's auto-generated ``title`` keys (noise in a prompt) from a schema and its sub-schemas, in place.
 
     Only schema keywords are walked: a property or definition named ``title`` and
     data such as ``default`` or ``enum`` values keep their keys.
+
+    Example:
+        >>> schema = {"title": "args", "properties": {"title": {"title": "Title", "type": "string"}}}
+        >>> strip_schema_titles(schema)
+        >>> schema
+        {'properties': {'title': {'type': 'string'}}}
     """
     if not isinstance(schema, dict):
         return
@@ -298,10 +305,10 @@ def _strip_titles(schema: Any) -> None:
     for key in _SUBSCHEMA_MAPS:
         if isinstance(schema.get(key), dict):
             for sub in schema[key].values():
-                _strip_titles(sub)
+                strip_schema_titles(sub)
     for key in _SUBSCHEMA_LISTS:
         if isinstance(schema.get(key), list):
             for sub in schema[key]:
-                _strip_titles(sub)
+                strip_schema_titles(sub)
     for key in _SUBSCHEMAS:
-        _strip_titles(schema.get(key))
+        strip_schema_titles(schema.get(key))

@@ -182,7 +182,7 @@ def test_output_that_json_cannot_write_is_shown_not_raised():
 
 
 def test_titles_are_stripped_from_schemas_only_never_from_data():
-    from llmgym.tools import _strip_titles
+    from llmgym.tools import strip_schema_titles
 
     schema = {
         "title": "args",
@@ -195,7 +195,7 @@ def test_titles_are_stripped_from_schemas_only_never_from_data():
         },
         "$defs": {"title": {"title": "TitleDef", "type": "string"}},
     }
-    _strip_titles(schema)
+    strip_schema_titles(schema)
     assert "title" not in schema and set(schema["properties"]) == {"title", "doc", "tags", "pick"}
     assert schema["properties"]["doc"] == {"type": "object", "default": {"title": "Untitled"}}
     assert schema["properties"]["tags"]["items"] == {"$ref": "#/$defs/title"}
