@@ -9,6 +9,8 @@ from pathlib import Path
 from llmgym.cli import CLIError
 from llmgym.cli._policies import add_engine_argument, resolve_engine
 
+__all__ = ["add_parser", "check_port", "run", "served_name"]
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -68,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """Raise :class:`CLIError` when ``host:port`` cannot be bound (in use, or an unknown address)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                     else "no model"
                 )
             )
-    _check_port(args.host, args.port)  # before loading a model, not after
+    check_port(args.host, args.port)  # before loading a model, not after
     try:
         from llmgym.wrappers.server import create_app, serve
     except ImportError as err:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from llmgym.cli import CLIError, parse_env_kwargs, unknown_env
-from llmgym.cli.serve import _check_port
+from llmgym.cli.serve import check_port
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     if args.env_id not in gym.registry:
         raise unknown_env(args.env_id, "serve-env")
-    _check_port(args.host, args.port)
+    check_port(args.host, args.port)
     from llmgym.envs.adapters.openenv.server import create_env_app
 
     try:

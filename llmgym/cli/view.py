@@ -78,10 +78,10 @@ def _serve(viewer: Viewer, args: argparse.Namespace) -> int:
         from llmgym.viewer.app import create_app
     except ImportError as err:
         raise CLIError(f'llmgym view needs {err.name!r}, which is not installed: pip install "llmgym[view]"') from None
-    from llmgym.cli.serve import _check_port
+    from llmgym.cli.serve import check_port
 
     if args.port != 0:
-        _check_port(args.host, args.port)
+        check_port(args.host, args.port)
     app = create_app(viewer.start())
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
 
