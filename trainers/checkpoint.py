@@ -2,7 +2,9 @@
 
 Holds :func:`save_checkpoint`, :func:`load_checkpoint`,
 :func:`latest_checkpoint`, :func:`save_weights` and :func:`check_resume_config`
-(may a run resume with these settings?). A checkpoint is a folder
+(may a run resume with these settings?), and :func:`replace_checkpoint` (a
+written folder renamed into place, safe to kill at any moment), which the
+sharded saver of ``trainers/distributed.py`` shares. A checkpoint is a folder
 ``checkpoints/step_000012/`` with
 
 - ``model.safetensors`` (every weight) or ``adapter.safetensors`` (the LoRA
@@ -42,6 +44,8 @@ __all__ = [
     "save_weights",
     "is_peft",
     "check_resume_config",
+    "replace_checkpoint",
+    "quiet_hf_progress",
 ]
 
 _STATE = "trainer_state.json"
@@ -156,7 +160,7 @@ def save_checkpoint(
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, tmp / "rng.pt")
         (tmp / _STATE).write_text(json.dumps({**state, "step": step}, indent=1))  # last: the folder is whole
-        _replace_checkpoint(tmp, target, keep)
+        replace_checkpoint(tmp, target, keep)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -246,7 +250,7 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _replace_checkpoint(tmp: Path, target: Path, keep: int | None = None) -> None:
+def replace_checkpoint(tmp: Path, target: Path, keep: int | None = None) -> None:
     """Rename the finished folder ``tmp`` to ``target``, displacing an existing ``target``; with ``keep``, keep
     ``target`` and the ``keep - 1`` newest checkpoints before it, never more than ``keep`` at any moment.
 

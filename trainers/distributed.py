@@ -40,7 +40,7 @@ from torch import nn
 
 from llmgym.episode import Episode
 from llmgym.trainers.batch import EpisodeBatch
-from llmgym.trainers.checkpoint import _replace_checkpoint, quiet_hf_progress
+from llmgym.trainers.checkpoint import quiet_hf_progress, replace_checkpoint
 
 __all__ = [
     "init_distributed",
@@ -271,7 +271,7 @@ def save_sharded_checkpoint(
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1))
-        _replace_checkpoint(tmp, target, keep)
+        replace_checkpoint(tmp, target, keep)
     dist.barrier()
     return target
 
