@@ -2,7 +2,9 @@
 
 Holds :class:`TextArenaEnv` (``llmgym/ta-<Game>-v0``, an :class:`~llmgym.LLMEnv`),
 :func:`make_game`, :func:`render_messages`, :data:`NLTK_DATA` and
-:data:`UNSUPPORTED`; the multi-player games are in :mod:`.textarena_aec`
+:data:`UNSUPPORTED`, and what both adapters use to play a game:
+:func:`is_invalid_move_notice`, :func:`as_reward`, :func:`format_action` and
+:class:`IsolatedRandom`. The multi-player games are in :mod:`.textarena_aec`
 (PettingZoo AEC). Needs the ``textarena`` extra (``pip install textarena``).
 
 What the adapter does beyond calling TextArena:
@@ -44,7 +46,18 @@ from llmgym.envs.adapters import TA_DEFAULT_GAMES
 from llmgym.envs.multiagent.base import without_thinking
 from llmgym.rubric import Reward, Rubric, TurnContext
 
-__all__ = ["TextArenaEnv", "make_game", "render_messages", "NLTK_DATA", "UNSUPPORTED", "TA_DEFAULT_GAMES"]
+__all__ = [
+    "TextArenaEnv",
+    "make_game",
+    "render_messages",
+    "is_invalid_move_notice",
+    "as_reward",
+    "format_action",
+    "IsolatedRandom",
+    "NLTK_DATA",
+    "UNSUPPORTED",
+    "TA_DEFAULT_GAMES",
+]
 
 #: NLTK data each TextArena game (its folder in ``textarena/envs``) needs: checked before the game is imported.
 NLTK_DATA: dict[str, tuple[str, ...]] = {
@@ -151,7 +164,7 @@ def render_messages(messages: list[tuple[int, str, Any]], player_id: int, roles:
     return "\n\n".join(lines)
 
 
-def _is_invalid_notice(parts: tuple[Any, ...]) -> bool:
+def is_invalid_move_notice(parts: tuple[Any, ...]) -> bool:
     """True for TextArena's notice of an invalid move (a GAME_ADMIN message saying so)."""
     kind = next((p for p in parts if hasattr(p, "name")), None)
     return getattr(kind, "name", "") == "GAME_ADMIN" and any(
@@ -159,8 +172,13 @@ def _is_invalid_notice(parts: tuple[Any, ...]) -> bool:
     )
 
 
-def _as_reward(value: Any) -> float:
-    """A TextArena reward as a float; 0.0 when a game put something else there (a few pass the reason as the reward)."""
+def as_reward(value: Any) -> float:
+    """A TextArena reward as a float; 0.0 when a game put something else there (a few pass the reason as the reward).
+
+    Example:
+        >>> as_reward(1), as_reward("timeout"), as_reward(float("nan"))
+        (1.0, 0.0, 0.0)
+    """
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -168,12 +186,17 @@ def _as_reward(value: Any) -> float:
     return number if number == number else 0.0
 
 
-def _format_action(text: str) -> str:
-    """TextArena's ``ActionFormattingWrapper``: wrap a reply without brackets in ``[...]``."""
+def format_action(text: str) -> str:
+    """TextArena's ``ActionFormattingWrapper``: wrap a reply without brackets in ``[...]``.
+
+    Example:
+        >>> format_action(" 4 "), format_action("I play [4]")
+        ('[4]', 'I play [4]')
+    """
     return text if "[" in text or "]" in text else f"[{text.strip()}]"
 
 
-class _PrivateRandom:
+class IsolatedRandom:
     """A ``random`` state of its own, swapped into the global module while TextArena runs.
 
     A process-wide lock serialises the swaps, so envs stepped from several
@@ -278,7 +301,7 @@ class TextArenaEnv(LLMEnv):
         self.game = game
         self.game_kwargs = dict(game_kwargs or {})
         self.invalid_penalty = float(invalid_penalty)
-        self._random = _PrivateRandom()
+        self._random = IsolatedRandom()
         with self._random.active():
             self.ta_env = make_game(game, **self.game_kwargs)
             try:
@@ -311,19 +334,19 @@ class TextArenaEnv(LLMEnv):
             return "No move found: reply with your move in square brackets, e.g. [5]."
         with self._random.active():
             try:
-                done, _ = self.ta_env.step(_format_action(text))
+                done, _ = self.ta_env.step(format_action(text))
             except Exception as err:  # a game bug on odd input ends the episode; it must not crash the caller
                 self.game_over = True
                 return f"The game could not process this move ({type(err).__name__}: {str(err)[:200]}). Episode over."
             _, messages = self.ta_env.get_observation()
             if done:
                 rewards, game_info = self.ta_env.close()
-                self.outcome = _as_reward((rewards or {}).get(0, 0.0))
+                self.outcome = as_reward((rewards or {}).get(0, 0.0))
                 self.game_over = True
                 if game_info.get(0, {}).get("invalid_move"):
                     self.invalid_turns.add(turn)
         observation = render_messages(messages, 0, self.ta_env.state.role_mapping)
-        if any(_is_invalid_notice(m) for m in messages):
+        if any(is_invalid_move_notice(m) for m in messages):
             self.invalid_turns.add(turn)
         if self.game_over:
             reason = self.ta_env.state.game_info.get(0, {}).get("reason")

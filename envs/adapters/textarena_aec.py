@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 from gymnasium.utils import seeding
 
 from llmgym.envs.adapters.textarena import (
-    _as_reward,
-    _format_action,
-    _is_invalid_notice,
-    _PrivateRandom,
+    IsolatedRandom,
+    as_reward,
+    format_action,
+    is_invalid_move_notice,
     make_game,
     render_messages,
 )
@@ -72,7 +72,7 @@ class TextArenaAECEnv(TextAECEnv):
         self.game = game
         self.num_players = num_players
         self.invalid_penalty = checked_penalty("invalid_penalty", invalid_penalty)
-        self._random = _PrivateRandom()
+        self._random = IsolatedRandom()
         with self._random.active():
             self.ta_env = make_game(game, **dict(game_kwargs or {}))
             try:
@@ -103,7 +103,7 @@ class TextArenaAECEnv(TextAECEnv):
         was_flagged = bool(self.ta_env.state.game_info.get(player, {}).get("invalid_move"))
         with self._random.active():
             try:
-                done, _ = self.ta_env.step(_format_action(text))
+                done, _ = self.ta_env.step(format_action(text))
             except Exception as err:  # a game bug on odd input ends the game for everyone; it must not crash the caller
                 self._end(
                     f"The game could not process {agent}'s move "
@@ -116,13 +116,13 @@ class TextArenaAECEnv(TextAECEnv):
             # a retry notice, or the flag TextArena sets when an invalid move loses or eliminates the player
             # (many-player games go on after an elimination, so the flag is read on every step, not only the last)
             flagged = not was_flagged and bool(self.ta_env.state.game_info.get(player, {}).get("invalid_move"))
-            if flagged or any(_is_invalid_notice(m) for m in received.get(player, [])):
+            if flagged or any(is_invalid_move_notice(m) for m in received.get(player, [])):
                 self.rewards[agent] -= self.invalid_penalty
             if done:
                 outcome, game_info = self.ta_env.close()
                 for pid, value in (outcome or {}).items():
                     if 0 <= pid < self.num_players:
-                        self.rewards[self.possible_agents[pid]] += _as_reward(value)
+                        self.rewards[self.possible_agents[pid]] += as_reward(value)
                 reason = next((info.get("reason") for info in game_info.values() if info.get("reason")), None)
                 self._end(f"Game over: {reason}" if reason else "Game over.", truncated=False)
             else:
