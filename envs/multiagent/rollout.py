@@ -42,7 +42,7 @@ from llmgym.episode import Episode
 from llmgym.messages import Message, assistant, system, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout.engine import run_sync
-from llmgym.rollout.play import _describe
+from llmgym.rollout.play import describe_error
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
 __all__ = ["play_match", "aplay_match", "win_matrix", "WinMatrix", "player_name"]
@@ -79,7 +79,7 @@ def _env_errors() -> Iterator[None]:
     except (_GameFailure, TokenMismatchError):
         raise
     except Exception as err:
-        raise _GameFailure("env", _describe(err)) from err
+        raise _GameFailure("env", describe_error(err)) from err
 
 
 def _check_players(agents: Iterable[str], players: dict[str, Any]) -> None:
@@ -140,7 +140,7 @@ class _Seat:
             except TokenMismatchError:
                 raise
             except Exception as err:  # a failing policy ends this game, not the match
-                raise _GameFailure("policy", f"{self.agent}: {_describe(err)}") from err
+                raise _GameFailure("policy", f"{self.agent}: {describe_error(err)}") from err
             if not isinstance(generation, Generation):
                 raise TypeError(
                     f"{type(self.player).__name__}.agenerate returned {type(generation).__name__}, not a Generation"
@@ -153,7 +153,7 @@ class _Seat:
             try:
                 action = self.player.act(env, self.agent)
             except Exception as err:  # a scripted player's bug ends this game too
-                raise _GameFailure("policy", f"{self.agent}: {_describe(err)}") from err
+                raise _GameFailure("policy", f"{self.agent}: {describe_error(err)}") from err
             self.messages.append(assistant(action))
         self.policy_seconds += time.perf_counter() - tick
         self.turn_rewards.append(0.0)

@@ -47,8 +47,9 @@ import numpy as np
 
 from llmgym.episode import Episode, JSONLWriter
 from llmgym.policy import Policy, SamplingParams
+from llmgym.progress import ProgressBar
 from llmgym.rollout.output_lock import hold_output
-from llmgym.rollout.play import EnvWorkerLost, _describe, _env_name, _play, _spec_id
+from llmgym.rollout.play import EnvWorkerLost, describe_error, env_name, play_episode, spec_id
 from llmgym.rollout.resume import as_recorded, resumed_episodes
 
 __all__ = ["rollout", "arollout", "run_sync", "EnvSource"]
@@ -198,6 +199,41 @@ async def arollout(
 ) -> list[Episode]:
     """The async form of :func:`rollout` (same arguments), for callers with an event loop."""
     seed_list = _check_seeds(seeds)
+    _check_arguments(group_size, max_concurrency, resume, jsonl_path, worker_retries)
+    env_id = env if isinstance(env, str) else None
+    run = _Run(
+        source=env,
+        env_id=env_id,
+        make_env=_env_factory(env, env_kwargs, ray),
+        policy=policy,
+        sampling=sampling or SamplingParams(),
+        groups={seed: position for position, seed in enumerate(seed_list)},
+        # recorded in every episode, so that a resume can refuse other settings; kwargs that are not JSON are not
+        recorded_kwargs=as_recorded(env_kwargs or {}) if env_id is not None else None,
+        worker_retries=worker_retries,
+    )
+    run.open(jsonl_path, resume, group_size)
+    try:
+        jobs = [(seed, index) for seed in seed_list for index in range(group_size) if (seed, index) not in run.results]
+        run.reporter = _Progress(progress, len(seed_list) * group_size, initial=len(run.results))
+        await run.play(jobs, max_concurrency)
+    finally:
+        run.close()
+    return [run.results[(seed, index)] for seed in seed_list for index in range(group_size)]
+
+
+def _check_arguments(
+    group_size: int,
+    max_concurrency: int,
+    resume: bool,
+    jsonl_path: str | os.PathLike[str] | None,
+    worker_retries: int,
+) -> None:
+    """Refuse the counts and the resume that no rollout can run with.
+
+    Raises:
+        ValueError: a count below its least value, or ``resume`` without a file.
+    """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if max_concurrency < 1:
@@ -206,91 +242,88 @@ async def arollout(
         raise ValueError("resume=True needs jsonl_path: the file to resume from")
     if worker_retries < 0:
         raise ValueError(f"worker_retries must be >= 0, got {worker_retries}")
-    make_env = _env_factory(env, env_kwargs)
-    if ray is not False:
-        if not isinstance(env, str):
-            raise TypeError("ray=True places envs by id on Ray actors: pass an env id, not a factory")
-        from llmgym.rollout.ray_envs import ray_env_factory
 
-        make_env = ray_env_factory(env, env_kwargs, {} if ray is True else dict(ray))
-    env_id = env if isinstance(env, str) else None
-    # recorded in every episode, so that a resume can refuse other settings; kwargs that are not JSON are not
-    recorded_kwargs = as_recorded(env_kwargs or {}) if env_id is not None else None
-    sampling = sampling or SamplingParams()
-    groups = {seed: position for position, seed in enumerate(seed_list)}
 
-    # The first env is built and checked before the file is touched: a run that cannot start (bad env_kwargs, a
-    # broken factory, an env that does not take text) must not wipe an earlier run's episodes. It plays too.
-    spare = make_env() if seed_list else None
-    output = contextlib.ExitStack()  # holds jsonl_path against other processes until the writer is closed
-    try:
-        if spare is not None:
-            _check_text_env(spare)
-        if env_id is None and spare is not None:
-            # a factory's env counts by the id it is registered under, in its records and in a resume's check; a
-            # class name (an unregistered env) is no id: a file of a subclass may be resumed with its fixed parent
-            env_id = _spec_id(spare)
-        if jsonl_path is not None:  # two runs appending to one file would record episodes twice
-            output.enter_context(hold_output(jsonl_path))
-        done = resumed_episodes(jsonl_path, env_id, recorded_kwargs, sampling, groups, group_size) if resume else {}
-        writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
-    except BaseException:
-        output.close()
-        if spare is not None:
-            with contextlib.suppress(Exception):  # the reason the run did not start is the error worth showing
-                spare.close()
-        raise
-    jobs = [(seed, index) for seed in seed_list for index in range(group_size) if (seed, index) not in done]
-    total = len(seed_list) * group_size
+@dataclasses.dataclass
+class _Run:
+    """One rollout: what every worker plays with, the jobs left, the episodes played and where they go.
 
-    results = dict(done)
+    :meth:`open` builds the first env and holds the output, :meth:`play` runs the workers (each
+    :meth:`work`), :meth:`close` lets go of everything, whatever happened.
+    """
+
+    source: EnvSource
+    env_id: str | None
+    make_env: Callable[[], gym.Env]
+    policy: Policy
+    sampling: SamplingParams
+    groups: dict[int, int]  # seed -> its group number (its position among the seeds)
+    recorded_kwargs: dict[str, Any] | None
+    worker_retries: int
+    results: dict[tuple[int, int], Episode] = dataclasses.field(default_factory=dict)
+    spare: gym.Env | None = None  # the first env built; the first worker plays on it
+    writer: JSONLWriter | None = None
+    reporter: _Progress | None = None
     # a remote env's reset and step wait on the network: off the event loop, one thread per episode in flight
-    remote = spare is not None and bool(getattr(getattr(spare, "unwrapped", spare), "remote", False))
-    executor = (
-        concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="llmgym-env") if remote else None
-    )
-    attempts: dict[tuple[int, int], int] = {}  # episodes played again after their env worker died
-    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-    for job in jobs:
-        queue.put_nowait(job)
-    reporter = _Progress(progress, total, initial=len(done))
+    executor: concurrent.futures.ThreadPoolExecutor | None = None
+    attempts: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)  # played again: worker died
+    queue: asyncio.Queue[tuple[int, int]] = dataclasses.field(default_factory=asyncio.Queue)
+    output: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)  # holds jsonl_path
 
-    async def worker() -> None:
-        nonlocal spare
-        instance, spare = spare, None  # the first worker plays on the env built above; a later one builds its own
+    def open(self, jsonl_path: str | os.PathLike[str] | None, resume: bool, group_size: int) -> None:
+        """Build and check the first env, then hold ``jsonl_path``, read the episodes resumed and open the writer.
+
+        The env comes first: a run that cannot start (bad env_kwargs, a broken factory, an env that does not
+        take text) must not wipe an earlier run's episodes. On any failure, whatever was taken is let go.
+        """
+        self.spare = self.make_env() if self.groups else None
         try:
-            while True:
-                try:
-                    seed, index = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                if instance is None:
-                    try:
-                        if executor is None:
-                            instance = make_env()
-                        else:  # a remote env starts its session or worker over the network: off the event loop too
-                            instance = await asyncio.get_running_loop().run_in_executor(executor, make_env)
-                    except Exception as err:  # an env was built before, so not bad arguments: one failed episode
-                        episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
-                if instance is not None:
-                    try:
-                        episode = await _play(instance, env_id, policy, sampling, seed, index, groups[seed], executor)
-                    except EnvWorkerLost as err:  # nothing of it is kept: played again on a fresh env, or failed
-                        _close(instance)
-                        instance = None
-                        attempts[(seed, index)] = attempts.get((seed, index), 0) + 1
-                        if attempts[(seed, index)] <= worker_retries:
-                            queue.put_nowait((seed, index))
-                            continue
-                        episode = _unbuilt(env, env_id, policy, sampling, seed, index, groups[seed], err)
-                if attempts.get((seed, index)):
-                    episode.metadata["worker_retries"] = attempts[(seed, index)]
-                if recorded_kwargs is not None:
-                    episode.metadata["env_kwargs"] = recorded_kwargs
-                results[(seed, index)] = episode
-                if writer is not None:
-                    writer.write(episode)
-                reporter.advance(episode)
+            if self.spare is not None:
+                _check_text_env(self.spare)
+                # a factory's env counts by the id it is registered under, in its records and in a resume's check;
+                # a class name (an unregistered env) is no id: a file of a subclass may be resumed with its parent
+                self.env_id = self.env_id or spec_id(self.spare)
+            if jsonl_path is not None:  # two runs appending to one file would record episodes twice
+                self.output.enter_context(hold_output(jsonl_path))
+            if resume:
+                self.results = resumed_episodes(
+                    jsonl_path, self.env_id, self.recorded_kwargs, self.sampling, self.groups, group_size
+                )
+            self.writer = JSONLWriter(jsonl_path, append=resume) if jsonl_path is not None else None
+        except BaseException:
+            if self.spare is not None:
+                with contextlib.suppress(Exception):  # the reason the run did not start is the error worth showing
+                    self.spare.close()
+                self.spare = None
+            self.close()
+            raise
+
+    async def play(self, jobs: list[tuple[int, int]], max_concurrency: int) -> None:
+        """Play every (seed, index) of ``jobs``, ``max_concurrency`` at once; a failure of one cancels the others."""
+        if self.spare is not None and getattr(getattr(self.spare, "unwrapped", self.spare), "remote", False):
+            self.executor = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="llmgym-env")
+        policy_limit = getattr(self.policy, "max_concurrency", None)
+        if policy_limit is not None:  # the policy knows its own sweet spot (llama.cpp: one stream)
+            max_concurrency = min(max_concurrency, policy_limit)
+        for job in jobs:
+            self.queue.put_nowait(job)
+        tasks = [asyncio.create_task(self.work()) for _ in range(min(max_concurrency, len(jobs)))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def work(self) -> None:
+        """One worker: take jobs until none is left, playing them on an env of its own."""
+        instance, self.spare = self.spare, None  # the first worker plays on the env built by open
+        try:
+            while not self.queue.empty():
+                seed, index = self.queue.get_nowait()
+                instance, episode = await self._play_job(instance, seed, index)
+                if episode is not None:
+                    self._record(seed, index, episode)
                 # a policy that never suspends (a scripted one) would otherwise hold the event loop for the whole
                 # run, and Ctrl-C (which cancels the main task) would only reach it once every episode was played
                 await asyncio.sleep(0)
@@ -298,25 +331,62 @@ async def arollout(
             if instance is not None:
                 _close(instance)
 
-    policy_limit = getattr(policy, "max_concurrency", None)
-    if policy_limit is not None:  # the policy knows its own sweet spot (llama.cpp: one stream)
-        max_concurrency = min(max_concurrency, policy_limit)
-    workers = [asyncio.create_task(worker()) for _ in range(min(max_concurrency, len(jobs)))]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-        if spare is not None:  # no job left to play (all resumed)
-            _close(spare)
-        if executor is not None:
-            executor.shutdown(wait=False)
-        reporter.close()
-        if writer is not None:
-            writer.close()
-        output.close()
-    return [results[(seed, index)] for seed in seed_list for index in range(group_size)]
+    async def _play_job(self, instance: gym.Env | None, seed: int, index: int) -> tuple[gym.Env | None, Episode | None]:
+        """Play (seed, index) on ``instance``, built first if ``None``.
+
+        Returns:
+            The env to play the next job on (``None``: build a fresh one), and the episode, or ``None`` when
+            its env worker died and it went back in the queue to be played again.
+        """
+        if instance is None:
+            try:
+                if self.executor is None:
+                    instance = self.make_env()
+                else:  # a remote env starts its session or worker over the network: off the event loop too
+                    instance = await asyncio.get_running_loop().run_in_executor(self.executor, self.make_env)
+            except Exception as err:  # an env was built before, so not bad arguments: one failed episode
+                return None, self._unbuilt(seed, index, err)
+        group = self.groups[seed]
+        try:
+            episode = await play_episode(
+                instance, self.env_id, self.policy, self.sampling, seed, index, group, self.executor
+            )
+        except EnvWorkerLost as err:  # nothing of it is kept: played again on a fresh env, or failed
+            _close(instance)
+            self.attempts[(seed, index)] = self.attempts.get((seed, index), 0) + 1
+            if self.attempts[(seed, index)] <= self.worker_retries:
+                self.queue.put_nowait((seed, index))
+                return None, None
+            return None, self._unbuilt(seed, index, err)
+        return instance, episode
+
+    def _record(self, seed: int, index: int, episode: Episode) -> None:
+        """Keep a finished episode, write it to the file at once and report it."""
+        if self.attempts.get((seed, index)):
+            episode.metadata["worker_retries"] = self.attempts[(seed, index)]
+        if self.recorded_kwargs is not None:
+            episode.metadata["env_kwargs"] = self.recorded_kwargs
+        self.results[(seed, index)] = episode
+        if self.writer is not None:
+            self.writer.write(episode)
+        if self.reporter is not None:
+            self.reporter.advance(episode)
+
+    def _unbuilt(self, seed: int, index: int, err: Exception) -> Episode:
+        return _unbuilt(self.source, self.env_id, self.policy, self.sampling, seed, index, self.groups[seed], err)
+
+    def close(self) -> None:
+        """Close the env no worker took (all resumed), the thread pool, the bar and the file; let go of the file."""
+        if self.spare is not None:
+            _close(self.spare)
+            self.spare = None
+        if self.executor is not None:
+            self.executor.shutdown(wait=False)
+        if self.reporter is not None:
+            self.reporter.close()
+        if self.writer is not None:
+            self.writer.close()
+        self.output.close()
 
 
 def _close(env: gym.Env) -> None:
@@ -324,7 +394,7 @@ def _close(env: gym.Env) -> None:
     try:
         env.close()
     except Exception as err:
-        warnings.warn(f"closing the env failed: {_describe(err)}", RuntimeWarning, stacklevel=1)
+        warnings.warn(f"closing the env failed: {describe_error(err)}", RuntimeWarning, stacklevel=1)
 
 
 def _check_text_env(env: gym.Env) -> None:
@@ -338,7 +408,7 @@ def _check_text_env(env: gym.Env) -> None:
     space = getattr(env, "action_space", None)
     if space is not None and not isinstance(space, gym.spaces.Text):
         raise TypeError(
-            f"rollout plays text actions, but {_env_name(env)}'s action space is {space!r}; "
+            f"rollout plays text actions, but {env_name(env)}'s action space is {space!r}; "
             "use an llmgym env or a Gymnasium env with a Text action space"
         )
 
@@ -369,7 +439,7 @@ def _unbuilt(
             "finish_reasons": [],
             "generated_tokens": None,
             "error_source": "env",
-            "error": _describe(err),
+            "error": describe_error(err),
         },
     )
 
@@ -404,7 +474,26 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _env_factory(env: EnvSource, env_kwargs: dict[str, Any] | None) -> Callable[[], gym.Env]:
+def _env_factory(
+    env: EnvSource, env_kwargs: dict[str, Any] | None, ray: bool | dict[str, Any]
+) -> Callable[[], gym.Env]:
+    """What builds each worker's env: ``gymnasium.make`` of an id, the caller's factory, or a Ray actor's env.
+
+    Raises:
+        ValueError, TypeError: an env or arguments no env can be built from (an unknown id fails here,
+            before any worker starts).
+    """
+    make_env = _local_env_factory(env, env_kwargs)
+    if ray is False:
+        return make_env
+    if not isinstance(env, str):
+        raise TypeError("ray=True places envs by id on Ray actors: pass an env id, not a factory")
+    from llmgym.rollout.ray_envs import ray_env_factory
+
+    return ray_env_factory(env, env_kwargs, {} if ray is True else dict(ray))
+
+
+def _local_env_factory(env: EnvSource, env_kwargs: dict[str, Any] | None) -> Callable[[], gym.Env]:
     if isinstance(env, str):
         gym.spec(env)  # an unknown id fails here, before any worker starts
         kwargs = dict(env_kwargs or {})
@@ -417,37 +506,21 @@ def _env_factory(env: EnvSource, env_kwargs: dict[str, Any] | None) -> Callable[
 
 
 class _Progress:
-    """Reports finished episodes to a rich progress bar or a callback."""
+    """Reports finished episodes to a progress bar (with their mean reward) or a callback."""
 
     def __init__(self, progress: bool | ProgressFn, total: int, initial: int):
         self.callback = progress if callable(progress) else None
         self.total, self.done = total, initial
-        self.bar = None
-        if progress is True:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("episodes"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("mean reward {task.fields[mean]}"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=False,
-            )
-            self.rewards: list[float] = []
-            self.task = self.bar.add_task("rollout", total=total, completed=initial, mean="-")
-            self.bar.start()
+        self.bar = ProgressBar("episodes", total, completed=initial, metric="mean reward", shown=progress is True)
+        self.rewards, self.played = 0.0, 0  # of the episodes played in this run (the bar's mean)
 
     def advance(self, episode: Episode) -> None:
         self.done += 1
-        if self.bar is not None:
-            self.rewards.append(episode.total_reward)
-            self.bar.update(self.task, advance=1, mean=f"{np.mean(self.rewards):.3f}")
+        self.rewards += episode.total_reward
+        self.played += 1
+        self.bar.advance(value=self.rewards / self.played)
         if self.callback is not None:
             self.callback(self.done, self.total, episode)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        self.bar.close()

@@ -1,7 +1,9 @@
 """Playing one episode, turn by turn: reset, ask the policy, record its tokens, step the env, build the record.
 
-:func:`_play` is what each worker of :func:`llmgym.rollout.arollout` runs per (seed, index); its
-state lives in :class:`_PlayState`. The steps are small functions in the order they run.
+:func:`play_episode` is what each worker of :func:`llmgym.rollout.arollout` runs per (seed, index); its
+state lives in :class:`_PlayState`. The steps are small functions in the order they run. Also holds what
+the rollouts (this one and the multi-agent one) share: :func:`describe_error` (an error as a record keeps
+it), :func:`env_name` and :func:`spec_id` (what an env is called), and :class:`EnvWorkerLost`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from llmgym.messages import Message, assistant, user
 from llmgym.policy import Generation, Policy, PolicyRequest, SamplingParams
 from llmgym.rollout.tokens import TokenMismatchError, TokenRecord
 
+__all__ = ["play_episode", "EnvWorkerLost", "describe_error", "env_name", "spec_id"]
+
 
 class EnvWorkerLost(RuntimeError):
     """The process that held the env died (a Ray actor killed): the episode is played again on a fresh env.
@@ -32,7 +36,7 @@ class EnvWorkerLost(RuntimeError):
     """
 
 
-async def _play(
+async def play_episode(
     env: gym.Env,
     env_id: str | None,
     policy: Policy,
@@ -78,7 +82,7 @@ async def _play(
 
 @dataclasses.dataclass
 class _PlayState:
-    """What :func:`_play` has seen of one episode so far."""
+    """What :func:`play_episode` has seen of one episode so far."""
 
     messages: list[Message] = dataclasses.field(default_factory=list)
     tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -108,7 +112,7 @@ def _reset_episode(state: _PlayState, env: gym.Env, seed: int) -> None:
     except (TokenMismatchError, EnvWorkerLost):
         raise
     except Exception as err:  # a broken env (a sandbox that did not start) fails this episode only
-        state.error = ("env", _describe(err))
+        state.error = ("env", describe_error(err))
     state.env_seconds += time.perf_counter() - tick
 
 
@@ -136,7 +140,7 @@ async def _generate(state: _PlayState, policy: Policy, request: PolicyRequest) -
     except TokenMismatchError:
         raise
     except Exception as err:  # one episode's failure must not end the run
-        state.error = ("policy", _describe(err))
+        state.error = ("policy", describe_error(err))
         state.policy_seconds += time.perf_counter() - tick
         return None
     state.policy_seconds += time.perf_counter() - tick
@@ -174,7 +178,7 @@ def _step_episode(state: _PlayState, env: gym.Env, reply: Message, turn: int) ->
     except (TokenMismatchError, EnvWorkerLost):
         raise
     except Exception as err:  # the record keeps the reply the env failed on, so the failure can be replayed
-        state.error = ("env", _describe(err))
+        state.error = ("env", describe_error(err))
         state.messages = state.messages + [_assistant_message(reply)]
     else:
         state.rewards.append(reward)
@@ -195,7 +199,7 @@ def _episode_record(state: _PlayState, env: gym.Env, env_id: str | None, seed: i
         except TokenMismatchError:
             raise
         except Exception as err:
-            state.error = state.error or ("env", _describe(err))
+            state.error = state.error or ("env", describe_error(err))
         else:  # but the outcome is what the caller's env returned, through its wrappers (TimeLimit, TransformReward)
             episode.turn_rewards = state.rewards
             episode.terminated, episode.truncated = state.terminated, state.truncated
@@ -204,7 +208,7 @@ def _episode_record(state: _PlayState, env: gym.Env, env_id: str | None, seed: i
             return episode
     # a plain env, or an env that failed: its state may be stale, so only what this loop saw counts
     return Episode(
-        env_id=env_id or _env_name(env),
+        env_id=env_id or env_name(env),
         seed=seed,
         messages=state.messages,
         tools=state.tools,
@@ -284,8 +288,13 @@ def _step(
     return reward, components, after, bool(terminated), bool(truncated)
 
 
-def _describe(err: Exception) -> str:
-    """An exception as ``metadata["error"]`` records it: ``"Type: message"``."""
+def describe_error(err: Exception) -> str:
+    """An exception as ``metadata["error"]`` records it: ``"Type: message"``.
+
+    Example:
+        >>> describe_error(ValueError("no such word"))
+        'ValueError: no such word'
+    """
     return f"{type(err).__name__}: {err}"
 
 
@@ -322,12 +331,12 @@ def _float_components(components: dict[str, Any], turn: int) -> dict[str, float]
     return floats
 
 
-def _env_name(env: gym.Env) -> str:
+def env_name(env: gym.Env) -> str:
     """The env's registered id, else its class name; never raises, even on a half-built env."""
-    return _spec_id(env) or type(getattr(env, "unwrapped", env)).__name__
+    return spec_id(env) or type(getattr(env, "unwrapped", env)).__name__
 
 
-def _spec_id(env: gym.Env) -> str | None:
+def spec_id(env: gym.Env) -> str | None:
     """The id ``env`` is registered under (``env.spec.id``); ``None`` for an unregistered env."""
     spec_id = getattr(getattr(env, "spec", None), "id", None)
     return spec_id if isinstance(spec_id, str) else None
