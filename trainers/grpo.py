@@ -86,6 +86,7 @@ from llmgym.trainers.losses import LossSums, TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, StepClock, peak_memory_mb, plot_metrics
 from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
 from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher
+from llmgym.trainers.precision import choose_precision
 from llmgym.trainers.samples import SampleLogger, with_advantages
 
 __all__ = ["GRPOTrainer", "main", "resolve_env_id"]
@@ -159,7 +160,7 @@ class GRPOTrainer:
                 self.out,
                 resume_step=self.step if resume else None,
                 report_to=config.report_to,
-                run_config=dataclasses.asdict(config),
+                run_config=self._run_config(),
                 wandb_project=config.wandb_project,
             )
             self.samples = SampleLogger(self.out, resume_step=self.step if resume else None)
@@ -246,11 +247,9 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
         )
-        self.autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16)
-            if config.bf16 and self.device.type == "cuda"
-            else contextlib.nullcontext()
-        )
+        # the loss's forward passes in bf16 autocast where this device multiplies bf16 faster (config.precision)
+        self.precision = choose_precision(config.precision, self.device)
+        self.autocast = self.precision.autocast()
 
     # -- the loop -------------------------------------------------------------------
 
@@ -258,7 +257,7 @@ class GRPOTrainer:
         """Run the remaining steps; returns every step's metrics (rank 0; other ranks get ``[]``)."""
         config, history, clock = self.config, [], StepClock()
         if self.rank == 0:
-            (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+            (self.out / "config.json").write_text(json.dumps(self._run_config(), indent=1))
         with _progress_bar(config.progress and self.rank == 0, config.steps, self.step) as show_progress:
             while self.step < config.steps:
                 clock.start()
@@ -482,6 +481,10 @@ class GRPOTrainer:
         values: list[float] = [0.0] * self.world
         dist.all_gather_object(values, value)
         return values
+
+    def _run_config(self) -> dict[str, Any]:
+        """The settings as saved in ``config.json`` and sent to W&B, with the precision chosen and why."""
+        return {**dataclasses.asdict(self.config), "precision_chosen": self.precision.as_dict()}
 
     def _checkpoint_to_resume(self) -> Path:
         """The newest checkpoint, if the settings that define the run are those saved in ``config.json``.

@@ -18,6 +18,7 @@ prompts it, and only the assistant turns enter the loss.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -37,6 +38,7 @@ from llmgym.trainers.config import SFTConfig
 from llmgym.trainers.losses import TokenScorer, sft_loss
 from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb
 from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
+from llmgym.trainers.precision import choose_precision
 
 __all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "check_tokens", "export_messages", "chat_messages"]
 
@@ -272,12 +274,16 @@ class SFTTrainer:
             for number, e in numbered
         ]
         self.scorer = TokenScorer(self.model)
+        # the loss's forward passes in bf16 autocast where this device multiplies bf16 faster (config.precision)
+        self.precision = choose_precision(config.precision, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay)
 
     def train(self) -> list[dict[str, float]]:
         """Run every epoch; returns each optimizer step's metrics (also in ``out/metrics.jsonl``)."""
         config, history = self.config, []
+        run_config = {**dataclasses.asdict(config), "precision_chosen": self.precision.as_dict()}
+        (self.out / "config.json").write_text(json.dumps(run_config, indent=1))
         logger = MetricsLogger(self.out)
         rng = np.random.default_rng(config.seed)
         steps_per_epoch = -(-len(self.episodes) // config.batch_size)
@@ -322,11 +328,7 @@ class SFTTrainer:
         chunks = [episodes[i : i + config.micro_batch_size] for i in range(0, len(episodes), config.micro_batch_size)]
         batches = [collate(chunk, max_length=config.max_length).to(self.device) for chunk in chunks]
         num_tokens = float(sum(b.mask.sum() for b in batches))
-        autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16)
-            if config.bf16 and self.device.type == "cuda"
-            else torch.autocast("cpu", enabled=False)
-        )
+        autocast = self.precision.autocast()
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for batch in batches:

@@ -40,16 +40,15 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from llmgym.policy import Generation, PolicyRequest, SamplingParams
+from llmgym.wrappers import hardware
 from llmgym.wrappers.decoding.prefix import common_prefix
 from llmgym.wrappers.llamacpp_policy import LlamaCppPolicy, TurnSampler
 from llmgym.wrappers.prompting import Prompt
@@ -67,19 +66,17 @@ MIN_COPIED_PREFIX = 32
 def default_engine() -> str:
     """The engine ``llmgym eval`` and ``llmgym serve`` decode concurrent requests with.
 
-    ``"torch"`` where torch, transformers and gguf are installed and the CPU multiplies
-    bf16 natively (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``): there its
-    batches are faster than llama.cpp's single stream (docs/benchmarks.md);
-    elsewhere ``"llama.cpp"``: without native bf16 the products are emulated, which
-    was not measured.
+    ``"torch"`` where torch, transformers and gguf are installed and a probe of this
+    CPU (:func:`~llmgym.wrappers.hardware.matmul_rates`) finds its bf16 matrix
+    products at least :data:`~llmgym.wrappers.hardware.BF16_MARGIN` times as fast as
+    fp32's: there the torch engine's bf16 batches beat llama.cpp (docs/benchmarks.md).
+    Elsewhere ``"llama.cpp"``, whose quantized kernels do not depend on bf16. The probe
+    decides, not the ``avx512_bf16`` flag, which CPUs that multiply bf16 slower than
+    fp32 also report (docs/policies-local.md).
     """
     if not all(importlib.util.find_spec(module) for module in ("torch", "transformers", "gguf")):
         return "llama.cpp"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "llama.cpp"
-    return "torch" if re.search(r"\b(avx512_bf16|amx_bf16)\b", flags) else "llama.cpp"
+    return "torch" if hardware.matmul_rates().bf16_is_faster() else "llama.cpp"
 
 
 class SlotEngine(Protocol):

@@ -4,7 +4,9 @@
 trainer test runs with one torch thread (:func:`one_torch_thread`), and a
 trainer's ``device="auto"`` means ``$LLMGYM_TEST_DEVICE`` (default ``cpu``, so
 the suite runs the same on a machine with a GPU; ``cuda`` for the tests marked
-``gpu``, as ``benchmarks/gpu_check.py`` runs them) (:func:`test_device`).
+``gpu``, as ``benchmarks/gpu_check.py`` runs them) (:func:`test_device`). On a CPU a
+trainer's ``precision="auto"`` means ``$LLMGYM_TEST_PRECISION`` (default ``fp32``), not
+what a probe of the machine finds (:func:`test_precision`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,30 @@ def test_device(monkeypatch):
     for trainer in (grpo, sft):
         monkeypatch.setattr(trainer, "resolve_device", lambda name: resolve(device if name == "auto" else name))
     yield device
+
+
+@pytest.fixture(autouse=True)
+def test_precision(monkeypatch):
+    """Resolve the trainers' ``precision="auto"`` on a CPU to ``$LLMGYM_TEST_PRECISION`` (default ``fp32``).
+
+    So the tests that compare the trainer's log-probs with the sampler's to 2e-4 pass on every CPU,
+    whichever precision a probe of it would pick; the probe's own choice is tested on its own.
+    """
+    precision = os.environ.get("LLMGYM_TEST_PRECISION", "fp32")
+    try:
+        from llmgym.trainers import grpo, sft
+        from llmgym.trainers import precision as module
+    except ImportError:  # no torch: the test skips itself
+        yield precision
+        return
+    choose = module.choose_precision
+
+    def choose_for_tests(setting, device):
+        return choose(precision if setting == "auto" and device.type == "cpu" else setting, device)
+
+    for trainer in (grpo, sft):
+        monkeypatch.setattr(trainer, "choose_precision", choose_for_tests)
+    yield precision
 
 
 @pytest.fixture

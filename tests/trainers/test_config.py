@@ -258,6 +258,22 @@ def test_int8_rollout_precision_is_deprecated_and_runs_as_fp32():
         assert GRPOConfig(rollout_precision="int8").rollout_precision == "fp32"
 
 
+@pytest.mark.parametrize("config_class", [GRPOConfig, SFTConfig])
+def test_the_bf16_switch_is_deprecated_for_precision(config_class, tmp_path):
+    assert config_class().precision == "auto" and config_class().bf16 is None
+    with pytest.warns(DeprecationWarning, match="bf16 is deprecated: set precision = 'fp32'"):
+        config = config_class(bf16=False)  # fp32 everywhere, as before
+    assert (config.precision, config.bf16) == ("fp32", None)
+    path = tmp_path / "cfg.toml"
+    path.write_text("bf16 = true\n")
+    with pytest.warns(DeprecationWarning, match="set precision = 'auto'"):
+        assert load_config(path, config_class).precision == "auto"  # bf16 on CUDA, as before
+    with pytest.raises(ValueError, match="set precision='bf16' or the deprecated bf16=False, not both"):
+        config_class(precision="bf16", bf16=False)
+    with pytest.raises(ValueError, match=r"precision must be one of \('auto', 'bf16', 'fp32'\), got 'fp16'"):
+        config_class(precision="fp16")
+
+
 def test_lora_dropout_warns_that_grpo_keeps_dropout_off():
     with pytest.warns(DeprecationWarning, match="no effect in GRPO"):
         GRPOConfig(lora=True, lora_dropout=0.1)
