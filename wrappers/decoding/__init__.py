@@ -12,6 +12,7 @@
 
 :class:`~llmgym.wrappers.transformers_policy.TransformersPolicy` uses ``llama``
 (``fast_decode``) and ``rollout_slots`` (``rollout_precision="bf16"``);
-:class:`~llmgym.wrappers.llamacpp_batch.LlamaCppBatchPolicy` runs ``slots`` as its
-``"torch"`` engine. All but ``prefix`` need torch; import each module itself.
+:class:`~llmgym.wrappers.torch_slot_policy.TorchSlotPolicy` decodes on ``slots``;
+the slot policies' scheduler, :class:`~llmgym.wrappers.slot_batching.SlotBatchPolicy`,
+uses ``prefix``. All but ``prefix`` need torch; import each module itself.
 """

@@ -4,12 +4,10 @@ Holds :class:`LlamaDecoder`. Decoding a small batch on a CPU is bound by
 reading the weights, but a transformers forward for one token also builds
 cache objects, masks and position tensors layer by layer, a cost this decoder
 does not pay (docs/benchmarks.md has the measurement). It runs the same
-modules (the model's own norms, projections, rotary embedding and activation,
-int8 copies included) on a key/value cache allocated once per batch, with one
-``scaled_dot_product_attention`` per layer, and with the q/k/v and gate/up
-projections of int8 copies fused into one kernel call each when their weights
-lie side by side. The logits equal the transformers forward's up to float
-rounding (the tests compare them).
+modules (the model's own norms, projections, rotary embedding and activation)
+on a key/value cache allocated once per batch, with one
+``scaled_dot_product_attention`` per layer. The logits equal the transformers
+forward's up to float rounding (the tests compare them).
 
 Only decoding steps run here; the prompt's prefill stays the model's own
 forward, whose key/value cache :meth:`LlamaDecoder.start` copies in.
@@ -17,7 +15,6 @@ forward, whose key/value cache :meth:`LlamaDecoder.start` copies in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,15 +38,12 @@ class LlamaDecoder:
     Args:
         model: the model (its weights are read at each step, so optimizer steps
             are seen without rebuilding the decoder).
-        fuse: ``module list -> callable or None``: a fused projection for
-            adjacent Linear layers (``Int8Linears.fused``), or ``None`` to call
-            each layer.
 
     Use :meth:`unsupported` first; then :meth:`start` after the prefill,
     :meth:`step` per token and :meth:`select` when rows finish.
     """
 
-    def __init__(self, model: nn.Module, fuse: Callable[[list[nn.Module]], Any] | None = None) -> None:
+    def __init__(self, model: nn.Module) -> None:
         reason = self.unsupported(model)
         if reason:
             raise ValueError(f"LlamaDecoder cannot run this model: {reason}")
@@ -60,10 +54,6 @@ class LlamaDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scaling = getattr(model.model.layers[0].self_attn, "scaling", self.head_dim**-0.5)
         self.layers = list(model.model.layers)
-        self.qkv = [
-            fuse([a.q_proj, a.k_proj, a.v_proj]) if fuse else None for a in (layer.self_attn for layer in self.layers)
-        ]
-        self.gate_up = [fuse([m.gate_proj, m.up_proj]) if fuse else None for m in (layer.mlp for layer in self.layers)]
         self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim]
         self.values: torch.Tensor | None = None
         self.length = 0  # cache columns filled
@@ -117,14 +107,11 @@ class LlamaDecoder:
         hidden = base.embed_tokens(tokens[:, None])  # [rows, 1, hidden]
         cos, sin = base.rotary_emb(hidden, positions[:, None])  # [rows, 1, head_dim]
         mask = attention[:, None, None, : column + 1].bool()
-        q_size, kv_size = heads * head_dim, kv_heads * head_dim
+        q_size = heads * head_dim
         for index, layer in enumerate(self.layers):
             attn = layer.self_attn
             normed = layer.input_layernorm(hidden)
-            if self.qkv[index] is not None:
-                q, k, v = self.qkv[index](normed).split((q_size, kv_size, kv_size), dim=-1)
-            else:
-                q, k, v = attn.q_proj(normed), attn.k_proj(normed), attn.v_proj(normed)
+            q, k, v = attn.q_proj(normed), attn.k_proj(normed), attn.v_proj(normed)
             q, k = apply_rotary_pos_emb(
                 q.view(rows, 1, heads, head_dim).transpose(1, 2),
                 k.view(rows, 1, kv_heads, head_dim).transpose(1, 2),
@@ -146,11 +133,7 @@ class LlamaDecoder:
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, q_size))
             normed = layer.post_attention_layernorm(hidden)
             mlp = layer.mlp
-            if self.gate_up[index] is not None:
-                gate, up = self.gate_up[index](normed).chunk(2, dim=-1)
-            else:
-                gate, up = mlp.gate_proj(normed), mlp.up_proj(normed)
-            hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
+            hidden = hidden + mlp.down_proj(mlp.act_fn(mlp.gate_proj(normed)) * mlp.up_proj(normed))
         self.length = column + 1
         return self.model.lm_head(base.norm(hidden))[:, 0]
 
