@@ -10,9 +10,10 @@ the cores, whose spinning workers want a core to spare; torch: every core) unles
 - ``eval_cN``: :func:`llmgym.rollout.rollout` on Wordle at N = 1, 4, 16 concurrent
   episodes, ``--waves`` x N episodes in all (4 by default: an eval runs more
   episodes than it runs at once, as the README's 32 at 16), as ``llmgym eval``
-  builds the policy (N = 1: ``LlamaCppPolicy``, one stream; N > 1:
-  ``LlamaCppBatchPolicy`` with N slots, on each engine of ``--engines``,
-  ``_llama.cpp`` suffixed to the llama.cpp engine's rows); aggregate generated
+  builds the policy (N = 1: ``LlamaCppPolicy``, one stream; N > 1: the batched
+  policy with N slots on each engine of ``--engines``, ``TorchSlotPolicy`` on torch
+  and ``LlamaCppBatchPolicy`` on llama.cpp, ``_llama.cpp`` suffixed to the llama.cpp
+  engine's rows); aggregate generated
   tokens/s and the prompt tokens evaluated per turn (first turn vs later turns:
   later turns should evaluate only the env's reply); ``eval_c16_rerun``: the same
   eval again, to check that the same seeds give the same tokens;
@@ -212,16 +213,29 @@ def trainer_rollout_case(precision: str, prompts: int, group: int, sampling: Sam
     return {"rollout_precision": precision, "episodes": episodes, "group_size": group, **numbers}
 
 
-def batch_rate(threads: int, tokens: int, engine: str) -> dict[str, Any]:
-    """LlamaCppBatchPolicy at 16 sequences (the requests of :func:`one_batch_rate`)."""
-    from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
+def batch_rate(threads: int | None, tokens: int, engine: str) -> dict[str, Any]:
+    """The batched policy of ``engine`` at 16 sequences (the requests of :func:`one_batch_rate`), and the model's
+    parameter count (from the llama.cpp model both policies tokenize with)."""
+    from llmgym.wrappers.llamacpp_policy import import_llama_cpp
 
-    policy = LlamaCppBatchPolicy(slots=16, n_ctx=1024, n_threads=threads, engine=engine)
+    policy = batch_policy(engine, slots=16, n_ctx=1024, n_threads=threads)
     try:
-        parameters = policy._llama_cpp.llama_model_n_params(policy.llm.model)
+        parameters = import_llama_cpp().llama_model_n_params(policy.llm.model)
         return {**one_batch_rate(policy, tokens), "parameters": parameters}
     finally:
         policy.close()
+
+
+def batch_policy(engine: str, **kwargs: Any) -> Any:
+    """The batched local policy of ``engine``: :class:`TorchSlotPolicy` for ``"torch"``, else
+    :class:`LlamaCppBatchPolicy` on that engine."""
+    if engine == "torch":
+        from llmgym.wrappers.torch_slot_policy import TorchSlotPolicy
+
+        return TorchSlotPolicy(**kwargs)
+    from llmgym.wrappers.llamacpp_batch import LlamaCppBatchPolicy
+
+    return LlamaCppBatchPolicy(engine=engine, **kwargs)
 
 
 def matmul_rate(threads: int, dtype: str = "float32", size: int = 1024, repeats: int = 20) -> float:
@@ -259,7 +273,28 @@ def isolated(case: Callable[..., Any], *args: Any) -> Any:
         return pool.submit(case, *args).result()
 
 
-def main() -> None:
+class Reference:
+    """The single stream every ratio divides by, measured again right before a case on its best thread count:
+    this machine's speed drifts over a run (the same eval, the same tokens, ran at 394 and at 348 tokens/s
+    minutes apart)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def measure(self) -> float:
+        from llmgym.wrappers.weights import default_gguf_path
+
+        return isolated(single_stream, str(default_gguf_path()), self.threads, 128)["tokens_per_s"]
+
+    def beside(self, case: Callable[..., Any], *case_args: Any) -> Any:
+        """``case(*case_args)`` in a fresh process, with the reference measured right before it."""
+        rate = self.measure()
+        out = isolated(case, *case_args)
+        (out[0] if isinstance(out, tuple) else out)["reference_beside_tokens_per_s"] = rate
+        return out
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128, help="most tokens per turn (default 128)")
     parser.add_argument("--max-turns", type=int, default=3, help="turns per eval episode (default 3)")
@@ -269,87 +304,66 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=4, help="episodes per slot in eval and serve (default 4)")
     parser.add_argument("--skip", default="", help="parts to skip: eval,serve,trainer")
     parser.add_argument(
-        "--engines", default="torch,llama.cpp", help="LlamaCppBatchPolicy engines, the first unsuffixed"
+        "--engines",
+        default="torch,llama.cpp",
+        help="batched engines (torch: TorchSlotPolicy; llama.cpp: LlamaCppBatchPolicy), the first unsuffixed",
     )
     parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args()
-    skip = set(filter(None, args.skip.split(",")))
+    return parser.parse_args()
+
+
+def single_streams(threads: int | None) -> dict[str, Any]:
+    """The single stream on half the cores' threads (or ``threads``) and on every core's; the faster one, with both."""
     from llmgym.wrappers.weights import default_gguf_path
 
-    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
-    engines = [engine for engine in args.engines.split(",") if engine]
-    suffix = {engine: "" if engine == engines[0] else "_" + engine for engine in engines}
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    every = os.cpu_count() or 1
+    counts = sorted({threads or max(1, every // 2), every})
+    streams = [isolated(single_stream, str(default_gguf_path()), n, 128) for n in counts]
+    best = dict(max(streams, key=lambda stream: stream["tokens_per_s"]))
+    best["all_thread_counts"] = streams
+    print(f"-- single_stream: {best}", flush=True)
+    return best
+
+
+def eval_cases(
+    args: argparse.Namespace, engines: list[str], suffix: dict[str, str], sampling: SamplingParams, reference: Reference
+) -> dict[str, Any]:
+    """``eval_cN`` on each engine; at the highest N on the first engine also a rerun (the same tokens?) and one wave
+    (as many episodes as slots, so the run ends in a tail of ever fewer rows)."""
     results: dict[str, Any] = {}
-    half, every = max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1
-    threads = sorted({args.threads or half, every})
-    streams = [isolated(single_stream, str(default_gguf_path()), n, 128) for n in threads]
-    results["single_stream"] = dict(max(streams, key=lambda stream: stream["tokens_per_s"]))
-    results["single_stream"]["all_thread_counts"] = streams
-    print(f"-- single_stream: {results['single_stream']}", flush=True)
-    best_threads = results["single_stream"]["threads"]
-
-    def reference() -> float:
-        """The reference again, on its best thread count, right before a case: this machine's speed drifts over
-        a run (the same eval, the same tokens, ran at 394 and at 348 tokens/s minutes apart)."""
-        return isolated(single_stream, str(default_gguf_path()), best_threads, 128)["tokens_per_s"]
-
-    def beside(case: Callable[..., Any], *case_args: Any) -> Any:
-        """``case(*case_args)`` in a fresh process, with the reference measured right before it."""
-        rate = reference()
-        out = isolated(case, *case_args)
-        (out[0] if isinstance(out, tuple) else out)["reference_beside_tokens_per_s"] = rate
-        return out
-
+    levels = [int(x) for x in args.eval.split(",")]
     for engine in engines:
-        results[f"batch16{suffix[engine]}"] = isolated(batch_rate, args.threads, 64, engine)
-        print(f"-- batch16 {engine}: {results[f'batch16{suffix[engine]}']}", flush=True)
-    if "eval" not in skip:
-        levels = [int(x) for x in args.eval.split(",")]
-        for engine in engines:
-            for level in levels:
-                if level == 1 and engine != engines[0]:
-                    continue  # one episode at a time is the single-stream policy whatever the engine
-                name = f"eval_c{level}{suffix[engine] if level > 1 else ''}"
-                case = (eval_case, level, level * args.waves, sampling, args.max_turns, args.threads, engine)
-                results[name], tokens = beside(*case)
-                print(f"-- {name}: {json.dumps(results[name])}", flush=True)
-                if level == max(levels) and engine == engines[0]:  # the same seeds again: the same tokens?
-                    rerun, again = beside(*case)
-                    rerun["same_tokens_as_first_run"] = again == tokens
-                    results[f"eval_c{level}_rerun"] = rerun
-                    print(f"-- eval_c{level}_rerun: {json.dumps(rerun)}", flush=True)
-                    # one wave: as many episodes as slots, so the run ends in a tail of ever fewer rows
-                    one_wave, _ = beside(eval_case, level, level, sampling, args.max_turns, args.threads, engine)
-                    results[f"eval_c{level}_one_wave"] = one_wave
-                    print(f"-- eval_c{level}_one_wave: {json.dumps(one_wave)}", flush=True)
-    if "serve" not in skip:
-        for engine in engines:
-            levels = [int(x) for x in args.serve.split(",")]
-            results.update(serve_cases(levels, sampling, engine, suffix[engine], args.waves, reference))
-    if "trainer" not in skip:
-        results["trainer_rollout_bf16"] = beside(trainer_rollout_case, "bf16", 4, 4, sampling, args.max_turns)
-        print(f"-- trainer_rollout_bf16: {results['trainer_rollout_bf16']}", flush=True)
-    base = results["single_stream"]["tokens_per_s"]
-    ratios = {
-        name: round(value["tokens_per_s"] / base, 2)
-        for name, value in results.items()
-        if isinstance(value, dict) and value.get("tokens_per_s") and name != "single_stream"
-    }
-    ratios_beside = {
-        name: round(value["tokens_per_s"] / value["reference_beside_tokens_per_s"], 2)
-        for name, value in results.items()
-        if isinstance(value, dict) and value.get("reference_beside_tokens_per_s")
-    }
-    fp32 = isolated(matmul_rate, args.threads or every)
-    bf16 = isolated(matmul_rate, args.threads or every, "bfloat16")
+        for level in levels:
+            if level == 1 and engine != engines[0]:
+                continue  # one episode at a time is the single-stream policy whatever the engine
+            name = f"eval_c{level}{suffix[engine] if level > 1 else ''}"
+            case = (eval_case, level, level * args.waves, sampling, args.max_turns, args.threads, engine)
+            results[name], tokens = reference.beside(*case)
+            print(f"-- {name}: {json.dumps(results[name])}", flush=True)
+            if level == max(levels) and engine == engines[0]:
+                rerun, again = reference.beside(*case)
+                rerun["same_tokens_as_first_run"] = again == tokens
+                results[f"eval_c{level}_rerun"] = rerun
+                print(f"-- eval_c{level}_rerun: {json.dumps(rerun)}", flush=True)
+                one_wave, _ = reference.beside(eval_case, level, level, sampling, args.max_turns, args.threads, engine)
+                results[f"eval_c{level}_one_wave"] = one_wave
+                print(f"-- eval_c{level}_one_wave: {json.dumps(one_wave)}", flush=True)
+    return results
+
+
+def limits(results: dict[str, Any], threads: int | None) -> dict[str, Any]:
+    """How far the best rate is from the machine: FLOPs per token (2 x parameters) against measured
+    ``torch.matmul`` rates, and the memory bound a 16-row step meets first."""
+    every = os.cpu_count() or 1
+    fp32 = isolated(matmul_rate, threads or every)
+    bf16 = isolated(matmul_rate, threads or every, "bfloat16")
     best = max(v["tokens_per_s"] for v in results.values() if isinstance(v, dict) and "tokens_per_s" in v)
     per_token = 2 * results["batch16"]["parameters"]
     bandwidth = isolated(memory_rate)
     weight_bytes = 2 * results["batch16"]["parameters"]  # bf16
     kv_bytes_per_token = 2 * 2 * 30 * 3 * 64  # K and V, bf16, SmolLM2's 30 layers x 3 kv heads x 64
     context = 500  # Wordle's mean context at 16 episodes, 3 turns
-    limit = {
+    return {
         "memory_gb_per_s": round(bandwidth / 1e9, 1),
         # a step of 16 rows reads the bf16 weights once and each row's keys and values
         "memory_limit_tokens_per_s_16_rows_500_context": round(
@@ -363,6 +377,47 @@ def main() -> None:
         "best_tokens_per_s": best,
         "best_fraction_of_bf16_limit": round(best * per_token / bf16, 3),
     }
+
+
+def ratios(results: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each case's tokens/s over the single stream's, and over the reference measured beside it."""
+    base = results["single_stream"]["tokens_per_s"]
+    to_base = {
+        name: round(value["tokens_per_s"] / base, 2)
+        for name, value in results.items()
+        if isinstance(value, dict) and value.get("tokens_per_s") and name != "single_stream"
+    }
+    to_beside = {
+        name: round(value["tokens_per_s"] / value["reference_beside_tokens_per_s"], 2)
+        for name, value in results.items()
+        if isinstance(value, dict) and value.get("reference_beside_tokens_per_s")
+    }
+    return to_base, to_beside
+
+
+def main() -> None:
+    args = parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    engines = [engine for engine in args.engines.split(",") if engine]
+    suffix = {engine: "" if engine == engines[0] else "_" + engine for engine in engines}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    results: dict[str, Any] = {"single_stream": single_streams(args.threads)}
+    reference = Reference(results["single_stream"]["threads"])
+    for engine in engines:
+        results[f"batch16{suffix[engine]}"] = isolated(batch_rate, args.threads, 64, engine)
+        print(f"-- batch16 {engine}: {results[f'batch16{suffix[engine]}']}", flush=True)
+    if "eval" not in skip:
+        results.update(eval_cases(args, engines, suffix, sampling, reference))
+    if "serve" not in skip:
+        levels = [int(x) for x in args.serve.split(",")]
+        for engine in engines:
+            results.update(serve_cases(levels, sampling, engine, suffix[engine], args.waves, reference.measure))
+    if "trainer" not in skip:
+        results["trainer_rollout_bf16"] = reference.beside(trainer_rollout_case, "bf16", 4, 4, sampling, args.max_turns)
+        print(f"-- trainer_rollout_bf16: {results['trainer_rollout_bf16']}", flush=True)
+    to_base, to_beside = ratios(results)
+    limit = limits(results, args.threads)
     report = {
         "benchmark": "llamacpp_batch",
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -376,8 +431,8 @@ def main() -> None:
             "episodes_per_slot": args.waves,
         },
         "results": results,
-        "ratios_vs_single_stream": ratios,
-        "ratios_vs_reference_beside": ratios_beside,
+        "ratios_vs_single_stream": to_base,
+        "ratios_vs_reference_beside": to_beside,
         "targets": {"eval_c16": ">= 2.5", "serve_c16": ">= 2.5", "serve_c64": ">= 2.5"},
         "engines": engines,
         "limit": limit,
@@ -386,13 +441,11 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nsingle stream: {base} tok/s ({results['single_stream']['threads']} threads)")
+    print(f"\nsingle stream: {results['single_stream']['tokens_per_s']} tok/s ({reference.threads} threads)")
     print("ratios vs single stream (target >= 2.5 for eval_c16, serve_c16, serve_c64):")
-    for name, value in ratios.items():
-        print(
-            f"  {name}: {value}"
-            + (f" ({ratios_beside[name]} against the reference beside it)" if name in ratios_beside else "")
-        )
+    for name, value in to_base.items():
+        beside = f" ({to_beside[name]} against the reference beside it)" if name in to_beside else ""
+        print(f"  {name}: {value}{beside}")
     print(f"limit: {json.dumps(limit)}")
     print(f"wrote {out}")
 
