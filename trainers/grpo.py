@@ -45,7 +45,6 @@ import copy
 import dataclasses
 import importlib
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ import torch.distributed as dist
 
 from llmgym.episode import Episode
 from llmgym.policy import Policy
+from llmgym.progress import ProgressBar
 from llmgym.trainers.advantages import Advantages, compute_advantages, merge_advantage_stats
 from llmgym.trainers.batch import EpisodeBatch, collate
 from llmgym.trainers.checkpoint import (
@@ -258,7 +258,8 @@ class GRPOTrainer:
         config, history, clock = self.config, [], StepClock()
         if self.rank == 0:
             (self.out / "config.json").write_text(json.dumps(self._run_config(), indent=1))
-        with _progress_bar(config.progress and self.rank == 0, config.steps, self.step) as show_progress:
+        shown = config.progress and self.rank == 0
+        with ProgressBar("GRPO", config.steps, completed=self.step, metric="reward", shown=shown) as progress:
             while self.step < config.steps:
                 clock.start()
                 # 1. collect: group_size episodes per env seed with the current weights, groups without signal
@@ -293,7 +294,7 @@ class GRPOTrainer:
                 if self.rank == 0:
                     self._log(metrics, rollouts.episodes, advantages)
                     history.append(metrics)
-                show_progress(self.step, metrics.get("reward/mean", 0.0))
+                progress.update(self.step, value=metrics.get("reward/mean", 0.0))
                 # 6. save
                 if self.step % config.save_every == 0 or self.step == config.steps:
                     self.save()
@@ -533,34 +534,6 @@ class GRPOTrainer:
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _progress_bar(shown: bool, total: int, done: int) -> Iterator[Callable[[int, float], None]]:
-    """A progress bar of the steps (when ``shown``); yields ``show(step, reward)``, which moves it."""
-    if not shown:
-        yield lambda step, reward: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(
-        TextColumn("GRPO"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("reward {task.fields[reward]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    task = bar.add_task("train", total=total, completed=done, reward="-")
-    with bar:
-        yield lambda step, reward: bar.update(task, completed=step, reward=f"{reward:.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

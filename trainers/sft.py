@@ -32,6 +32,7 @@ import torch
 from llmgym.episode import Episode, load_jsonl
 from llmgym.messages import Message
 from llmgym.parsing import text_protocol_content
+from llmgym.progress import ProgressBar
 from llmgym.trainers.batch import collate
 from llmgym.trainers.checkpoint import save_weights
 from llmgym.trainers.config import SFTConfig
@@ -287,13 +288,7 @@ class SFTTrainer:
         logger = MetricsLogger(self.out)
         rng = np.random.default_rng(config.seed)
         steps_per_epoch = -(-len(self.episodes) // config.batch_size)
-        progress = None
-        if config.progress:
-            from rich.progress import Progress
-
-            progress = Progress()
-            task = progress.add_task("SFT", total=steps_per_epoch * config.epochs)
-            progress.start()
+        progress = ProgressBar("SFT", steps_per_epoch * config.epochs, shown=config.progress)
         self.model.train()
         step = 0
         try:
@@ -314,12 +309,10 @@ class SFTTrainer:
                     }
                     logger.log(metrics)
                     history.append(metrics)
-                    if progress is not None:
-                        progress.update(task, advance=1)
+                    progress.advance()
         finally:
             logger.close()
-            if progress is not None:
-                progress.stop()
+            progress.close()
         save_weights(self.model, self.tokenizer, self.out / "final", base=self.config.model)
         return history
 
