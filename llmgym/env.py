@@ -27,9 +27,10 @@ from llmgym.parsing import (
     ParsedAction,
     parse_action,
     text_protocol_content,
+    thoughts,
     without_thinking,
 )
-from llmgym.rubric import THINK_RE, Rubric, TurnContext
+from llmgym.rubric import Rubric, TurnContext
 from llmgym.spaces import Text
 from llmgym.tools import BoundTool, Tool, ToolResult
 
@@ -133,7 +134,10 @@ class LLMEnv(gym.Env[str, str], ABC):
         """Start a new task with ``self.np_random`` and return the first user message."""
 
     def on_text(self, text: str) -> str:
-        """Answer an action with no tool calls (default: remind the agent of its tools)."""
+        """Answer an action with no tool calls (default: remind the agent of its tools).
+
+        ``text`` is what the agent said, its reasoning left out (:func:`~llmgym.parsing.without_thinking`).
+        """
         if not self.tools:
             return ""
         names = ", ".join(self.tools)
@@ -231,7 +235,7 @@ class LLMEnv(gym.Env[str, str], ABC):
             tool_results=tool_results,
             format_errors=format_errors,
             action_tokens=tokens,
-            thinking_tokens=sum(self.count_tokens(thought) for thought in THINK_RE.findall(text)),
+            thinking_tokens=sum(self.count_tokens(thought) for thought in thoughts(text)),
             done=terminated or truncated,
             terminated=terminated,
             history=list(self.turn_contexts),

@@ -5,6 +5,12 @@ written in the text protocol ``<tool_call>{"name": ..., "arguments": {...}}</too
 one or more) or an OpenAI assistant message ``dict`` with native
 ``tool_calls``. It never raises for the agent's mistakes: problems are listed
 in :attr:`ParsedAction.errors` so the environment can answer them.
+
+Reasoning has one reading, :data:`THINK_BLOCK`, shared by every part of llmgym that
+sets it apart: :func:`without_thinking` (what an environment reads as the answer),
+:func:`thoughts` (what the thinking-token count measures) and
+:func:`without_leading_thinking` (a reply that may quote the tags, such as a judge's
+verdict). :func:`show_value` and :func:`clip_text` are how messages quote a value.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ __all__ = [
     "parse_text_tool_calls",
     "text_protocol_content",
     "without_thinking",
+    "without_leading_thinking",
+    "thoughts",
+    "THINK_BLOCK",
+    "show_value",
     "clip_text",
     "TOOL_CALL_OPEN",
     "TOOL_CALL_CLOSE",
@@ -32,7 +42,11 @@ TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # split() keeps the bodies
 _ALLOWED_KEYS = frozenset({"name", "arguments"})
-_THINKING = re.compile(r"(<think>.*?(?:</think>|\Z))", re.DOTALL)  # a closed block, or an unclosed one to the end
+
+#: A reasoning block: ``<think>`` to the next ``</think>``, or to the end of the text when the
+#: reasoning was cut off before it closed; group ``thought`` is what is inside. The tags are
+#: matched exactly, as chat templates write them and vLLM's reasoning parsers read them.
+THINK_BLOCK = re.compile(r"<think>(?P<thought>.*?)(?:</think>|\Z)", re.DOTALL)
 
 
 @dataclass(slots=True)
@@ -67,7 +81,7 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
     """
     calls: list[ToolCall] = []
     errors: list[str] = []
-    pieces = _THINKING.split(text)  # said, thought, said, ..., said: only what was said is read
+    pieces = _said_and_thought(text)  # only what was said is read
     blocks = 0
     for i in range(0, len(pieces), 2):
         pieces[i], blocks = _read_blocks(pieces[i], id_prefix, blocks, calls, errors)
@@ -75,7 +89,7 @@ def parse_text_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list
 
 
 def without_thinking(text: str) -> str:
-    """``text`` without its reasoning: closed ``<think>...</think>`` blocks and an unclosed ``<think>`` to the end.
+    """``text`` without its reasoning: every :data:`THINK_BLOCK`, closed or running to the end.
 
     What an environment's ``on_text`` reads: an answer written while reasoning is not the answer.
 
@@ -83,7 +97,42 @@ def without_thinking(text: str) -> str:
         >>> without_thinking("<think>maybe 41</think>The answer is 42. <think>or 43")
         'The answer is 42. '
     """
-    return _THINKING.sub("", text)
+    return THINK_BLOCK.sub("", text)
+
+
+def without_leading_thinking(text: str) -> str:
+    """``text`` without the :data:`THINK_BLOCK` it opens with (after any whitespace); the rest as it is.
+
+    For a reply that may quote the tags after its reasoning, such as a judge's JSON verdict on a
+    reasoning model's transcript: :func:`without_thinking` would cut the quote out of the JSON.
+
+    Example:
+        >>> without_leading_thinking('<think>fair?</think>\\n{"reasoning": "it wrote <think>", "score": 3}')
+        '\\n{"reasoning": "it wrote <think>", "score": 3}'
+        >>> without_leading_thinking("no reasoning <think>here</think>")
+        'no reasoning <think>here</think>'
+    """
+    block = THINK_BLOCK.match(text, len(text) - len(text.lstrip()))
+    return text[block.end() :] if block else text
+
+
+def thoughts(text: str) -> list[str]:
+    """What is inside each :data:`THINK_BLOCK` of ``text``, in order: the reasoning the thinking tokens count.
+
+    Example:
+        >>> thoughts("<think>a</think>said<think>b, cut off")
+        ['a', 'b, cut off']
+    """
+    return [block["thought"] for block in THINK_BLOCK.finditer(text)]
+
+
+def _said_and_thought(text: str) -> list[str]:
+    """``text`` in pieces, said, thought, said, ..., said: each thought a whole :data:`THINK_BLOCK`, tags included."""
+    pieces, said_from = [], 0
+    for block in THINK_BLOCK.finditer(text):
+        pieces += [text[said_from : block.start()], block[0]]
+        said_from = block.end()
+    return [*pieces, text[said_from:]]
 
 
 def _read_blocks(text: str, id_prefix: str, first: int, calls: list[ToolCall], errors: list[str]) -> tuple[str, int]:
@@ -203,3 +252,24 @@ def clip_text(text: str, limit: int = 80) -> str:
         'xxxxx...'
     """
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def show_value(value: Any) -> str:
+    """``value`` as Python writes it (``repr``), or its type when its ``__repr__`` raises.
+
+    How llmgym shows a value it cannot use as it is: a tool result JSON cannot write, a
+    reward that is not a number (quoted with :func:`clip_text`).
+
+    Example:
+        >>> show_value({(1, 2): "b"})
+        "{(1, 2): 'b'}"
+        >>> class Broken:
+        ...     def __repr__(self):
+        ...         raise RuntimeError("no")
+        >>> show_value(Broken())
+        '<Broken value that cannot be shown: RuntimeError>'
+    """
+    try:
+        return repr(value)
+    except Exception as err:  # a broken __repr__ must not hide what the message is about
+        return f"<{type(value).__name__} value that cannot be shown: {type(err).__name__}>"

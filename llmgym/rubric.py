@@ -9,12 +9,12 @@ library of reusable components. Every reward function has one signature,
 from __future__ import annotations
 
 import math
-import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from llmgym.parsing import ParsedAction
+from llmgym.parsing import THINK_BLOCK, ParsedAction, clip_text, show_value
 from llmgym.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -29,10 +29,19 @@ __all__ = [
     "length_penalty",
     "thinking_penalty",
     "tool_error_rate",
-    "THINK_RE",
 ]
 
-THINK_RE = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+
+def __getattr__(name: str) -> Any:
+    if name == "THINK_RE":  # public in 0.2; goes in the next release
+        warnings.warn(
+            "llmgym.rubric.THINK_RE is deprecated: use llmgym.parsing.THINK_BLOCK (the same pattern, every part "
+            "of llmgym reads reasoning with it) or llmgym.parsing.thoughts(text)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return THINK_BLOCK
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)
@@ -47,7 +56,7 @@ class TurnContext:
         tool_results: ``(name, result)`` for each tool call made this turn.
         format_errors: problems with the action's format, tool names or arguments.
         action_tokens: tokens the action used (see ``LLMEnv.count_tokens``).
-        thinking_tokens: tokens inside ``<think>...</think>``.
+        thinking_tokens: tokens of the action's reasoning (:func:`llmgym.parsing.thoughts`).
         done: the episode ends this turn (terminated or truncated).
         terminated: the task is over.
         history: the contexts of earlier turns, oldest first.
@@ -150,15 +159,7 @@ def _as_float(name: str, value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"reward {name!r} returned {_show(value)}; a reward must be a number") from None
-
-
-def _show(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # a broken __repr__ must not hide the reward's name
-        text = f"a {type(value).__name__}"
-    return text if len(text) <= 80 else text[:77] + "..."
+        raise TypeError(f"reward {name!r} returned {clip_text(show_value(value))}; a reward must be a number") from None
 
 
 def format_error(ctx: TurnContext) -> float:

@@ -30,6 +30,8 @@ import pydantic
 from pydantic_core import PydanticCustomError
 from typing_extensions import NotRequired, TypedDict
 
+from llmgym.parsing import show_value
+
 __all__ = ["Tool", "ToolResult", "ToolError", "strip_schema_titles", "tool"]
 
 
@@ -153,8 +155,8 @@ class Tool:
             return ToolResult(f"Error: {self.name} failed: {type(err).__name__}: {err}", ok=False)
         try:
             content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        except Exception:  # a cycle, non-string keys, a broken __str__: show the value as Python prints it
-            content = _show(value)
+        except Exception:  # a cycle, non-string keys, a broken __str__: show the value as Python writes it
+            content = show_value(value)
         if len(content) > self.max_output_chars:
             content = content[: self.max_output_chars] + f"\n[output truncated at {self.max_output_chars} characters]"
         return ToolResult(content, True, value)
@@ -273,13 +275,6 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, max_o
     if fn is None:
         return lambda f: Tool(f, name=name, max_output_chars=max_output_chars)
     return Tool(fn, name=name, max_output_chars=max_output_chars)
-
-
-def _show(value: Any) -> str:
-    try:
-        return str(value)
-    except Exception as err:  # a broken __str__ or __repr__
-        return f"<{type(value).__name__} value that cannot be shown: {type(err).__name__}>"
 
 
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")  # name -> schema

@@ -124,6 +124,14 @@ def test_length_and_thinking_penalties():
     assert info["reward_components"]["thinking_penalty"] == pytest.approx((4 - 2) / 2)
 
 
+def test_an_unclosed_think_counts_as_thinking_to_the_very_end():
+    # the count used to stop before a last newline ("$"); the call parser and on_text read it to the end
+    env = EchoEnv()
+    env.reset()
+    _, _, _, _, info = env.step("<think>" + "x" * 16 + "\n")  # 17 characters: 5 tokens, 3 over the budget of 2
+    assert info["reward_components"]["thinking_penalty"] == pytest.approx((5 - 2) / 2)
+
+
 def test_tool_error_rate_metric():
     env = EchoEnv()
     env.reset()

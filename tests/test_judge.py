@@ -192,6 +192,9 @@ def test_parse_verdict_is_strict(reply):
 def test_parse_verdict_accepts_fences_and_thinking():
     assert parse_verdict('```json\n{"reasoning": "ok", "score": 7}\n```').score == 7.0
     assert parse_verdict('<think>{"score": 10}</think>\n{"reasoning": "ok", "score": 2.5}').score == 2.5
+    # only the block the reply opens with is reasoning: a verdict may quote the tags of the transcript it grades
+    quoted = '{"reasoning": "it reasoned in <think> and never closed it", "score": 4}'
+    assert parse_verdict(quoted).score == 4.0 and parse_verdict(f"<think>hm</think>{quoted}").score == 4.0
     with pytest.raises(ValueError, match="3 scores for 2"):
         parse_group_verdict('{"reasoning": "", "scores": [1, 2, 3]}', 2)
 

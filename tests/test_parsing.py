@@ -1,9 +1,11 @@
-"""Tool-call parsing: text protocol and native OpenAI tool_calls."""
+"""Tool-call parsing: text protocol and native OpenAI tool_calls; reasoning blocks; how values are quoted."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -11,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import llmgym  # noqa: F401
-from llmgym.parsing import parse_action, parse_text_tool_calls, without_thinking
+from llmgym.parsing import (
+    THINK_BLOCK,
+    parse_action,
+    parse_text_tool_calls,
+    show_value,
+    thoughts,
+    without_leading_thinking,
+    without_thinking,
+)
 
 
 def test_several_calls_with_whitespace_and_fences():
@@ -148,3 +158,92 @@ def test_think_blocks_do_not_hide_calls_or_tag_errors_outside_them():
 def test_an_unclosed_think_is_reasoning_to_the_end():
     _, calls, errors = parse_text_tool_calls(f"{call('a')} <think>and then {call('b')}")
     assert [c.name for c in calls] == ["a"] and errors == []
+
+
+def test_reasoning_is_read_alike_by_the_call_parser_the_answer_and_the_thinking_count():
+    text = f"<think>try {call('a')}</think>said {call('b')}<think>cut off {call('c')}"
+    prose, calls, _ = parse_text_tool_calls(text)
+    assert [c.name for c in calls] == ["b"]
+    assert without_thinking(text) == f"said {call('b')}"
+    assert thoughts(text) == [f"try {call('a')}", f"cut off {call('c')}"]
+    assert [block[0] for block in THINK_BLOCK.finditer(prose)] == [
+        f"<think>try {call('a')}</think>",
+        f"<think>cut off {call('c')}",
+    ]
+
+
+def test_only_the_exact_lower_case_tags_mark_reasoning():
+    # as chat templates write them and vLLM's reasoning parsers read them; MathTools alone used to ignore case
+    text = f"<THINK>{call('a')}</THINK> <Think>Final answer: 3</Think>"
+    assert [c.name for c in parse_text_tool_calls(text)[1]] == ["a"]
+    assert without_thinking(text) == text and thoughts(text) == []
+
+
+def test_an_unclosed_thought_runs_to_the_very_end():
+    # the rubric's pattern ended at "$", which also matches before a last newline: that newline went uncounted
+    assert thoughts("<think>abc\n") == ["abc\n"] and without_thinking("x<think>abc\n") == "x"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('  <think>a</think>{"x": "<think>"}', '{"x": "<think>"}'),
+        ('{"x": "<think>y</think>"}', '{"x": "<think>y</think>"}'),  # not leading: kept, quotes and all
+        ("<think>a</think><think>b</think>c", "<think>b</think>c"),  # one block, the one it opens with
+        ("<think>never closed", ""),
+    ],
+)
+def test_without_leading_thinking_removes_only_the_block_the_text_opens_with(text, expected):
+    assert without_leading_thinking(text) == expected
+
+
+def test_show_value_is_repr_or_names_the_type_when_repr_raises():
+    class Loud:
+        def __str__(self):
+            raise RuntimeError("no str")
+
+        def __repr__(self):
+            return "Loud()"
+
+    class Mute:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    assert show_value("high") == "'high'" and show_value(Loud()) == "Loud()"
+    assert show_value(Mute()) == "<Mute value that cannot be shown: RuntimeError>"
+
+
+_SOURCES = ("llmgym", "envs", "wrappers", "trainers")
+_REGEX_CALLS = {"compile", "sub", "subn", "search", "match", "fullmatch", "findall", "finditer", "split"}
+
+
+def _think_regexes(path: Path) -> list[int]:
+    """Lines of ``path`` where a ``re`` function is given a pattern that mentions ``think``."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _REGEX_CALLS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "re"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and "think" in str(node.args[0].value).lower()
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_reasoning_has_one_pattern_the_one_in_parsing():
+    root = Path(__file__).resolve().parent.parent
+    found = {
+        f"{path.relative_to(root)}:{line}"
+        for folder in _SOURCES
+        for path in sorted((root / folder).rglob("*.py"))
+        for line in _think_regexes(path)
+    }
+    assert len(found) == 1 and next(iter(found)).startswith("llmgym/parsing.py:"), (
+        f"regular expressions over <think> outside llmgym/parsing.py: {sorted(found)}; "
+        "use llmgym.parsing.THINK_BLOCK, without_thinking, without_leading_thinking or thoughts"
+    )

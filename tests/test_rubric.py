@@ -159,3 +159,14 @@ def test_a_failing_reward_shows_its_own_line_in_the_traceback():
     with pytest.raises(ZeroDivisionError) as caught:
         rubric.score(SimpleNamespace(done=False))
     assert 'Reward(lambda ctx: 1 / 0, name="broken")' in "".join(traceback.format_tb(caught.tb))
+
+
+def test_think_re_is_a_deprecated_name_of_the_one_reasoning_pattern():
+    import llmgym.rubric
+    from llmgym.parsing import THINK_BLOCK
+
+    with pytest.warns(DeprecationWarning, match="llmgym.parsing.THINK_BLOCK"):
+        assert llmgym.rubric.THINK_RE is THINK_BLOCK
+    assert "THINK_RE" not in llmgym.rubric.__all__
+    with pytest.raises(AttributeError, match="no attribute 'THINK_SOMETHING'"):
+        llmgym.rubric.THINK_SOMETHING  # noqa: B018

@@ -175,10 +175,23 @@ def test_output_that_json_cannot_write_is_shown_not_raised():
         """An object that cannot be printed."""
         return Unshowable()
 
+    class NoStr:
+        def __str__(self) -> str:  # json.dumps(default=str) raises on it
+            raise RuntimeError("no")
+
+        def __repr__(self) -> str:
+            return "NoStr()"
+
+    @tool
+    def no_str() -> object:
+        """An object that prints only with repr."""
+        return NoStr()
+
     assert cyclic.call({}).content == "{'a': 1, 'self': {...}}"
     assert tuple_keys.call({}).content == "{(1, 2): 'b'}"
+    assert no_str.call({}).content == "NoStr()"  # repr, as the rubric quotes a value (was the "cannot be shown" note)
     result = unshowable.call({})
-    assert result.ok and "Unshowable" in result.content
+    assert result.ok and result.content == "<Unshowable value that cannot be shown: RuntimeError>"
 
 
 def test_titles_are_stripped_from_schemas_only_never_from_data():

@@ -31,7 +31,6 @@ __all__ = ["MathToolsEnv", "answers_match"]
 _FINAL_ANSWER = re.compile(
     r"(?:final answer\s*[:=]|\\boxed\{)\s*([^}\n]+?)(?=\s*final answer\s*[:=]|[}\n]|$)", re.IGNORECASE
 )
-_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 # irrational forms are compared to 50 digits: past near-integers such as exp(pi*sqrt(163)) (a relative 3e-30 off)
 _MATCH_DIGITS = 50
 _MATCH_TOLERANCE = sympy.Rational(1, 10**40)
@@ -235,8 +234,9 @@ class MathToolsEnv(LLMEnv):
         self.tool_values.append((len(self.turn_contexts) + 1, value))
 
     def on_text(self, text: str) -> str:
-        # the last final answer outside reasoning counts, as in math-verify: "maybe 574? no ... final answer: 573"
-        answers = _FINAL_ANSWER.findall(_THINKING.sub("\n", text))
+        # the last final answer counts, as in math-verify: "maybe 574? no ... final answer: 573"; text comes
+        # without its reasoning (LLMEnv.on_text), so an answer drafted in <think> is not among them
+        answers = _FINAL_ANSWER.findall(text)
         if answers:
             return self.answer.call({"value": answers[-1]}).content
         return super().on_text(text)

@@ -16,11 +16,12 @@ from typing import Any
 
 import pydantic
 
+from llmgym.parsing import without_leading_thinking
+
 __all__ = ["MAX_SCORE", "Verdict", "parse_verdict", "parse_group_verdict"]
 
 MAX_SCORE = 10.0
 
-_THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
 _Score = pydantic.confloat(ge=0.0, le=MAX_SCORE, allow_inf_nan=False)
 
@@ -67,7 +68,7 @@ class Verdict:
 
 
 def _strip_reply(text: str) -> str:
-    text = _THINK.sub("", text, count=1).strip()
+    text = without_leading_thinking(text).strip()  # only a leading block: the verdict's JSON may quote the tags
     fenced = _FENCE.match(text)
     return fenced.group(1).strip() if fenced else text
 

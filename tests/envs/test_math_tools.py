@@ -276,7 +276,8 @@ def test_step_credit_for_a_quantity_written_another_way():
         "<think>Maybe the final answer: 574? no</think>\nFinal answer: 573",
         "<think>Is it \\boxed{574}?</think> First guess \\boxed{572}, checked again: \\boxed{573}",
         "Final answer: 572. <think>wait</think> Sorry, recomputed. Final answer: 573",
-        "<THINK>\\boxed{1}</THINK>\\boxed{574} no, final answer: 573",
+        "<think>\\boxed{1}</think>\\boxed{574} no, final answer: 573",
+        "Final answer: 573 <think>or is it... final answer: 574",  # cut off while reasoning
     ],
 )
 def test_the_last_final_answer_outside_thinking_counts(text):
@@ -285,6 +286,14 @@ def test_the_last_final_answer_outside_thinking_counts(text):
     assert env.unwrapped.problem.answer == 573
     obs, reward, terminated, _, _ = env.step(text)
     assert terminated and obs == "Answer recorded: 573" and env.unwrapped.correct and reward == pytest.approx(1.0)
+
+
+def test_reasoning_tags_are_the_exact_lower_case_ones_as_for_tool_calls():
+    # <THINK> was reasoning here alone (a case-insensitive pattern), while a tool call inside it was made
+    env = gym.make("llmgym/MathTools-v0")
+    env.reset(seed=0)
+    obs, _, terminated, _, _ = env.step("<THINK>\nFinal answer: 573\n</THINK>")
+    assert terminated and obs == "Answer recorded: 573" and env.unwrapped.correct
 
 
 def test_calculator_decimal_is_right_or_says_precision_was_lost():
