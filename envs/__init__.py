@@ -28,6 +28,11 @@ def register_envs() -> None:
         "llmgym.envs.wordle.compact:CompactWordleEnv",
         description="Wordle in plain words with a running summary of the feedback: sized for small models.",
     )
+    register(
+        "llmgym/WordleCompact-v1",
+        "llmgym.envs.wordle.compact:CompactWordleEnvV1",
+        description="WordleCompact with turn rewards for guesses that fit the feedback and a charge for repeats.",
+    )
     register_alias("llmgym/Wordle-v1", "llmgym/WordleCompact-v0")  # the name it was added under; one release
     register(
         "llmgym/MathTools-v0",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -17,10 +18,18 @@ from llmgym.env import LLMEnv
 from llmgym.rubric import Reward, Rubric, TurnContext, format_error
 from llmgym.tools import ToolError, tool
 
-__all__ = ["WordleEnv", "score_guess", "plain_guess", "load_words", "answer_split", "ANSWER_SPLITS"]
+__all__ = [
+    "WordleEnv",
+    "score_guess",
+    "fits_feedback",
+    "plain_guess",
+    "load_words",
+    "answer_split",
+    "ANSWER_SPLITS",
+]
 
 WORD_LENGTH = 5
-#: the answer splits: every fifth answer (by frequency rank) is held out for evaluation
+#: the answer splits: every fifth answer (of the alphabetical list) is held out for evaluation
 ANSWER_SPLITS = ("all", "train", "test")
 # a reply that is just a word (the plain-text way to guess): "crane", "Guess: CRANE", "**crane**."
 _PLAIN_GUESS = re.compile(r"^\s*(?:guess\s*[:=]\s*)?[\"'*`]*([A-Za-z]{5})[\"'*`.!]*\s*$", re.IGNORECASE)
@@ -36,8 +45,9 @@ def load_words() -> tuple[tuple[str, ...], frozenset[str]]:
 
 
 def answer_split(split: str = "all") -> tuple[str, ...]:
-    """The answers of a split: ``"test"`` is every fifth answer of the frequency-ranked list
-    (400 words, ranks 5, 10, 15...), ``"train"`` the other 1,600, ``"all"`` both.
+    """The answers of a split: ``"test"`` is every fifth answer of the list (the 2,000 most common
+    words in alphabetical order; 400 words, the 5th, 10th, 15th...), ``"train"`` the other 1,600,
+    ``"all"`` both: each split spans common and less common words alike.
 
     Train on ``"train"`` and evaluate on ``"test"``, and the evaluation's words were never
     an answer the agent was trained on: its numbers show play, not memory.
@@ -53,7 +63,7 @@ def answer_split(split: str = "all") -> tuple[str, ...]:
     if split == "test":
         return answers[4::5]
     if split == "train":
-        return tuple(word for rank, word in enumerate(answers) if rank % 5 != 4)
+        return tuple(word for index, word in enumerate(answers) if index % 5 != 4)
     raise ValueError(f"answers must be one of {', '.join(ANSWER_SPLITS)}, got {split!r}")
 
 
@@ -89,6 +99,18 @@ def score_guess(guess: str, answer: str) -> str:
             marks[i] = "Y"
             unmatched[g] -= 1
     return "".join(marks)
+
+
+def fits_feedback(word: str, history: Iterable[tuple[str, str]]) -> bool:
+    """Whether ``word`` could be the answer given every ``(guess, feedback)`` so far: each guess, scored
+    against ``word``, gives the feedback it got. The answer always fits; a repeat of a guess never does
+    (unless that guess solved it).
+
+    Example:
+        >>> fits_feedback("swept", [("taser", "YxYYx")]), fits_feedback("taser", [("taser", "YxYYx")])
+        (True, False)
+    """
+    return all(score_guess(guess, word) == feedback for guess, feedback in history)
 
 
 class WordleEnv(LLMEnv):

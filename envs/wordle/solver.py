@@ -3,8 +3,8 @@
 - :class:`WordleSolver`: keeps the answers consistent with the feedback so far and
   guesses the best of them; the honest baseline in tests and benchmarks
   (``scripted:wordle``).
-- :class:`WordleSampler`: the same opener, then a consistent training answer at
-  random (``scripted:wordle-sampler``): the teacher of the Wordle agent's SFT
+- :class:`WordleSampler`: the same opener, then a random common word consistent with
+  the feedback (``scripted:wordle-sampler``): the teacher of the Wordle agent's SFT
   warm-up, varied enough that a model learns the rule rather than one decision tree.
 - :class:`RandomGuesser`: a random valid word every turn (``scripted:wordle-random``),
   the floor a learned agent is compared with.
@@ -18,7 +18,7 @@ import random
 import re
 from collections import Counter
 
-from llmgym.envs.wordle.env import answer_split, load_words, score_guess
+from llmgym.envs.wordle.env import fits_feedback, load_words, score_guess
 
 __all__ = ["WordleSolver", "WordleSampler", "RandomGuesser"]
 
@@ -70,19 +70,27 @@ class WordleSolver:
 
 
 class WordleSampler(WordleSolver):
-    """The solver's opener, then a random training answer consistent with all feedback, as a plain word.
+    """The solver's opener, then a random common word consistent with all feedback, as a plain word.
 
-    The choice is seeded by the observations so far, so replaying a chat gives the same
-    guess (as :class:`~llmgym.wrappers.scripted.ScriptedPolicy` needs) while different
-    games take different paths. Its candidates are the ``"train"`` answers only: its
-    episodes never show a held-out answer (:func:`~llmgym.envs.wordle.env.answer_split`).
-    It solves about 90% of games within six guesses.
+    Its vocabulary is every common word, the 2,000 answers of ``answers="all"``, as a person's
+    is: which words are answers of training episodes is the env's choice (``answers="train"``),
+    never the teacher's, so a model that imitates it sees held-out words used as guesses
+    whenever the feedback allows them, though never as the answer of a training episode
+    (:func:`~llmgym.envs.wordle.env.answer_split`). The choice is seeded by the observations so
+    far, so replaying a chat gives the same guess (as :class:`~llmgym.wrappers.scripted.ScriptedPolicy`
+    needs) while different games take different paths.
+
+    Example:
+        >>> sampler = WordleSampler()
+        >>> sampler.act("Guess the five-letter word. You have 6 guesses.")
+        'arose'
+        >>> guess = sampler.act("AROSE x x x x G\\nKnown: ____E; not A O R S\\n5 guesses left.")
+        >>> guess.endswith("e") and not set("aors") & set(guess)
+        True
     """
 
     def __init__(self):
         super().__init__(use_tool=False)
-        self.answers = answer_split("train")
-        self.reset()
         self.seen: list[str] = []  # this game's observations: the seed of each choice
 
     def act(self, observation: str) -> str:
@@ -94,10 +102,8 @@ class WordleSampler(WordleSolver):
     def _choose(self) -> str:
         if not self.history:
             return super()._choose()
-        # a held-out answer is in no training candidate list: then any valid word the feedback allows
-        pool = self.candidates or [
-            w for w in sorted(load_words()[1]) if all(score_guess(g, w) == f for g, f in self.history)
-        ]
+        # an answer given with reset(options=) may be outside the common words: then any valid word that fits
+        pool = self.candidates or [w for w in sorted(load_words()[1]) if fits_feedback(w, self.history)]
         return _seeded_by(self.seen).choice(pool)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import pytest
 
@@ -10,6 +12,12 @@ from llmgym.envs.wordle.env import answer_split, load_words
 from llmgym.envs.wordle.solver import RandomGuesser, WordleSampler
 from llmgym.rollout import rollout
 from llmgym.wrappers.scripted import load_scripted
+
+
+def answer_shown(episode) -> str:
+    """The answer of a finished game, as its last observation shows it (solved, or "The word was ...")."""
+    found = re.search(r"(?m)^([A-Z]{5}) G G G G G$|The word was ([A-Z]{5})", episode.messages[-1]["content"])
+    return (found.group(1) or found.group(2)).lower()
 
 
 def test_the_split_holds_out_every_fifth_answer():
@@ -31,6 +39,18 @@ def test_episodes_draw_their_answer_from_the_split(env_id, split):
         env.reset(seed=seed)
         drawn.add(env.unwrapped.answer)
     assert drawn <= set(answer_split(split)) and len(drawn) > 40
+
+
+@pytest.mark.parametrize("env_id", ["llmgym/WordleCompact-v0", "llmgym/WordleCompact-v1"])
+def test_training_episodes_never_have_a_held_out_answer(env_id):
+    """Held out means no held-out word is ever the answer of a training episode, over seeds enough to draw nearly
+    every training answer."""
+    env = gym.make(env_id, answers="train")
+    drawn = set()
+    for seed in range(5000):
+        env.reset(seed=seed)
+        drawn.add(env.unwrapped.answer)
+    assert not drawn & set(answer_split("test")) and len(drawn) > 1500
 
 
 def test_bad_split_name_is_a_clear_error():
@@ -72,14 +92,36 @@ def test_compact_has_six_replies_by_default():
     assert truncated and obs.endswith("Out of turns. The word was SWEPT.")
 
 
-def test_the_sampler_solves_training_answers_and_never_guesses_held_out_ones():
+def test_the_sampler_knows_every_common_word_but_plays_on_training_answers():
+    """The teacher's vocabulary is the whole common list (held-out words appear as guesses); the answers of its
+    training episodes come from the env's split, never the held-out words."""
     episodes = rollout(
-        "llmgym/WordleCompact-v0", load_scripted("wordle-sampler"), seeds=range(40), env_kwargs={"answers": "train"}
+        "llmgym/WordleCompact-v1", load_scripted("wordle-sampler"), seeds=range(40), env_kwargs={"answers": "train"}
     )
     solved = sum(e.component_totals().get("solved", 0) for e in episodes)
     guesses = {m["content"] for e in episodes for m in e.messages if m["role"] == "assistant"}
-    assert solved >= 36 and not guesses & set(answer_split("test"))
+    answers = {answer_shown(e) for e in episodes}
+    held_out = set(answer_split("test"))
+    assert solved >= 38 and guesses & held_out and not answers & held_out
     assert len({e.messages[4]["content"] for e in episodes}) > 10  # second guesses vary: no single decision tree
+
+
+@pytest.mark.parametrize("env_id", ["llmgym/WordleCompact-v0", "llmgym/WordleCompact-v1", "llmgym/Wordle-v0"])
+def test_the_sampler_plays_every_plain_word_wordle(env_id):
+    episodes = rollout(env_id, load_scripted("wordle-sampler"), seeds=range(10), env_kwargs={"answers": "test"})
+    assert sum(e.component_totals()["solved"] for e in episodes) >= 9
+    assert all(e.component_totals()["invalid_guess"] == 0 for e in episodes)
+
+
+def test_the_sampler_falls_back_to_any_word_that_fits_when_no_common_word_does():
+    env = gym.make("llmgym/WordleCompact-v1")
+    rare = next(w for w in sorted(load_words()[1]) if w not in load_words()[0])
+    obs, _ = env.reset(seed=0, options={"answer": rare})
+    sampler, done = WordleSampler(), False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(sampler.act(obs))
+        done = terminated or truncated
+    assert env.unwrapped.solved
 
 
 def test_scripted_players_replay_the_same_choice_for_the_same_chat():
