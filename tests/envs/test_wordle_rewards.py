@@ -71,8 +71,9 @@ def test_a_guess_must_fit_every_line_not_only_the_last():
 
 
 def test_nonwords_that_fit_earn_nothing():
-    # SWEPX would fit the feedback letter for letter, but only words of the list count
-    _, nonword = components(V1, "swept", ["taser", "swepx"])
+    # SWEXT fits TASER's feedback (T, S, E elsewhere; no A, R), but only words of the list count
+    assert fits_feedback("swext", [("taser", score_guess("taser", "swept"))])
+    _, nonword = components(V1, "swept", ["taser", "swext"])
     assert nonword["consistent"] == 0.0 and nonword["invalid_guess"] == 1.0
 
 
