@@ -170,7 +170,7 @@ def _run_case(name: str, results: dict[str, Any], work: Any) -> None:
     print(f"   {json.dumps(results[name])}", flush=True)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=24, help="tokens per turn (default 24)")
     parser.add_argument("--max-turns", type=int, default=2, help="turns per episode (default 2)")
@@ -186,26 +186,19 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(CASES), help=f"cases to run, of {','.join(CASES)}")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
-    only = set(args.only.split(","))
-    unknown = only - set(CASES)
+    args.only = set(args.only.split(","))
+    unknown = args.only - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; choose from {','.join(CASES)}")
-    levels = [int(c) for c in args.concurrency.split(",")]
-    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    return args
+
+
+def local_cases(args: argparse.Namespace, sampling: SamplingParams, results: dict[str, Any]) -> None:
+    """The in-process backends of ``--only`` (``llamacpp``, ``transformers``), each loaded and warmed up once."""
     common = {"sampling": sampling, "max_turns": args.max_turns}
-    results: dict[str, Any] = {}
-    load_before = [round(x, 2) for x in os.getloadavg()]
-
-    if "llamacpp_batch" in only:  # its own script and results file: batched vs single-stream llama.cpp
-        subprocess.run([sys.executable, str(HERE / "llamacpp_batch.py")], check=True)
-        only.discard("llamacpp_batch")
-        if not only:
-            return
-
     loaded: dict[str, Policy] = {}
 
     def local(backend: str) -> Policy:
-        """The backend's policy, loaded and warmed up once."""
         if backend not in loaded:
             from llmgym.wrappers.models import load_policy
 
@@ -213,35 +206,38 @@ def main() -> None:
             measure(loaded[backend], concurrency=1, episodes=1, **common)  # warm-up
         return loaded[backend]
 
-    if "llamacpp" in only:
+    cases = []
+    if "llamacpp" in args.only:
         # one sequence at a time with a one-request KV cache: concurrency 1 is its best case (eval's default)
-        _run_case(
-            "llamacpp", results, lambda: measure(local("llama.cpp"), concurrency=1, episodes=args.episodes, **common)
-        )
-        _run_case(
-            "llamacpp_c8", results, lambda: measure(local("llama.cpp"), concurrency=8, episodes=args.episodes, **common)
-        )
-    if "transformers" in only:
-        _run_case(
-            "transformers_batched",
-            results,
-            lambda: measure(local("transformers"), concurrency=8, episodes=args.episodes, **common),
-        )
-        _run_case(
-            "transformers_sequential",
-            results,
-            lambda: measure(local("transformers"), concurrency=1, episodes=args.sequential_episodes, **common),
-        )
-    for policy in loaded.values():
-        policy.close()
-    loaded.clear()
+        cases += [("llamacpp", "llama.cpp", 1, args.episodes), ("llamacpp_c8", "llama.cpp", 8, args.episodes)]
+    if "transformers" in args.only:
+        cases += [
+            ("transformers_batched", "transformers", 8, args.episodes),
+            ("transformers_sequential", "transformers", 1, args.sequential_episodes),
+        ]
+    try:
+        for name, backend, concurrency, episodes in cases:
+            _run_case(
+                name,
+                results,
+                lambda backend=backend, concurrency=concurrency, episodes=episodes: measure(
+                    local(backend), concurrency=concurrency, episodes=episodes, **common
+                ),
+            )
+    finally:
+        for policy in loaded.values():
+            policy.close()
 
+
+def server_cases(args: argparse.Namespace, sampling: SamplingParams, results: dict[str, Any]) -> None:
+    """``serve_cN`` and ``serve_scripted_cN`` of ``--only``: an ``llmgym serve`` subprocess at each concurrency."""
+    from llmgym.wrappers.openai_policy import OpenAIPolicy
+
+    levels = [int(c) for c in args.concurrency.split(",")]
     for backend, case in (("llama.cpp", "serve"), ("scripted", "serve_scripted")):
-        if case not in only:
+        if case not in args.only:
             continue
         try:
-            from llmgym.wrappers.openai_policy import OpenAIPolicy
-
             server = Server(backend).__enter__()
         except Exception as err:
             results[case] = {"skipped": f"{type(err).__name__}: {err}"[:500]}
@@ -270,27 +266,46 @@ def main() -> None:
         finally:
             server.__exit__()
 
-    ratios = {}
+
+#: the ratios the results are judged by, and their targets
+TARGETS = {
+    "llamacpp_vs_transformers_batched_tokens_per_s": ">= 4",
+    "transformers_batched_vs_sequential_tokens_per_s": ">= 3",
+    "serve_c32_outside_model_fraction": "< 0.05",
+}
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The ratios of :data:`TARGETS` that the cases run give."""
 
     def tps(name: str) -> float | None:
-        value = results.get(name, {}).get("tokens_per_s")
-        return value or None
+        return results.get(name, {}).get("tokens_per_s") or None
 
+    found = {}
     if tps("llamacpp") and tps("transformers_batched"):
-        ratios["llamacpp_vs_transformers_batched_tokens_per_s"] = round(
-            tps("llamacpp") / tps("transformers_batched"), 2
-        )
+        found["llamacpp_vs_transformers_batched_tokens_per_s"] = round(tps("llamacpp") / tps("transformers_batched"), 2)
     if tps("transformers_batched") and tps("transformers_sequential"):
-        ratios["transformers_batched_vs_sequential_tokens_per_s"] = round(
+        found["transformers_batched_vs_sequential_tokens_per_s"] = round(
             tps("transformers_batched") / tps("transformers_sequential"), 2
         )
     if "outside_model_fraction" in results.get("serve_c32", {}):
-        ratios["serve_c32_outside_model_fraction"] = results["serve_c32"]["outside_model_fraction"]
-    targets = {
-        "llamacpp_vs_transformers_batched_tokens_per_s": ">= 4",
-        "transformers_batched_vs_sequential_tokens_per_s": ">= 3",
-        "serve_c32_outside_model_fraction": "< 0.05",
-    }
+        found["serve_c32_outside_model_fraction"] = results["serve_c32"]["outside_model_fraction"]
+    return found
+
+
+def main() -> None:
+    args = parse_args()
+    sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0)
+    results: dict[str, Any] = {}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    if "llamacpp_batch" in args.only:  # its own script and results file: batched vs single-stream llama.cpp
+        subprocess.run([sys.executable, str(HERE / "llamacpp_batch.py")], check=True)
+        args.only.discard("llamacpp_batch")
+        if not args.only:
+            return
+    local_cases(args, sampling, results)
+    server_cases(args, sampling, results)
+    found = ratios(results)
     report = {
         "benchmark": "rollout",
         "date": time.strftime("%Y-%m-%d"),
@@ -307,15 +322,15 @@ def main() -> None:
             "serve_max_turns": args.serve_max_turns,
         },
         "results": results,
-        "ratios": ratios,
-        "targets": targets,
+        "ratios": found,
+        "targets": TARGETS,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print("\nratios (target):")
-    for name, value in ratios.items():
-        print(f"  {name}: {value} ({targets[name]})")
+    for name, value in found.items():
+        print(f"  {name}: {value} ({TARGETS[name]})")
     print(f"wrote {out}")
 
 
