@@ -138,8 +138,8 @@ class MultiplyEnv(LLMEnv):
     ):
         if rounded and not convert:
             raise ValueError("rounded=True needs convert=True: a product is already a whole number")
-        self.turn_rewards = bool(turn_rewards)  # before LLMEnv.__init__, which builds the rubric
         super().__init__(max_turns=max_turns, **kwargs)
+        self.pay_turn_components = bool(turn_rewards)  # not self.turn_rewards: LLMEnv's list of each turn's reward
         self.convert, self.rounded = bool(convert), bool(rounded)
         self.a, self.b, self.divisor = 0, 0, 1
         self.given: sympy.Expr | None = None
@@ -208,7 +208,7 @@ class MultiplyEnv(LLMEnv):
     # -- rewards -----------------------------------------------------------------
 
     def build_rubric(self) -> Rubric:
-        weight = {name: (w if self.turn_rewards else 0.0) for name, w in TURN_COMPONENTS.items()}
+        weight = {name: (w if self.pay_turn_components else 0.0) for name, w in TURN_COMPONENTS.items()}
         return Rubric(
             [
                 Reward(lambda ctx: 1.0 if self.given == self.answer else 0.0, weight=1.0, when="end", name="correct"),

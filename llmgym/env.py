@@ -12,6 +12,7 @@ observations, chat history, turn and token budgets, per-turn rewards.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -49,7 +50,9 @@ class LLMEnv(gym.Env[str, str], ABC):
 
     Subclasses set ``description`` (one line, shown by ``llmgym list``) and
     ``system_prompt``, and implement :meth:`setup`; they usually override
-    :meth:`on_text`, :meth:`is_done` and :meth:`build_rubric`.
+    :meth:`on_text`, :meth:`is_done` and :meth:`build_rubric`. The rubric is built when
+    first needed, after ``__init__``: state a subclass sets after ``super().__init__()``
+    is there for :meth:`build_rubric` to read.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -98,7 +101,6 @@ class LLMEnv(gym.Env[str, str], ABC):
             if isinstance(tool_attr := getattr(type(self), name), Tool)
         }
         self.tool_schemas: list[dict[str, Any]] = [t.schema for t in self.tools.values()]
-        self.rubric: Rubric = self.build_rubric()
         self.messages: list[Message] = []
         self.turn_contexts: list[TurnContext] = []
         self.turn_rewards: list[float] = []
@@ -151,8 +153,17 @@ class LLMEnv(gym.Env[str, str], ABC):
         return False
 
     def build_rubric(self) -> Rubric:
-        """The rubric that scores each turn (default: none, every reward is 0)."""
+        """The rubric that scores each turn (default: none, every reward is 0); :attr:`rubric` calls it once."""
         return Rubric([])
+
+    @functools.cached_property
+    def rubric(self) -> Rubric:
+        """The rubric that scores each turn: :meth:`build_rubric`'s, built the first time it is needed.
+
+        Not in ``__init__``: a subclass's ``build_rubric`` may read state its ``__init__`` sets after
+        ``super().__init__()``. Assigning ``env.rubric`` replaces it.
+        """
+        return self.build_rubric()
 
     def truncation_note(self) -> str | None:
         """A last line for the agent when a turn or token budget ends the episode (default: none).
@@ -309,14 +320,10 @@ class LLMEnv(gym.Env[str, str], ABC):
     # -- copies ------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        # the rubric's functions close over this env (lambdas reading self): a copy rebuilds its own
+        # the rubric's functions close over this env (lambdas reading self): a copy builds its own when it needs it
         state = self.__dict__.copy()
         state.pop("rubric", None)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.rubric = self.build_rubric()
 
     # -- records -----------------------------------------------------------------
 

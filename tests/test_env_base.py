@@ -392,3 +392,37 @@ def test_step_before_any_reset_says_no_episode_started():
         env.unwrapped.step("crane")
     env.reset(seed=0)
     env.close()
+
+
+class ScaledEnv(EchoEnv):
+    """Its rubric reads state that ``__init__`` sets after ``super().__init__()``."""
+
+    builds = 0
+
+    def __init__(self, scale: float, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+
+    def build_rubric(self):
+        type(self).builds += 1
+        return Rubric([Reward(lambda ctx: 1.0, weight=self.scale, name="scaled")])
+
+
+def test_a_subclass_may_set_its_rubric_state_after_super_init():
+    # the rubric was built inside LLMEnv.__init__: this raised AttributeError (no self.scale yet)
+    env = ScaledEnv(scale=0.25)
+    env.reset(seed=0)
+    _, reward, *_ = env.step("hi")
+    assert reward == 0.25 and env.rubric.weights() == {"scaled": 0.25}
+
+
+def test_the_rubric_is_built_once_when_first_needed_and_may_be_replaced():
+    ScaledEnv.builds = 0
+    env = ScaledEnv(scale=1.0)
+    assert ScaledEnv.builds == 0  # not in __init__
+    env.reset(seed=0)
+    env.step("hi")
+    env.step("hi")
+    assert ScaledEnv.builds == 1
+    env.rubric = Rubric([Reward(lambda ctx: 2.0, name="two")])
+    assert env.step("hi")[1] == 2.0 and ScaledEnv.builds == 1

@@ -141,3 +141,16 @@ def test_rounded_leaves_the_last_step_to_the_agent():
 def test_the_solver_solves_every_setting(kwargs):
     episodes = rollout("llmgym/Multiply-v0", ScriptedPolicy(MultiplySolver), seeds=list(range(40)), env_kwargs=kwargs)
     assert all(e.total_reward == pytest.approx(1.5) for e in episodes)
+
+
+@pytest.mark.parametrize("turn_rewards, paid", [(True, 0.5), (False, 0.0)])
+def test_a_copy_pays_the_turn_components_the_original_does(turn_rewards, paid):
+    # the flag was self.turn_rewards, which LLMEnv.__init__ then set to its list of rewards: a copy,
+    # rebuilding its rubric from that (empty) list, paid no turn components
+    import copy
+    import pickle
+
+    env = MultiplyEnv(turn_rewards=turn_rewards)
+    for clone in (copy.deepcopy(env), pickle.loads(pickle.dumps(env)), env):
+        clone.reset(options={"a": 347, "b": 89})
+        assert clone.step("<calc>347 * 89</calc>")[1] == pytest.approx(paid)
