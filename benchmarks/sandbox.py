@@ -87,23 +87,14 @@ def docker_backends(image: str, limits: SandboxLimits) -> tuple[dict, list]:
     return {"docker_warm": warm, "docker_cold": cold}, [warm_box]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="calls per program for the warm pool")
-    parser.add_argument("--fresh-calls", type=int, default=30, help="calls per program for the per-call interpreters")
-    parser.add_argument(
-        "--docker-image", default=os.environ.get("LLMGYM_SANDBOX_IMAGE", ""), help="the Docker rows' image"
-    )
-    args = parser.parse_args()
-    limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
-    load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
-    results: dict[str, dict[str, dict[str, float]]] = {}
+def local_backends(limits: SandboxLimits) -> tuple[dict, list]:
+    """The calls of the subprocess backends (warm pools, plain and sympy-preloaded; a fresh ``python -c``; a cold
+    isolated worker per call) and what to close; the pools are started."""
     plain = SubprocessSandbox(limits)  # what the environments use: no preloaded modules
     with_sympy = SubprocessSandbox(limits, preload=("sympy",))  # import sympy paid once per worker
     cold_box = SubprocessSandbox(limits, warm=False)
     for pool in (plain, with_sympy):
         pool.start()
-    isolation = plain.isolation()
 
     def warm_call(pool: SubprocessSandbox):
         def call(code: str) -> None:
@@ -126,18 +117,39 @@ def main() -> None:
         "fresh_python_c": fresh,
         "cold_isolated": cold,
     }
-    docker_calls, docker_boxes = docker_backends(args.docker_image, limits)
-    backends.update(docker_calls)
+    return backends, [plain, with_sympy, cold_box]
+
+
+def measure(backends: dict, calls: int, fresh_calls: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Each backend's latency percentiles per program (the Docker backends: ``print`` only), after a first call."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
     for name, code in PROGRAMS.items():
         for backend, call in backends.items():
             if backend.startswith("docker") and name != "print":
                 continue
             call(code)  # first call: nothing to measure but the program's own first import
             cheap = backend == "warm_pool_preload_sympy" or (backend == "warm_pool" and name == "print")
-            n = args.calls if cheap else args.fresh_calls
-            results.setdefault(backend, {})[name] = percentiles(time_calls(call, code, n))
-    for pool in (plain, with_sympy, cold_box, *docker_boxes):
-        pool.close()
+            results.setdefault(backend, {})[name] = percentiles(time_calls(call, code, calls if cheap else fresh_calls))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls per program for the warm pool")
+    parser.add_argument("--fresh-calls", type=int, default=30, help="calls per program for the per-call interpreters")
+    parser.add_argument(
+        "--docker-image", default=os.environ.get("LLMGYM_SANDBOX_IMAGE", ""), help="the Docker rows' image"
+    )
+    args = parser.parse_args()
+    limits = SandboxLimits(wall_time_s=20, cpu_time_s=20)
+    load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
+    backends, boxes = local_backends(limits)
+    isolation = boxes[0].isolation()
+    docker_calls, docker_boxes = docker_backends(args.docker_image, limits)
+    backends.update(docker_calls)
+    results = measure(backends, args.calls, args.fresh_calls)
+    for box in (*boxes, *docker_boxes):
+        box.close()
     report = {
         "benchmark": "sandbox tool-call latency",
         "machine": {
