@@ -382,7 +382,13 @@ class SFTConfig:
     min_reward: float | None = None
     """Keep only episodes whose total reward is at least this; ``None`` keeps all."""
     epochs: int = 1
-    """Passes over the kept episodes."""
+    """Passes over the kept episodes (at most, with ``patience``)."""
+    val_fraction: float = 0.0
+    """Fraction of the kept episodes held out (drawn with ``seed``) for a validation loss after every epoch,
+    in ``metrics.jsonl`` as ``val_loss``; 0 holds none out."""
+    patience: int | None = None
+    """With a validation set: stop after this many epochs without a lower validation loss. The final weights
+    are then the best epoch's; ``None`` trains every epoch and keeps the last."""
     learning_rate: float = 1e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0

@@ -1,6 +1,8 @@
 """SFT warm-up on recorded episodes, and export to the chat ``messages`` format.
 
 Holds :class:`SFTTrainer` (``SFTTrainer(SFTConfig(...)).train()``),
+:func:`split_validation` and :class:`EarlyStopping` (a held-out loss after
+every epoch, training until it stops falling),
 :func:`select_episodes` (filter by reward), :func:`tokenize_episode`
 (token ids and an assistant-only mask for an episode), :func:`check_tokens`
 (are recorded ids and mask trainable?) and
@@ -41,7 +43,16 @@ from llmgym.trainers.metrics import MetricsLogger, peak_memory_mb
 from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
 from llmgym.trainers.precision import choose_precision
 
-__all__ = ["SFTTrainer", "select_episodes", "tokenize_episode", "check_tokens", "export_messages", "chat_messages"]
+__all__ = [
+    "SFTTrainer",
+    "EarlyStopping",
+    "split_validation",
+    "select_episodes",
+    "tokenize_episode",
+    "check_tokens",
+    "export_messages",
+    "chat_messages",
+]
 
 
 def select_episodes(
@@ -250,6 +261,10 @@ class SFTTrainer:
             if not config.episodes:
                 raise ValueError("SFTConfig.episodes is empty: give the episodes JSONL to learn from")
             episodes = load_jsonl(config.episodes)
+        if config.patience is not None and not config.val_fraction:
+            raise ValueError("patience needs a validation set: set val_fraction (e.g. 0.1)")
+        if not 0.0 <= config.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {config.val_fraction!r}")
         # everything that can fail without the model fails before it is loaded:
         # the selection, the recorded tokens, the folder
         selected = {id(e) for e in select_episodes(episodes, config.min_reward, at_least_one=True)}
@@ -270,10 +285,11 @@ class SFTTrainer:
         if config.lora:
             model = add_lora(model, config)
         self.model, self.tokenizer = model, tokenizer
-        self.episodes = [
+        tokenized = [
             _in_episode(number, len(episodes), tokenize_episode, e, tokenizer, retokenize, config.max_length)
             for number, e in numbered
         ]
+        self.episodes, self.val_episodes = split_validation(tokenized, config.val_fraction, config.seed)
         self.scorer = TokenScorer(self.model)
         # the loss's forward passes in bf16 autocast where this device multiplies bf16 faster (config.precision)
         self.precision = choose_precision(config.precision, self.device)
@@ -289,10 +305,12 @@ class SFTTrainer:
         rng = np.random.default_rng(config.seed)
         steps_per_epoch = -(-len(self.episodes) // config.batch_size)
         progress = ProgressBar("SFT", steps_per_epoch * config.epochs, shown=config.progress)
-        self.model.train()
+        best = EarlyStopping(config.patience)
         step = 0
         try:
             for epoch in range(config.epochs):
+                # one pass over the training episodes in a fresh order, an optimizer step per batch
+                self.model.train()
                 order = rng.permutation(len(self.episodes))
                 for start in range(0, len(order), config.batch_size):
                     started = time.perf_counter()
@@ -310,11 +328,34 @@ class SFTTrainer:
                     logger.log(metrics)
                     history.append(metrics)
                     progress.advance()
+                if not self.val_episodes:
+                    continue
+                # the held-out loss after the epoch; keep the best weights, stop when it no longer falls
+                val_loss = self.validation_loss()
+                logger.log({"step": step, "epoch": epoch, "val_loss": val_loss})
+                history[-1]["val_loss"] = val_loss
+                if best.update(val_loss, self.params):
+                    break
         finally:
             logger.close()
             progress.close()
+        best.restore(self.params)
         save_weights(self.model, self.tokenizer, self.out / "final", base=self.config.model)
         return history
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """Mean negative log-likelihood per policy token of the held-out episodes, in eval mode."""
+        self.model.eval()
+        config, total, tokens = self.config, 0.0, 0.0
+        for start in range(0, len(self.val_episodes), config.micro_batch_size):
+            batch = collate(self.val_episodes[start : start + config.micro_batch_size], max_length=config.max_length)
+            batch = batch.to(self.device)
+            with self.precision.autocast():
+                logp, _ = self.scorer(batch.input_ids, batch.attention_mask, batch.mask)
+            total += float(sft_loss(logp, batch.mask, 1.0))
+            tokens += float(batch.mask.sum())
+        return total / max(tokens, 1.0)
 
     def _step(self, episodes: list[Episode]) -> tuple[float, float]:
         config = self.config
@@ -334,6 +375,52 @@ class SFTTrainer:
             torch.nn.utils.clip_grad_norm_(self.params, config.max_grad_norm)
         self.optimizer.step()
         return total, num_tokens
+
+
+def split_validation(episodes: list[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
+    """``(train, validation)``: ``round(fraction * len)`` episodes drawn with ``seed`` held out, at least one
+    left to train on.
+
+    Example:
+        >>> train, val = split_validation(list(range(10)), 0.2, seed=0)
+        >>> len(train), len(val), sorted(train + val) == list(range(10))
+        (8, 2, True)
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {fraction!r}")
+    count = min(round(fraction * len(episodes)), len(episodes) - 1)
+    if count <= 0:
+        return list(episodes), []
+    held = set(np.random.default_rng(seed).permutation(len(episodes))[:count].tolist())
+    return [e for i, e in enumerate(episodes) if i not in held], [e for i, e in enumerate(episodes) if i in held]
+
+
+class EarlyStopping:
+    """The lowest validation loss so far and a copy of the trainable weights that gave it.
+
+    ``update`` returns True when ``patience`` epochs in a row have not lowered it; ``restore`` puts the best
+    weights back (nothing to do when no loss was seen).
+    """
+
+    def __init__(self, patience: int | None):
+        if patience is not None and patience < 1:
+            raise ValueError(f"patience must be >= 1 or None, got {patience!r}")
+        self.patience, self.best, self.waited = patience, float("inf"), 0
+        self.weights: list[torch.Tensor] | None = None
+
+    def update(self, loss: float, params: list[torch.Tensor]) -> bool:
+        if loss < self.best:
+            self.best, self.waited = loss, 0
+            self.weights = [p.detach().clone() for p in params]
+            return False
+        self.waited += 1
+        return self.patience is not None and self.waited >= self.patience
+
+    @torch.no_grad()
+    def restore(self, params: list[torch.Tensor]) -> None:
+        if self.weights is not None and self.patience is not None:
+            for param, best in zip(params, self.weights, strict=True):
+                param.copy_(best)
 
 
 def _in_episode(number: int, total: int, check: Callable[..., Any], *args: Any) -> Any:

@@ -119,7 +119,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sft.add_argument("--min-reward", type=float, help="keep episodes with at least this total reward")
     sft.add_argument("--model", help="model name or path, or tiny-random (default smollm2)")
     sft.add_argument("--out", help="run folder (default runs/sft)")
-    sft.add_argument("--epochs", type=int, help="passes over the episodes")
+    sft.add_argument("--epochs", type=int, help="passes over the episodes (at most, with --patience)")
+    sft.add_argument(
+        "--val-fraction", type=float, help="episodes held out for a validation loss after every epoch (e.g. 0.1)"
+    )
+    sft.add_argument(
+        "--patience", type=int, help="stop after this many epochs without a lower validation loss; keep the best"
+    )
     sft.add_argument("--lr", type=float, help="learning rate")
     sft.add_argument("--batch-size", type=int, help="episodes per optimizer step")
     sft.add_argument("--lora", action="store_true", default=None, help="train a LoRA adapter")
@@ -339,6 +345,8 @@ def run_sft(args: argparse.Namespace) -> int:
         "model": args.model,
         "out": args.out,
         "epochs": args.epochs,
+        "val_fraction": args.val_fraction,
+        "patience": args.patience,
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
         "lora": args.lora,

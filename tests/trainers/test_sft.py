@@ -305,3 +305,36 @@ def test_only_a_cut_short_last_line_is_skipped(tmp_path):
     path.write_bytes(good + whole[:cut] + b"\n")  # ends with a newline: not a write cut short
     with pytest.raises(ValueError, match="e.jsonl:2"):
         load_jsonl(path)
+
+
+def test_sft_validation_loss_stops_training_and_keeps_the_best_epoch(tmp_path):
+    words = ["crane", "slate", "trace", "crate", "react", "caret", "stare", "arose"]
+    episodes = [teacher_episode(word, 1.0) for word in words]
+    model, tokenizer = tiny_random_model(0)
+    config = SFTConfig(
+        out=str(tmp_path / "run"),
+        epochs=8,
+        val_fraction=0.25,
+        patience=1,
+        batch_size=2,
+        micro_batch_size=2,
+        learning_rate=5e-2,  # large: the held-out loss soon stops falling
+        progress=False,
+    )
+    trainer = SFTTrainer(config, model=model, tokenizer=tokenizer, episodes=episodes)
+    assert (len(trainer.episodes), len(trainer.val_episodes)) == (6, 2)
+    history = trainer.train()
+    val_losses = [row["val_loss"] for row in history if "val_loss" in row]
+    epochs_run = history[-1]["epoch"] + 1
+    assert len(val_losses) == epochs_run
+    assert epochs_run < 8 and val_losses[-1] >= min(val_losses)  # stopped once it no longer fell
+    assert trainer.validation_loss() == pytest.approx(min(val_losses), rel=1e-4)  # the best epoch's weights
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["val_loss"] for row in logged if "val_loss" in row] == val_losses
+
+
+def test_sft_patience_needs_a_validation_set(tmp_path, no_model_load):
+    with pytest.raises(ValueError, match="patience needs a validation set"):
+        SFTTrainer(SFTConfig(out=str(tmp_path), patience=2, progress=False), episodes=[teacher_episode("crane", 1)])
+    with pytest.raises(ValueError, match="val_fraction must be in"):
+        SFTTrainer(SFTConfig(out=str(tmp_path), val_fraction=1.0, progress=False), episodes=[teacher_episode("a", 1)])
