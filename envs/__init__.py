@@ -9,88 +9,40 @@ one environment (``-v1`` would change ``-v0``'s rewards, observations or rules a
 replace it); a variant, another way to play the same game, gets a name of its own
 (``WordleCompact`` beside ``Wordle``) and starts at ``-v0``. A renamed id stays for one
 release as a deprecated alias (:func:`~llmgym.registry.register_alias`).
+
+An environment's one-line description is written once, as its class's ``description``:
+``llmgym list`` reads it there (:func:`~llmgym.registry.describe`). Only an id whose class
+serves many ids (the adapters') gives ``register`` a description of its own.
 """
 
 from llmgym.registry import register, register_alias
 
-__all__ = ["register_envs"]
+__all__ = ["register_envs", "BUILTIN_ENVS"]
+
+#: Each built-in environment's id and entry point; its description is its class's.
+BUILTIN_ENVS: dict[str, str] = {
+    "llmgym/Wordle-v0": "llmgym.envs.wordle.env:WordleEnv",
+    "llmgym/WordleCompact-v0": "llmgym.envs.wordle.compact:CompactWordleEnv",
+    "llmgym/WordleCompact-v1": "llmgym.envs.wordle.compact:CompactWordleEnvV1",
+    "llmgym/MathTools-v0": "llmgym.envs.math_tools.env:MathToolsEnv",
+    "llmgym/Multiply-v0": "llmgym.envs.multiply:MultiplyEnv",
+    "llmgym/CodeTests-v0": "llmgym.envs.code_tests.env:CodeTestsEnv",
+    "llmgym/WikiSearch-v0": "llmgym.envs.wiki_search.env:WikiSearchEnv",
+    "llmgym/EmailQA-v0": "llmgym.envs.email_qa.env:EmailQAEnv",
+    "llmgym/TicTacToe-v0": "llmgym.envs.multiagent.versus:TicTacToeVsBot",
+    "llmgym/ConnectFour-v0": "llmgym.envs.multiagent.versus:ConnectFourVsBot",
+    "llmgym/Negotiation-v0": "llmgym.envs.multiagent.versus:NegotiationVsBot",
+    "llmgym/PrisonersDilemma-v0": "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot",
+    "llmgym/RuleDiscovery-v0": "llmgym.envs.rule_discovery:RuleDiscoveryEnv",
+    "llmgym/MentalMath-v0": "llmgym.envs.mental_math:MentalMathEnv",
+}
 
 
 def register_envs() -> None:
     """Register every built-in environment under the ``llmgym/`` namespace."""
-    register(
-        "llmgym/Wordle-v0",
-        "llmgym.envs.wordle.env:WordleEnv",
-        description="Guess a five-letter word in six tries from green/yellow/grey feedback.",
-    )
-    register(
-        "llmgym/WordleCompact-v0",
-        "llmgym.envs.wordle.compact:CompactWordleEnv",
-        description="Wordle in plain words with a running summary of the feedback: sized for small models.",
-    )
-    register(
-        "llmgym/WordleCompact-v1",
-        "llmgym.envs.wordle.compact:CompactWordleEnvV1",
-        description="WordleCompact with turn rewards for guesses that fit the feedback and a charge for repeats.",
-    )
+    for env_id, entry_point in BUILTIN_ENVS.items():
+        register(env_id, entry_point)
     register_alias("llmgym/Wordle-v1", "llmgym/WordleCompact-v0")  # the name it was added under; one release
-    register(
-        "llmgym/MathTools-v0",
-        "llmgym.envs.math_tools.env:MathToolsEnv",
-        description="Multi-step word problems with calculator and Python (sandbox) tools; answers checked with sympy.",
-    )
-    register(
-        "llmgym/Multiply-v0",
-        "llmgym.envs.multiply:MultiplyEnv",
-        description="Multiply a 3-digit by a 2-digit number with a <calc> tool, then <answer>: two short turns.",
-    )
-    register(
-        "llmgym/CodeTests-v0",
-        "llmgym.envs.code_tests.env:CodeTestsEnv",
-        description="Write a function from a spec; graded by hidden tests in a fresh sandbox.",
-    )
-    register(
-        "llmgym/WikiSearch-v0",
-        "llmgym.envs.wiki_search.env:WikiSearchEnv",
-        description="Multi-hop questions over a generated wiki of fictional entities; BM25 search and read tools.",
-    )
-    register(
-        "llmgym/EmailQA-v0",
-        "llmgym.envs.email_qa.env:EmailQAEnv",
-        description=(
-            "ART-E: answer questions about a generated SQLite/FTS5 inbox; wrong answers cost more than 'I don't know'."
-        ),
-    )
-    register(
-        "llmgym/TicTacToe-v0",
-        "llmgym.envs.multiagent.versus:TicTacToeVsBot",
-        description="Tic-tac-toe as X against a perfect minimax opponent.",
-    )
-    register(
-        "llmgym/ConnectFour-v0",
-        "llmgym.envs.multiagent.versus:ConnectFourVsBot",
-        description="Connect Four as X against a depth-6 negamax opponent.",
-    )
-    register(
-        "llmgym/Negotiation-v0",
-        "llmgym.envs.multiagent.versus:NegotiationVsBot",
-        description="Split items with private values against a scripted haggler; deal or no deal.",
-    )
-    register(
-        "llmgym/PrisonersDilemma-v0",
-        "llmgym.envs.multiagent.versus:PrisonersDilemmaVsBot",
-        description="Iterated prisoner's dilemma with messages against tit-for-tat.",
-    )
-    register(
-        "llmgym/RuleDiscovery-v0",
-        "llmgym.envs.rule_discovery:RuleDiscoveryEnv",
-        description="Grid world with hidden per-seed rules; explore with move/interact/look to reach the goal.",
-    )
-    register(
-        "llmgym/MentalMath-v0",
-        "llmgym.envs.mental_math:MentalMathEnv",
-        description="Answer a one-operation arithmetic question (single digits by default) with just the number.",
-    )
     from llmgym.envs.adapters import register_adapter_envs  # reasoning-gym / TextArena ids, only when installed
 
     register_adapter_envs()

@@ -192,6 +192,8 @@ class CompactWordleEnvV1(CompactWordleEnv):
       repeat) added; the game, the observations and the other rewards are ``-v0``'s.
     """
 
+    description = "WordleCompact with turn rewards for guesses that fit the feedback and a charge for repeats."
+
     def build_rubric(self) -> Rubric:
         return Rubric(
             [
