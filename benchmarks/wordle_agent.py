@@ -55,23 +55,27 @@ __all__ = ["Recipe", "run", "report", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "wordle_agent.json"
 SHIPPED = ROOT / "wrappers" / "agents" / "smollm2-wordle"
-ENV_ID = "llmgym/WordleCompact-v0"
+ENV_ID = "llmgym/WordleCompact-v1"
 
 
 @dataclasses.dataclass
 class Recipe:
-    """What each stage runs; the defaults are the shipped agent's."""
+    """What each stage runs; the defaults are the recipe's."""
 
     model: str = "smollm2"
     teacher_episodes: int = 640
-    sft_epochs: int = 1
+    sft_epochs: int = 6
+    sft_val_fraction: float = 0.1
+    sft_patience: int = 1
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
+    grpo_arms: dict[str, float] = dataclasses.field(default_factory=lambda: {"outcome": 0.0, "turn": 1.0})
+    """GRPO arms by name: each one's ``turn_lambda`` (0 = outcome only, the turn rewards kept as metrics)."""
+    grpo_seeds: tuple[int, ...] = (0, 1)
     grpo_steps: int = 40
     grpo_group_size: int = 8
     grpo_prompts_per_step: int = 2
     grpo_lr: float = 5e-5
-    grpo_turn_lambda: float = 1.0
     grpo_temperature: float = 1.0
     max_new_tokens: int = 8
     eval_episodes: int = 200
@@ -84,8 +88,10 @@ class Recipe:
         """Budgets that exercise every stage in about a minute (for tests and trying the script)."""
         return cls(
             model=model,
-            teacher_episodes=8,
+            teacher_episodes=12,
+            sft_epochs=2,
             sft_batch_size=4,
+            grpo_seeds=(0,),
             grpo_steps=1,
             grpo_group_size=2,
             grpo_prompts_per_step=1,
@@ -93,43 +99,65 @@ class Recipe:
             eval_backend="transformers",  # tiny-random's llama.cpp form has other weights than the one trained
         )
 
+    def grpo_runs(self) -> list[str]:
+        """The GRPO stages' names, ``grpo-<arm>-s<seed>``."""
+        return [f"grpo-{arm}-s{seed}" for arm in self.grpo_arms for seed in self.grpo_seeds]
+
 
 def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     """Each stage's ``llmgym`` arguments, in order."""
     train, test = json.dumps({"answers": "train"}), json.dumps({"answers": "test"})
-    sft_adapter, grpo_adapter = out / "sft" / "final", out / "grpo" / "final"
+    sft_adapter = out / "sft" / "final"
     held_out = ["eval", ENV_ID, "--env-kwargs", test, "-n", str(recipe.eval_episodes), "--seed", str(recipe.eval_seed)]
-    held_out += flags(max_tokens=recipe.max_new_tokens, no_progress=True, backend=recipe.eval_backend)
+    held_out += flags(no_progress=True)
+    model_eval = flags(max_tokens=recipe.max_new_tokens, backend=recipe.eval_backend)
     if recipe.eval_backend == "llama.cpp":  # one llama.cpp stream, as the published runs (eval's default engine
-        held_out += flags(engine="llama.cpp")  # became torch where it is installed)
+        model_eval += flags(engine="llama.cpp")  # became torch where it is installed)
     teacher = flags(policy="scripted:wordle-sampler", env_kwargs=train, num_seeds=recipe.teacher_episodes, seed=0)
     sft = flags(episodes=out / "teacher" / "episodes.jsonl", min_reward=1.0, model=recipe.model, lora=True)
-    sft += flags(epochs=recipe.sft_epochs, lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
+    sft += flags(epochs=recipe.sft_epochs, val_fraction=recipe.sft_val_fraction, patience=recipe.sft_patience)
+    sft += flags(lr=recipe.sft_lr, batch_size=recipe.sft_batch_size)
     grpo = flags(env_kwargs=train, model=recipe.model, lora=True, init_adapter=sft_adapter, steps=recipe.grpo_steps)
     grpo += flags(group_size=recipe.grpo_group_size, prompts_per_step=recipe.grpo_prompts_per_step)
-    grpo += flags(max_new_tokens=recipe.max_new_tokens, lr=recipe.grpo_lr, turn_lambda=recipe.grpo_turn_lambda)
-    grpo += flags(temperature=recipe.grpo_temperature, set=f"torch_threads={recipe.torch_threads}")
-    return {
+    grpo += flags(max_new_tokens=recipe.max_new_tokens, lr=recipe.grpo_lr, temperature=recipe.grpo_temperature)
+    grpo += flags(set=f"torch_threads={recipe.torch_threads}")
+    runs = {
         "teacher": ["eval", ENV_ID, *teacher, "--no-progress", "--out", str(out / "teacher")],
         "sft": ["train", "sft", *sft, "--no-progress", "--out", str(out / "sft")],
-        "grpo": ["train", "grpo", ENV_ID, *grpo, "--no-progress", "--out", str(out / "grpo")],
-        "eval-random": [*held_out, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")],
-        "eval-base": [*held_out, "--model", recipe.model, "--out", str(out / "eval-base")],
-        "eval-sft": [*held_out, "--model", str(sft_adapter), "--out", str(out / "eval-sft")],
-        "eval-grpo": [*held_out, "--model", str(grpo_adapter), "--out", str(out / "eval-grpo")],
     }
+    for name, (arm, seed) in zip(recipe.grpo_runs(), _arms_and_seeds(recipe)):
+        arm_flags = flags(turn_lambda=recipe.grpo_arms[arm], seed=seed)
+        runs[name] = ["train", "grpo", ENV_ID, *grpo, *arm_flags, "--no-progress", "--out", str(out / name)]
+    runs["eval-random"] = [*held_out, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")]
+    runs["eval-teacher"] = [*held_out, "--policy", "scripted:wordle-sampler", "--out", str(out / "eval-teacher")]
+    runs["eval-base"] = [*held_out, *model_eval, "--model", recipe.model, "--out", str(out / "eval-base")]
+    runs["eval-sft"] = [*held_out, *model_eval, "--model", str(sft_adapter), "--out", str(out / "eval-sft")]
+    for name in recipe.grpo_runs():
+        adapter = str(out / name / "final")
+        runs[f"eval-{name}"] = [*held_out, *model_eval, "--model", adapter, "--out", str(out / f"eval-{name}")]
+    return runs
 
 
-#: the stages whose outputs each stage reads: a stage that ran again makes these run again too
-INPUTS = {"sft": ["teacher"], "grpo": ["sft"], "eval-sft": ["sft"], "eval-grpo": ["grpo"]}
+def _arms_and_seeds(recipe: Recipe) -> list[tuple[str, int]]:
+    return [(arm, seed) for arm in recipe.grpo_arms for seed in recipe.grpo_seeds]
 
 
-def run(recipe: Recipe, out: Path) -> dict[str, float]:
-    """Every stage in order (skipping finished ones); wall seconds per stage."""
+def inputs(recipe: Recipe) -> dict[str, list[str]]:
+    """The stages whose outputs each stage reads: a stage that ran again makes these run again too."""
+    needs = {"sft": ["teacher"], "eval-sft": ["sft"]}
+    for name in recipe.grpo_runs():
+        needs[name], needs[f"eval-{name}"] = ["sft"], [name]
+    return needs
+
+
+def run(recipe: Recipe, out: Path, only: tuple[str, ...] = ()) -> dict[str, float]:
+    """Every stage in order, or those whose names start with one of ``only`` (skipping finished ones)."""
     out.mkdir(parents=True, exist_ok=True)
-    walls, ran = {}, set()
+    walls, ran, needs = {}, set(), inputs(recipe)
     for name, args in stages(recipe, out).items():
-        if ran & set(INPUTS.get(name, ())) and (out / name).exists():
+        if only and not name.startswith(only):
+            continue
+        if ran & set(needs.get(name, ())) and (out / name).exists():
             shutil.rmtree(out / name)  # made from an input that has changed since
         record = run_stage(name, args, out / name, out / "logs", recipe.torch_threads)
         walls[name] = record["wall_s"]
@@ -142,54 +170,67 @@ def run(recipe: Recipe, out: Path) -> dict[str, float]:
 
 
 def episode_scores(path: Path) -> dict[int, dict[str, float]]:
-    """Per seed: total reward, solved (0/1), turns with a valid guess over turns, information, turns."""
+    """Per seed: total reward, solved (0/1), guesses, and the share of guesses that were valid, repeated, and
+    consistent with every earlier feedback line (of the guesses after the first)."""
     scores = {}
     for episode in iter_jsonl(path):
-        totals, turns = episode.component_totals(), episode.num_turns
+        totals, turns = episode.component_totals(), max(episode.num_turns, 1)
         scores[episode.seed] = {
             "reward": episode.total_reward,
             "solved": totals.get("solved", 0.0),
-            "valid_guess_rate": 1.0 - totals.get("invalid_guess", 0.0) / turns if turns else 0.0,
-            "information": totals.get("information", 0.0),
-            "turns": float(turns),
+            "guesses": float(episode.num_turns),
+            "valid": 1.0 - totals.get("invalid_guess", 0.0) / turns,
+            "repeats": totals.get("repeated_guess", 0.0) / turns,
+            "consistent": totals.get("consistent", 0.0) / max(turns - 1, 1),
         }
     return scores
 
 
-METRICS = ("reward", "solved", "valid_guess_rate", "information", "turns")
-PAIRS = (("sft", "base"), ("grpo", "sft"), ("grpo", "base"))
+METRICS = ("solved", "reward", "valid", "repeats", "consistent")
+
+
+def summarize(per_seed: dict[int, dict[str, float]], seeds: list[int]) -> dict[str, dict[str, float]]:
+    """Each metric's mean with its 95% CI over ``seeds``, and the mean guesses of the solved games."""
+    stats = {metric: mean_ci([per_seed[seed][metric] for seed in seeds]) for metric in METRICS}
+    solved = [per_seed[seed]["guesses"] for seed in seeds if per_seed[seed]["solved"]]
+    stats["guesses_when_solved"] = mean_ci(solved) if solved else {"mean": math.nan, "ci95": math.nan, "n": 0}
+    return stats
+
+
+def paired(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], seeds: list[int]) -> dict[str, Any]:
+    """``a - b`` seed by seed, per metric, with its 95% CI."""
+    return {metric: mean_ci([a[seed][metric] - b[seed][metric] for seed in seeds]) for metric in METRICS}
+
+
+def pooled(runs: list[dict[int, dict[str, float]]]) -> dict[int, dict[str, float]]:
+    """Per seed, the mean over several training seeds' evaluations (an arm's score on each held-out game)."""
+    seeds = set.intersection(*(set(run) for run in runs))
+    return {seed: {m: sum(run[seed][m] for run in runs) / len(runs) for m in runs[0][seed]} for seed in seeds}
 
 
 def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
-    """The results: each model's metrics with CIs, paired differences, the GRPO curve, stage wall times."""
+    """Each evaluated model's metrics with CIs, paired differences, the SFT and GRPO curves, stage times."""
     scores = {
-        name: episode_scores(out / f"eval-{name}" / "episodes.jsonl") for name in ("random", "base", "sft", "grpo")
+        path.name.removeprefix("eval-"): episode_scores(path / "episodes.jsonl")
+        for path in sorted(out.glob("eval-*"))
+        if (path / "summary.json").exists()
     }
+    for arm in recipe.grpo_arms:  # an arm's score on a game: the mean over its training seeds
+        runs = [scores[name] for name in recipe.grpo_runs() if name.startswith(f"grpo-{arm}-") and name in scores]
+        if runs:
+            scores[f"grpo-{arm}"] = pooled(runs)
     seeds = sorted(set.intersection(*(set(s) for s in scores.values())))
-    models = {
-        name: {metric: mean_ci([per_seed[seed][metric] for seed in seeds]) for metric in METRICS}
-        for name, per_seed in scores.items()
-    }
-    paired = {
-        f"{a}-{b}": {
-            metric: mean_ci([scores[a][seed][metric] - scores[b][seed][metric] for seed in seeds])
-            for metric in ("reward", "solved", "valid_guess_rate")
-        }
-        for a, b in PAIRS
-    }
-    curve = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    pairs = [("sft", "base")] + [(f"grpo-{arm}", "sft") for arm in recipe.grpo_arms] + [("grpo-turn", "grpo-outcome")]
     return {
         "benchmark": "wordle_agent",
         "command": "python benchmarks/wordle_agent.py",
         "env": ENV_ID,
         "recipe": dataclasses.asdict(recipe),
         "held_out_seeds": len(seeds),
-        "models": models,
-        "paired": paired,
-        "grpo_curve": [
-            {key: value for key, value in row.items() if key == "step" or key.startswith(("reward", "time/step"))}
-            for row in curve
-        ],
+        "models": {name: summarize(per_seed, seeds) for name, per_seed in scores.items()},
+        "paired": {f"{a} - {b}": paired(scores[a], scores[b], seeds) for a, b in pairs if a in scores and b in scores},
+        "sft_curve": _curve(out / "sft", ("loss", "val_loss", "epoch")),
+        "grpo_curves": {name: _curve(out / name, ("reward", "time/step")) for name in recipe.grpo_runs()},
         "stage_wall_s": walls,
         "total_wall_s": sum(walls.values()),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
@@ -197,36 +238,54 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
     }
 
 
+def _curve(folder: Path, prefixes: tuple[str, ...]) -> list[dict[str, float]]:
+    """A run's metrics.jsonl rows, only ``step`` and the keys starting with ``prefixes``."""
+    path = folder / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{k: v for k, v in row.items() if k == "step" or k.startswith(prefixes)} for row in rows]
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
-    """The GRPO reward per component over steps, and each model's solved rate and mean reward with CIs."""
+    """The SFT losses (train and held-out) by epoch, each GRPO run's reward, and each model's solved rate and
+    share of consistent guesses with CIs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (curve, bars) = plt.subplots(1, 2, figsize=(11, 4))
-    rows = results["grpo_curve"]
-    for key in sorted({key for row in rows for key in row if key.startswith("reward/") and key.endswith("mean")}):
-        curve.plot([row["step"] for row in rows], [row.get(key, math.nan) for row in rows], label=key)
-    curve.set(xlabel="GRPO step", ylabel="per episode (training answers)", title="GRPO rewards")
-    curve.legend(fontsize=7)
+    figure, (sft, grpo, bars) = plt.subplots(1, 3, figsize=(15, 4))
+    rows = results["sft_curve"]
+    sft.plot([r["step"] for r in rows if "loss" in r], [r["loss"] for r in rows if "loss" in r], label="train")
+    sft.plot([r["step"] for r in rows if "val_loss" in r], [r["val_loss"] for r in rows if "val_loss" in r], "o-")
+    sft.set(xlabel="SFT step", ylabel="NLL per policy token", title="SFT (dots: held-out episodes, per epoch)")
+    for name, rows in results["grpo_curves"].items():
+        grpo.plot([r["step"] for r in rows], [r.get("reward/mean", math.nan) for r in rows], label=name)
+    grpo.set(xlabel="GRPO step", ylabel="mean reward (training answers)", title="GRPO")
+    if results["grpo_curves"]:
+        grpo.legend(fontsize=7)
     names = list(results["models"])
-    for offset, metric in ((-0.2, "solved"), (0.2, "reward")):
+    for offset, metric in ((-0.2, "solved"), (0.2, "consistent")):
         stats = [results["models"][name][metric] for name in names]
-        bars.bar(
-            [i + offset for i in range(len(names))],
-            [s["mean"] for s in stats],
-            yerr=[s["ci95"] for s in stats],
-            width=0.4,
-            label=metric,
-        )
-    bars.set_xticks(range(len(names)), names)
-    bars.axhline(0, color="black", linewidth=0.5)
-    bars.set(title=f"held-out answers, {results['held_out_seeds']} episodes (95% CI)")
+        bars.bar([i + offset for i in range(len(names))], [s["mean"] for s in stats], width=0.4, label=metric)
+        bars.errorbar([i + offset for i in range(len(names))], [s["mean"] for s in stats], [s["ci95"] for s in stats])
+    bars.set_xticks(range(len(names)), names, rotation=30, fontsize=7)
+    bars.set(title=f"held-out answers, {results['held_out_seeds']} games (95% CI)")
     bars.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def best_run(out: Path) -> str:
+    """The trained run whose adapter solved most held-out games (GRPO runs and SFT)."""
+    solved = {
+        path.name.removeprefix("eval-"): json.loads((path / "summary.json").read_text())["success_rate"]
+        for path in out.glob("eval-*")
+        if (path / "summary.json").exists() and path.name.startswith(("eval-grpo-", "eval-sft"))
+    }
+    return max(sorted(solved), key=solved.get)
 
 
 def ship(out: Path, target: Path = SHIPPED) -> Path:
@@ -236,7 +295,7 @@ def ship(out: Path, target: Path = SHIPPED) -> Path:
 
     from llmgym.wrappers.lora_gguf import write_lora_gguf
 
-    source = out / "grpo" / "final"
+    source = out / best_run(out) / "final"
     target.mkdir(parents=True, exist_ok=True)
     weights = {name: tensor.half() for name, tensor in load_file(source / "adapter_model.safetensors").items()}
     save_file(weights, target / "adapter_model.safetensors")
@@ -253,26 +312,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", default="smollm2", help="base model (tiny-random to try the pipeline)")
     parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in about a minute")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
-    parser.add_argument("--ship", action="store_true", help="copy the GRPO adapter into the package")
+    parser.add_argument("--ship", action="store_true", help="copy the best trained adapter into the package")
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps (more than a finished run's: it trains on)")
+    parser.add_argument(
+        "--only", nargs="+", default=(), metavar="PREFIX", help="run only the stages starting with these (eval-sft...)"
+    )
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
     if args.grpo_steps is not None:
         recipe.grpo_steps = args.grpo_steps
-    walls = run(recipe, args.out.resolve())
+    walls = run(recipe, args.out.resolve(), tuple(args.only))
     results = report(recipe, args.out.resolve(), walls)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1) + "\n")
     plot(results, args.results.with_suffix(".png"))
     for name, stats in results["models"].items():
-        shown = "  ".join(f"{m} {stats[m]['mean']:.3f}±{stats[m]['ci95']:.3f}" for m in METRICS[:4])
-        print(f"{name:>6}: {shown}")
+        print(f"{name:>16}: " + "  ".join(f"{m} {stats[m]['mean']:.3f}±{stats[m]['ci95']:.3f}" for m in METRICS))
     for pair, stats in results["paired"].items():
-        shown = "  ".join(f"{m} {stats[m]['mean']:+.3f}±{stats[m]['ci95']:.3f}" for m in stats)
-        print(f"{pair:>10}: {shown}")
+        print(f"{pair:>28}: " + "  ".join(f"{m} {stats[m]['mean']:+.3f}±{stats[m]['ci95']:.3f}" for m in stats))
     print(f"total {results['total_wall_s'] / 60:.1f} min; results in {args.results}")
     if args.ship:
-        print(f"shipped the GRPO adapter to {ship(args.out.resolve())}")
+        print(f"shipped {best_run(args.out.resolve())}'s adapter to {ship(args.out.resolve())}")
     return results
 
 

@@ -15,7 +15,8 @@ pytest.importorskip("peft")
 pytest.importorskip("matplotlib")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wordle_agent.py"
-STAGES = ["teacher", "sft", "grpo", "eval-random", "eval-base", "eval-sft", "eval-grpo"]
+GRPO = ["grpo-outcome-s0", "grpo-turn-s0"]
+STAGES = ["teacher", "sft", *GRPO, "eval-random", "eval-teacher", "eval-base", "eval-sft"] + [f"eval-{g}" for g in GRPO]
 
 
 def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -31,23 +32,28 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
     for stage in STAGES:
         assert json.loads((out / stage / "stage.json").read_text())["args"][0] in ("eval", "train")
     assert (out / "sft" / "final" / "adapter_config.json").is_file()
-    assert (out / "grpo" / "final" / "adapter_config.json").is_file()
+    for name in GRPO:
+        assert (out / name / "final" / "adapter_config.json").is_file()
     results = json.loads((out / "results.json").read_text())
-    assert set(results["models"]) == {"random", "base", "sft", "grpo"} and results["held_out_seeds"] == 2
-    assert set(results["paired"]) == {"sft-base", "grpo-sft", "grpo-base"}
-    assert results["grpo_curve"] and set(results["stage_wall_s"]) == set(STAGES)
+    models = {"random", "teacher", "base", "sft", *GRPO, "grpo-outcome", "grpo-turn"}
+    assert set(results["models"]) == models and results["held_out_seeds"] == 2
+    assert set(results["models"]["sft"]) >= {"solved", "consistent", "repeats", "valid", "guesses_when_solved"}
+    assert set(results["paired"]) == {"sft - base", "grpo-outcome - sft", "grpo-turn - sft", "grpo-turn - grpo-outcome"}
+    assert any("val_loss" in row for row in results["sft_curve"])
+    assert all(results["grpo_curves"][name] for name in GRPO) and set(results["stage_wall_s"]) == set(STAGES)
     assert (out / "results.png").stat().st_size > 1000
 
     again = run(out)
     assert again.returncode == 0 and again.stdout.count("skipped") == len(STAGES)
 
-    longer = run(out, "--grpo-steps", "2")  # trains on from step 1; the GRPO adapter's evaluation runs again
+    longer = run(out, "--grpo-steps", "2")  # trains on from step 1; the GRPO adapters' evaluations run again
     assert longer.returncode == 0, longer.stdout[-2000:] + longer.stderr[-2000:]
-    assert "--steps 2" in longer.stdout and "--resume" in longer.stdout and longer.stdout.count("skipped") == 5
-    assert json.loads((out / "results.json").read_text())["grpo_curve"][-1]["step"] == 2
+    assert "--steps 2" in longer.stdout and "--resume" in longer.stdout
+    assert longer.stdout.count("skipped") == len(STAGES) - 2 * len(GRPO)
+    assert json.loads((out / "results.json").read_text())["grpo_curves"][GRPO[0]][-1]["step"] == 2
 
-    record = json.loads((out / "eval-grpo" / "stage.json").read_text())
+    record = json.loads((out / "eval-grpo-turn-s0" / "stage.json").read_text())
     record["args"][-1] = "elsewhere"
-    (out / "eval-grpo" / "stage.json").write_text(json.dumps(record))
+    (out / "eval-grpo-turn-s0" / "stage.json").write_text(json.dumps(record))
     refused = run(out, "--grpo-steps", "2")
     assert refused.returncode != 0 and "was made by another command" in refused.stderr
