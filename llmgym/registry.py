@@ -10,11 +10,14 @@ A plugin that fails to load gives a warning naming it and never breaks
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import importlib.machinery
 import sys
 import warnings
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -247,6 +250,8 @@ def describe(env_id: str) -> str:
     if env_id in _descriptions:
         return _descriptions[env_id]
     spec = gym.spec(env_id)
+    if isinstance(spec.entry_point, str) and (written := description_in_source(spec.entry_point)):
+        return written
     try:
         env_class = (
             spec.entry_point if callable(spec.entry_point) else gym.envs.registration.load_env_creator(spec.entry_point)
@@ -255,6 +260,53 @@ def describe(env_id: str) -> str:
         return f"(cannot load: {type(err).__name__})"
     text = getattr(env_class, "description", "") or (env_class.__doc__ or "")
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def description_in_source(entry_point: str) -> str | None:
+    """The first line of the ``description`` string that the class of ``"module:Class"`` assigns in its body,
+    read from the module's source without importing it (``llmgym list`` would otherwise import every env and
+    its libraries); None when it is not written there as a plain string.
+    """
+    module, _, name = entry_point.partition(":")
+    source = _module_source(module)
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for statement in node.body:
+                targets = getattr(statement, "targets", None) or [getattr(statement, "target", None)]
+                value = getattr(statement, "value", None)
+                named = any(isinstance(t, ast.Name) and t.id == "description" for t in targets)
+                if named and isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.strip():
+                    return value.value.strip().splitlines()[0]
+    return None
+
+
+def _module_source(module: str) -> str | None:
+    """A module's source text, found through its parent packages' paths, importing only packages already imported."""
+    parts = module.split(".")
+    path = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        loaded = sys.modules.get(name)
+        spec = loaded.__spec__ if loaded is not None else importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None:
+            return None
+        if depth == len(parts):
+            if not spec.origin or not spec.origin.endswith(".py"):
+                return None
+            try:
+                return Path(spec.origin).read_text(encoding="utf-8")
+            except OSError:
+                return None
+        path = spec.submodule_search_locations
+        if path is None:
+            return None
+    return None
 
 
 def close_matches(env_id: str) -> list[str]:
