@@ -317,10 +317,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--only", nargs="+", default=(), metavar="PREFIX", help="run only the stages starting with these (eval-sft...)"
     )
+    parser.add_argument("--threads", type=int, help="torch threads per stage (default 1: a shared machine)")
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
     if args.grpo_steps is not None:
         recipe.grpo_steps = args.grpo_steps
+    if args.threads is not None:
+        recipe.torch_threads = args.threads
     walls = run(recipe, args.out.resolve(), tuple(args.only))
     results = report(recipe, args.out.resolve(), walls)
     args.results.parent.mkdir(parents=True, exist_ok=True)
