@@ -58,8 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _export(viewer: Viewer, args: argparse.Namespace) -> int:
     from llmgym.viewer.app import EXPORT_EPISODES, export_html
+    from llmgym.viewer.sources import ViewerError
 
-    written = export_html(viewer.start(), args.export, args.export_episodes or EXPORT_EPISODES)
+    try:
+        written = export_html(viewer.start(), args.export, args.export_episodes or EXPORT_EPISODES)
+    except ViewerError as err:
+        raise CLIError(str(err)) from None
     for source in written["sources"]:
         more = (
             f" (the first {source['written']} of {source['episodes']})"
@@ -67,8 +71,16 @@ def _export(viewer: Viewer, args: argparse.Namespace) -> int:
             else ""
         )
         print(f"{source['label']}: {source['written']} episodes{more}")
+        if source["bad_line_count"]:
+            print(f"{source['label']}: {_skipped(source['bad_line_count'], source['bad_lines'])}")
     print(f"wrote {args.export}")
     return 0
+
+
+def _skipped(count: int, bad_lines: list[dict]) -> str:
+    """``3 lines skipped, not episodes: line 4 (reason); ...`` (the first three named)."""
+    named = "; ".join(f"line {bad['line']} ({bad['reason']})" for bad in bad_lines[:3])
+    return f"{count} line{'s' if count != 1 else ''} skipped, not episodes: {named}{'; ...' if count > 3 else ''}"
 
 
 def _serve(viewer: Viewer, args: argparse.Namespace) -> int:

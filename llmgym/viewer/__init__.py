@@ -6,6 +6,8 @@ The modules:
   JSONL file (table rows, filters, sorting, transcript search) that never loads the file;
 - :mod:`~llmgym.viewer.sources`: :class:`Viewer`, what a path holds (episodes file, eval
   folder, training run folder) and the comparison of two;
+- :mod:`~llmgym.viewer.safe_json`: reading JSON from any file (too deep refused, ``NaN``
+  as ``None``) and making any value sendable as strict JSON;
 - :mod:`~llmgym.viewer.app`: the FastAPI app on 127.0.0.1 and the self-contained HTML
   export (FastAPI is imported only by :func:`~llmgym.viewer.app.create_app`).
 

@@ -13,6 +13,9 @@ own, so even text that reached the page as markup could not run.
 API (JSON): ``/api/info``; ``/api/episodes?source=&offset=&limit=&sort=&desc=&min_reward=
 &max_reward=&component=&component_min=&component_max=&outcome=&q=&step=``;
 ``/api/episode?source=&index=``; ``/api/metrics?source=``; ``/api/compare?offset=&limit=``.
+Every answer is strict JSON in UTF-8 whatever the files hold (see
+:mod:`~llmgym.viewer.safe_json`); lines that are not episodes are skipped when indexed and
+listed in ``/api/info`` as each source's ``bad_lines``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgym.viewer.index import Query
+from llmgym.viewer.safe_json import sendable
 from llmgym.viewer.sources import Viewer, ViewerError
 
 __all__ = ["create_app", "export_html", "page_html", "STATIC", "EXPORT_EPISODES"]
@@ -69,7 +73,11 @@ def _sha256(code: str) -> str:
 
 def _json_for_html(data: Any) -> str:
     """JSON that cannot end the ``<script>`` element holding it: ``<``, ``>`` and ``&`` as ``\\u`` escapes."""
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except ValueError:  # an out-of-range number or an unpaired surrogate from a file (UnicodeError is one)
+        text = json.dumps(sendable(data), ensure_ascii=False, allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -79,7 +87,22 @@ def create_app(viewer: Viewer) -> Any:
     from fastapi import Query as Param
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-    app = FastAPI(title="llmgym view", docs_url=None, redoc_url=None, openapi_url=None)
+    class SendableJSONResponse(JSONResponse):
+        """Strict JSON (as FastAPI's), with :func:`sendable` making a value from a file fit where it does not."""
+
+        def render(self, content: Any) -> bytes:
+            try:
+                return super().render(content)
+            except ValueError:  # inf from 1e400, an unpaired surrogate (UnicodeEncodeError is a ValueError)
+                return super().render(sendable(content))
+
+    app = FastAPI(
+        title="llmgym view",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=SendableJSONResponse,
+    )
     static_files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
 
     @app.middleware("http")
@@ -97,6 +120,11 @@ def create_app(viewer: Viewer) -> Any:
     @app.exception_handler(IndexError)
     async def not_found(request: Any, err: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, status_code=404)
+
+    @app.exception_handler(OSError)
+    async def file_gone(request: Any, err: OSError) -> JSONResponse:
+        # the file was removed or cut while the page was open: the episode is not there any more
+        return JSONResponse({"detail": f"cannot read {err.filename or 'the file'}: {err.strerror or err}"}, 404)
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
@@ -167,11 +195,20 @@ def export_html(viewer: Viewer, out: str | os.PathLike[str], max_episodes: int =
 
     Indexes every source first. Each source contributes its first ``max_episodes``
     episodes (rows and full records), a run its metrics, a comparison all its rows.
+    Lines that are not episodes are left out and listed in the file's info.
 
     Returns:
-        per source, the episodes written and the episodes there are.
+        per source, the episodes written, the episodes there are, and its lines that are
+        not episodes (``bad_line_count``, ``bad_lines``: the first ones, see
+        :attr:`~llmgym.viewer.index.EpisodeIndex.bad_lines`).
+
+    Raises:
+        ViewerError: a source could not be indexed (its file cannot be read); nothing is written.
     """
     viewer.wait()
+    for source in viewer.sources:
+        if source.index is not None and source.index.error:
+            raise ViewerError(f"cannot export {source.label}: {source.index.error}")
     sources, written = [], []
     for source in viewer.sources:
         rows, records = [], []
@@ -179,7 +216,15 @@ def export_html(viewer: Viewer, out: str | os.PathLike[str], max_episodes: int =
             count = min(len(source.index), max_episodes)
             rows = source.index.rows(range(count))
             records = [source.index.episode(i) for i in range(count)]
-            written.append({"label": source.label, "written": count, "episodes": len(source.index)})
+            written.append(
+                {
+                    "label": source.label,
+                    "written": count,
+                    "episodes": len(source.index),
+                    "bad_line_count": source.index.bad_line_count,
+                    "bad_lines": source.index.bad_lines,
+                }
+            )
         sources.append({"rows": rows, "episodes": records, "metrics": source.metrics()})
     data = {"info": viewer.info(), "sources": sources}
     if len(viewer.sources) == 2:

@@ -7,7 +7,12 @@ arrays: about 60 bytes an episode plus 8 per reward component. An episode is rea
 back from its bytes when it is opened. Indexing runs in a background thread
 (:meth:`EpisodeIndex.start`), so the first page is served while a large file is
 still being read; a file that grows (a run still writing) is read on from where the
-index stopped, complete lines only.
+index stopped (a last line without its newline once it is a whole episode).
+
+A line that is not an episode (binary garbage, not JSON, cut short, nested too deep, a
+seed or reward out of a float's range) is skipped and listed in :attr:`EpisodeIndex.bad_lines` with its line
+number and why; the rest of the file is indexed. Only a failure to read the file at all
+stops the index (:attr:`EpisodeIndex.error`).
 
 Text search scans the file's bytes for the query (as JSON writes it) and confirms each
 candidate by reading its messages, so a query for ``role`` or ``user`` matches only what
@@ -29,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from llmgym.viewer.safe_json import bad_json_reason, parse_json
+
 __all__ = ["EpisodeIndex", "Query", "row_numbers", "transcript_matches", "SORT_KEYS", "OUTCOMES"]
 
 #: Columns the table sorts by (``component:NAME`` sorts by a component's total).
@@ -39,6 +46,8 @@ SORT_KEYS = ("index", "seed", "reward", "turns", "tokens", "step")
 OUTCOMES = ("solved", "failed", "error")
 _BATCH = 2000  # lines read between publishing rows to readers
 _SEARCH_BLOCK = 8 << 20  # bytes a text search reads at once
+_LISTED_BAD_LINES = 100  # bad lines listed; all are counted (a file of garbage stays small in memory)
+_UNFINISHED = object()  # a last line that is not an episode (yet): no newline after it
 
 
 @dataclass
@@ -103,11 +112,16 @@ class EpisodeIndex:
         self._names: dict[str, list[str]] = {"env_id": [], "policy": []}
         self._codes: dict[str, dict[str, int]] = {"env_id": {}, "policy": {}}
         self.read_to = 0  # bytes of the file indexed (complete lines)
-        self.bad_lines: list[str] = []  # "line N: reason" for lines that are not episodes
-        self._line_number = 0
+        self._bad_count = 0  # complete lines that are not episodes, all of them
+        self._bad_lines: list[dict[str, Any]] = []  # the first _LISTED_BAD_LINES of them
+        self._torn: dict[str, Any] | None = None  # the last line, not an episode and with no newline yet
+        self._line_number = 0  # lines read so far
+        self._open_line = False  # the last line read was an episode without its newline
+        self._seen = 0  # the file's size when it was last read to its end
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
-        self.error: str | None = None  # why indexing stopped (the file vanished...)
+        self._restart = threading.Lock()  # one refresh starts one thread, however many requests ask
+        self.error: str | None = None  # why indexing stopped (the file cannot be read...)
 
     # -- building -------------------------------------------------------------------
 
@@ -136,55 +150,85 @@ class EpisodeIndex:
         return not self._done.is_set()
 
     def refresh(self) -> None:
-        """Read lines appended since the index was built (a run still writing); no-op while indexing."""
-        if self._done.is_set() and self.path.is_file() and self.path.stat().st_size > self.read_to:
-            self.start()
+        """Read what was appended since the file was last read (a run still writing).
+
+        A no-op while indexing, and once indexing failed (:attr:`error`): it would fail again.
+        """
+        with self._restart:
+            if self._done.is_set() and self.error is None and _size(self.path) > self._seen:
+                self.start()
+
+    @property
+    def bad_lines(self) -> list[dict[str, Any]]:
+        """Lines that are not episodes, each ``{"file", "line", "reason"}`` (the first 100 listed).
+
+        An unfinished last line (no newline yet) is listed last while it is one; it is read
+        again when the file grows.
+        """
+        return self._bad_lines + ([self._torn] if self._torn else [])
+
+    @property
+    def bad_line_count(self) -> int:
+        """How many lines are not episodes (all of them, listed or not)."""
+        return self._bad_count + (1 if self._torn else 0)
 
     def _run(self) -> None:
         try:
             self._read()
         except OSError as err:
             self.error = f"cannot read {self.path}: {err.strerror or err}"
+        except Exception as err:  # recorded, so the page says why instead of "indexing" forever
+            self.error = f"indexing {self.path} stopped after line {self._line_number}: {type(err).__name__}: {err}"
         finally:
             self._done.set()
 
     def _read(self) -> None:
-        batch: list[tuple[int, int, dict[str, Any] | None]] = []
+        batch: list[tuple[int, int, dict[str, Any]]] = []
         offset = self.read_to
+        self._torn = None
         with open(self.path, "rb") as file:
             file.seek(offset)
             for raw in file:
-                if not raw.endswith(b"\n"):
-                    break  # a line still being written: read it next time
-                self._line_number += 1
-                stripped = raw.rstrip(b"\r\n")
-                if stripped.strip():
-                    batch.append((offset, len(stripped), self._parse(stripped)))
+                line, complete = raw.rstrip(b"\r\n"), raw.endswith(b"\n")
+                # the newline of a last line indexed without it ends that line, not a new one
+                number = self._line_number + (0 if self._open_line else 1)
+                if not line.strip() and not complete:
+                    break  # trailing blanks: the next line may start here
+                row = self._row(line, number, complete) if line.strip() else None
+                if row is _UNFINISHED:
+                    break  # read it again when the file grows
+                if row is not None:
+                    batch.append((offset, len(line), row))
                 offset += len(raw)
+                self._line_number, self._open_line = number, not complete
                 if len(batch) >= _BATCH:
                     self._publish(batch, offset)
                     batch = []
+            self._seen = file.tell()
         self._publish(batch, offset)
 
-    def _parse(self, raw: bytes) -> dict[str, Any] | None:
-        """The table's numbers of one line, or ``None`` (noted in :attr:`bad_lines`) if it is not an episode."""
+    def _row(self, line: bytes, number: int, complete: bool) -> Any:
+        """The table's numbers of one line; ``None`` if it is not an episode (listed in
+        :attr:`bad_lines`), ``_UNFINISHED`` if it is also the last line and has no newline yet."""
         try:
-            data = json.loads(raw, parse_constant=_no_constant)
+            data = parse_json(line)
             if not isinstance(data, dict) or "env_id" not in data:
-                raise ValueError("no env_id")
+                kind = "object" if isinstance(data, dict) else type(data).__name__
+                raise ValueError(f"not an episode: a JSON {kind} without env_id")
             return row_numbers(data)
-        except (ValueError, TypeError, AttributeError) as err:
-            if len(self.bad_lines) < 20:
-                self.bad_lines.append(f"line {self._line_number}: {str(err)[:120]}")
-            elif len(self.bad_lines) == 20:
-                self.bad_lines.append("(more lines not shown)")
+        except Exception as err:  # whatever is wrong with one line is that line's problem, not the file's
+            reason = bad_json_reason(err)
+            if not complete:
+                self._torn = {"file": str(self.path), "line": number, "reason": f"unfinished last line: {reason}"}
+                return _UNFINISHED
+            self._bad_count += 1
+            if len(self._bad_lines) < _LISTED_BAD_LINES:
+                self._bad_lines.append({"file": str(self.path), "line": number, "reason": reason})
             return None
 
-    def _publish(self, batch: list[tuple[int, int, dict[str, Any] | None]], read_to: int) -> None:
+    def _publish(self, batch: list[tuple[int, int, dict[str, Any]]], read_to: int) -> None:
         with self._lock:
             for offset, length, row in batch:
-                if row is None:
-                    continue
                 count = len(self._offsets)
                 self._offsets.append(offset)
                 self._lengths.append(length)
@@ -219,15 +263,15 @@ class EpisodeIndex:
             return sorted(self._components)
 
     def status(self) -> dict[str, Any]:
-        """How far indexing got: episodes, bytes read of the file's size, unreadable lines."""
-        size = self.path.stat().st_size if self.path.is_file() else 0
+        """How far indexing got: episodes, bytes read of the file's size, lines that are not episodes."""
         return {
             "path": str(self.path),
             "episodes": len(self),
             "bytes_read": self.read_to,
-            "bytes": size,
+            "bytes": _size(self.path),
             "indexing": self.indexing,
-            "bad_lines": list(self.bad_lines),
+            "bad_lines": self.bad_lines,
+            "bad_line_count": self.bad_line_count,
             "error": self.error,
             "components": self.components,
             "steps": sorted({int(s) for s in self._column("step") if not math.isnan(s)}),
@@ -323,7 +367,7 @@ class EpisodeIndex:
 
     def episode(self, i: int) -> dict[str, Any]:
         """Episode ``i`` as the dict its line holds (``NaN`` and ``Infinity``, which strict JSON lacks, as ``None``)."""
-        return json.loads(self.raw(i), parse_constant=_no_constant)
+        return parse_json(self.raw(i))
 
     def search(self, text: str, count: int | None = None) -> np.ndarray:
         """A boolean mask over the first ``count`` episodes: whose transcript contains ``text`` (any case)."""
@@ -345,6 +389,7 @@ class EpisodeIndex:
                 data = tail + block
                 hits = [position - len(tail) + m.start() for m in pattern.finditer(data)]
                 candidates.update((np.searchsorted(starts, hits, side="right") - 1).tolist())
+                candidates.discard(-1)  # a hit before the first episode (in a line that is not one)
                 position += len(block)
                 tail = data[-(longest - 1) :] if longest > 1 else b""  # a match may straddle two blocks
         needle = text.casefold()
@@ -359,8 +404,8 @@ def transcript_matches(messages: list[Any], needle: str) -> bool:
     return any(needle in piece.casefold() for piece in _transcript_text(messages))
 
 
-def _transcript_text(messages: list[Any]) -> Iterator[str]:
-    for message in messages:
+def _transcript_text(messages: Any) -> Iterator[str]:
+    for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):
             continue
         for key in ("content", "reasoning_content", "name"):
@@ -368,7 +413,8 @@ def _transcript_text(messages: list[Any]) -> Iterator[str]:
                 yield message[key]
         if isinstance(message.get("content"), list):  # content parts
             yield from (p["text"] for p in message["content"] if isinstance(p, dict) and isinstance(p.get("text"), str))
-        for call in message.get("tool_calls") or []:
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 yield from (str(function.get(key, "")) for key in ("name", "arguments"))
@@ -401,16 +447,26 @@ def row_numbers(data: dict[str, Any]) -> dict[str, Any]:
         ...                    "reward_components": [{"solved": 0.0}, {"solved": 1.0}]})
         >>> row["reward"], row["turns"], row["components"], row["outcome"]
         (1.5, 2.0, {'solved': 1.0}, 'solved')
+
+    Raises:
+        ValueError: a reward, a total or a number column is out of a float's range (a
+            400-digit seed), or a field has the wrong type (also ``TypeError``).
     """
-    rewards = [float(r) for r in data.get("turn_rewards") or [] if r is not None]
     turn_components = [c for c in data.get("reward_components") or [] if isinstance(c, dict)]
     components: dict[str, float] = {}
-    for turn in turn_components:
-        for name, value in turn.items():
-            if isinstance(value, (int, float)):
-                components[str(name)] = components.get(str(name), 0.0) + float(value)
+    try:
+        rewards = [float(r) for r in data.get("turn_rewards") or [] if r is not None]
+        for turn in turn_components:
+            for name, value in turn.items():
+                if isinstance(value, (int, float)):
+                    components[name] = components.get(name, 0.0) + float(value)
+    except OverflowError:
+        raise ValueError("a reward is out of range: an integer too large for a float") from None
+    reward = _finite(sum(rewards), "the total reward")
+    if not math.isfinite(sum(components.values())):  # one check for all; which one only when it fails
+        for name, total in components.items():
+            _finite(total, f"{name}'s total")
     metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-    reward = float(sum(rewards))
     if metadata.get("error"):
         outcome = "error"
     elif any("solved" in turn for turn in turn_components):
@@ -424,29 +480,48 @@ def row_numbers(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "env_id": str(data.get("env_id")),
         "policy": str(data.get("policy") or ""),
-        "seed": _float(data.get("seed")),
-        "group_index": _float(metadata.get("group_index")),
-        "step": _float(metadata.get("train_step")),
+        "seed": _float(data.get("seed"), "seed"),
+        "group_index": _float(metadata.get("group_index"), "group_index"),
+        "step": _float(metadata.get("train_step"), "train_step"),
         "reward": reward,
         "turns": float(len(rewards)),
-        "tokens": _float(tokens),
+        "tokens": _float(tokens, "generated_tokens"),
         "components": components,
         "outcome": outcome,
         "truncated": bool(data.get("truncated")),
     }
 
 
-def _no_constant(name: str) -> None:
-    return None
-
-
-def _float(value: Any) -> float:
+def _float(value: Any, what: str) -> float:
     """A number for a float column; ``nan`` stands for none."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    return _finite(value, what) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _finite(value: Any, what: str) -> float:
+    """``value`` as a finite float (the API's JSON and the table's sorting need one).
+
+    Raises:
+        ValueError: it is out of a float's range, or not a number.
+    """
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float: say how large, not the digits
+        raise ValueError(f"{what} is out of range: a {len(str(abs(value)))}-digit number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is out of range: reads as {value}")
+    return number
 
 
 def _int_or_none(value: float) -> int | None:
-    return None if math.isnan(value) else int(value)
+    return int(value) if math.isfinite(value) else None
+
+
+def _size(path: Path) -> int:
+    """The file's size; 0 if it is gone (a file removed while the page is open is no server error)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _within(values: np.ndarray, low: float | None, high: float | None) -> np.ndarray:

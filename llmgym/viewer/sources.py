@@ -17,7 +17,6 @@ where the mean rewards differ most come first.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from llmgym.viewer.index import EpisodeIndex
+from llmgym.viewer.safe_json import parse_json
 
 __all__ = ["Viewer", "EpisodeSource", "ViewerError", "open_source"]
 
@@ -58,14 +58,18 @@ class EpisodeSource:
     config: dict[str, Any] | None = None
 
     def metrics(self) -> list[dict[str, Any]]:
-        """A run's metrics, one dict per step (lines that are not JSON objects, such as a torn last one, skipped)."""
+        """A run's metrics, one dict per step.
+
+        Lines the page cannot show (not JSON objects, a torn last one, see
+        :func:`~llmgym.viewer.safe_json.parse_json`) are skipped; a ``NaN`` metric is ``None``.
+        """
         if self.metrics_path is None or not self.metrics_path.is_file():
             return []
         rows = []
-        for line in self.metrics_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in self.metrics_path.read_bytes().splitlines():
             try:
-                row = json.loads(line)
-            except ValueError:
+                row = parse_json(line)
+            except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict):
                 rows.append(row)
@@ -108,9 +112,10 @@ def open_source(path: str | os.PathLike[str]) -> EpisodeSource:
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` if it is missing or not one the page can show."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

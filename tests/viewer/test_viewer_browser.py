@@ -234,3 +234,18 @@ def test_the_exported_file_filters_and_opens_episodes_offline(page, eval_folder,
     page.click("#episodes-table tbody tr >> nth=0")
     page.wait_for_selector(".msg.assistant")
     assert requests == [exported.as_uri()]  # everything was inside the file
+
+
+def test_lines_that_are_not_episodes_are_named_above_the_table(page, eval_folder, tmp_path):
+    lines = (eval_folder / "episodes.jsonl").read_bytes().splitlines()
+    path = tmp_path / "episodes.jsonl"
+    path.write_bytes(b"\n".join([lines[0], b'{"env_id": "x", "seed": 1e400}', *lines[1:]]) + b"\n")
+    exported = tmp_path / "report.html"
+    export_html(Viewer([path]), exported)
+    with Served(path) as url:
+        for address in (url, exported.as_uri()):
+            page.goto(address)
+            page.wait_for_selector("#episodes-table tbody tr")
+            assert page.inner_text("#page-info") == "1–24 of 24"
+            note = page.inner_text("header .status")
+            assert "1 line skipped, not episodes: line 2 (seed is out of range: reads as inf)" in note

@@ -68,12 +68,15 @@ def test_lines_that_are_not_episodes_are_reported_and_a_growing_file_is_read_on(
     good = Episode("x", seed=0, turn_rewards=[1.0]).to_json()
     path.write_text(good + "\n{not json\n" + json.dumps([1]) + "\n" + good[:20])  # the last line still being written
     index = EpisodeIndex(path).build()
-    assert len(index) == 1 and len(index.bad_lines) == 2 and index.bad_lines[0].startswith("line 2:")
+    assert len(index) == 1 and index.bad_line_count == 3 and [b["line"] for b in index.bad_lines] == [2, 3, 4]
+    assert index.bad_lines[0]["reason"].startswith("not JSON") and index.bad_lines[1]["file"] == str(path)
+    assert index.bad_lines[2]["reason"].startswith("unfinished last line")  # listed until it is finished
     with open(path, "a") as file:
         file.write(good[20:] + "\n")
     index.refresh()
     index.wait()
     assert len(index) == 2 and index.episode(1)["seed"] == 0
+    assert index.bad_line_count == 2 and [b["line"] for b in index.bad_lines] == [2, 3]
     assert EpisodeIndex(tmp_path / "missing.jsonl").build().error.startswith("cannot read")
 
 

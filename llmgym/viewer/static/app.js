@@ -105,7 +105,11 @@
         const parts = [];
         if (e.indexing) parts.push(`indexing ${s.label}: ${e.episodes} episodes, ${Math.round((100 * e.bytes_read) / Math.max(e.bytes, 1))}% read`);
         if (e.error) parts.push(e.error);
-        if (e.bad_lines.length) parts.push(`${s.label}: lines that are not episodes: ${e.bad_lines.join("; ")}`);
+        if (e.bad_lines.length) {
+          const named = e.bad_lines.slice(0, 3).map((b) => `line ${b.line} (${b.reason})`).join("; ");
+          const count = e.bad_line_count;
+          parts.push(`${s.label}: ${count} line${count === 1 ? "" : "s"} skipped, not episodes: ${named}${count > 3 ? "; …" : ""}`);
+        }
         return el("div", { class: "status" }, parts.join(" · "));
       });
     return el("header", {},
