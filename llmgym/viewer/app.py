@@ -83,9 +83,26 @@ def _json_for_html(data: Any) -> str:
 
 def create_app(viewer: Viewer) -> Any:
     """The FastAPI app that serves ``viewer``'s page and API (indexing should be started: :meth:`Viewer.start`)."""
-    from fastapi import FastAPI, HTTPException
-    from fastapi import Query as Param
-    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+    from fastapi import FastAPI
+
+    app = FastAPI(
+        title="llmgym view",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=_sendable_json_response(),
+    )
+    _add_security_headers(app)
+    _add_error_answers(app)
+    _add_page_routes(app)
+    _add_episode_routes(app, viewer)
+    _add_run_routes(app, viewer)
+    return app
+
+
+def _sendable_json_response() -> type:
+    """A response class for strict JSON (as FastAPI's) that fits a value from a file where it does not."""
+    from fastapi.responses import JSONResponse
 
     class SendableJSONResponse(JSONResponse):
         """Strict JSON (as FastAPI's), with :func:`sendable` making a value from a file fit where it does not."""
@@ -96,14 +113,11 @@ def create_app(viewer: Viewer) -> Any:
             except ValueError:  # inf from 1e400, an unpaired surrogate (UnicodeEncodeError is a ValueError)
                 return super().render(sendable(content))
 
-    app = FastAPI(
-        title="llmgym view",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        default_response_class=SendableJSONResponse,
-    )
-    static_files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+    return SendableJSONResponse
+
+
+def _add_security_headers(app: Any) -> None:
+    """Every answer: no content sniffing, and the page's Content-Security-Policy."""
 
     @app.middleware("http")
     async def no_sniffing(request: Any, call_next: Any) -> Any:
@@ -111,6 +125,11 @@ def create_app(viewer: Viewer) -> Any:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Content-Security-Policy"] = _SERVED_POLICY
         return response
+
+
+def _add_error_answers(app: Any) -> None:
+    """A bad request answers 400, a missing episode or file 404, each with a ``detail`` that says why."""
+    from fastapi.responses import JSONResponse
 
     @app.exception_handler(ViewerError)
     @app.exception_handler(ValueError)
@@ -126,6 +145,14 @@ def create_app(viewer: Viewer) -> Any:
         # the file was removed or cut while the page was open: the episode is not there any more
         return JSONResponse({"detail": f"cannot read {err.filename or 'the file'}: {err.strerror or err}"}, 404)
 
+
+def _add_page_routes(app: Any) -> None:
+    """``/``: the page, and ``/static/{name}``: its scripts and styles (only the files in ``static/``)."""
+    from fastapi import HTTPException
+    from fastapi.responses import FileResponse, HTMLResponse
+
+    static_files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return page_html(inline=False)
@@ -135,6 +162,11 @@ def create_app(viewer: Viewer) -> Any:
         if name not in static_files:
             raise HTTPException(404, f"no file {name}")
         return FileResponse(static_files[name])
+
+
+def _add_episode_routes(app: Any, viewer: Viewer) -> None:
+    """``/api/info``, ``/api/episodes`` (one filtered, sorted page of rows) and ``/api/episode`` (one record)."""
+    from fastapi import Query as Param
 
     @app.get("/api/info")
     def info() -> dict[str, Any]:
@@ -177,6 +209,11 @@ def create_app(viewer: Viewer) -> Any:
     def episode(source: int = 0, index: int = 0) -> dict[str, Any]:
         return viewer.index(source).episode(index)
 
+
+def _add_run_routes(app: Any, viewer: Viewer) -> None:
+    """``/api/metrics`` (a run's logged metrics) and ``/api/compare`` (two sources' episodes side by side)."""
+    from fastapi import Query as Param
+
     @app.get("/api/metrics")
     def metrics(source: int = 0) -> dict[str, Any]:
         if not 0 <= source < len(viewer.sources):
@@ -186,8 +223,6 @@ def create_app(viewer: Viewer) -> Any:
     @app.get("/api/compare")
     def compare(offset: int = 0, limit: int = Param(50, ge=0, le=1000)) -> dict[str, Any]:
         return viewer.compare(offset, limit)
-
-    return app
 
 
 def export_html(viewer: Viewer, out: str | os.PathLike[str], max_episodes: int = EXPORT_EPISODES) -> dict[str, Any]:
