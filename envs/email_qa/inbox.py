@@ -149,6 +149,27 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
         >>> inbox.db.execute("SELECT count(*) FROM emails_fts").fetchone()[0] == len(inbox.emails)
         True
     """
+    cast = _cast(rng)
+    start = date(2024, 1, 1) + timedelta(days=int(rng.integers(0, 300)))
+    drafts, facts = _fact_drafts(rng, cast, start, n_facts)
+    drafts += _filler_drafts(rng, cast, start, n_filler)
+    emails = _emails_in_date_order(rng, drafts, cast.owner, facts)
+    inbox = Inbox(cast.owner, emails, facts)
+    inbox.db = _database(emails)
+    return inbox
+
+
+@dataclass(frozen=True)
+class _Cast:
+    """The inbox's owner and the contacts who write to them (``address`` maps a contact's name to their email)."""
+
+    owner_name: str
+    owner: str
+    contacts: tuple[str, ...]
+    address: dict[str, str]
+
+
+def _cast(rng: np.random.Generator) -> _Cast:
     owner_name = f"{_pick(rng, FIRST)} {_pick(rng, LAST)}"
     owner = owner_name.lower().replace(" ", ".") + "@mailbox.test"
     contacts = sorted({f"{_pick(rng, FIRST)} {_pick(rng, LAST)}" for _ in range(12)} - {owner_name})
@@ -156,79 +177,31 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
         name: name.lower().replace(" ", ".") + "@" + _pick(rng, ("acme.test", "post.test", "work.test"))
         for name in contacts
     }
-    start = date(2024, 1, 1) + timedelta(days=int(rng.integers(0, 300)))
+    return _Cast(owner_name, owner, tuple(contacts), address)
+
+
+_FACT_KINDS = ("flight", "invoice", "meeting", "delivery", "attachment")
+
+
+def _fact_drafts(
+    rng: np.random.Generator, cast: _Cast, start: date, n_facts: int
+) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """The fact-bearing emails (each kind once, then kinds at random), half of them with a reply, and their facts."""
     drafts: list[dict] = []
     facts: list[tuple[str, dict]] = []
-    used_cities: set[str] = set()
-    kinds = ("flight", "invoice", "meeting", "delivery", "attachment")
     for index in range(n_facts):
-        kind = kinds[index % len(kinds)] if index < len(kinds) else _pick(rng, kinds)
+        kind = _FACT_KINDS[index] if index < len(_FACT_KINDS) else _pick(rng, _FACT_KINDS)
         day = start + timedelta(days=int(rng.integers(0, 120)))
-        person = _pick(rng, tuple(contacts))
-        if kind == "flight":
-            city = _pick(rng, tuple(c for c in CITIES if c not in used_cities))
-            used_cities.add(city)
-            code = _code(rng, 3, 3)
-            trip = day + timedelta(days=int(rng.integers(5, 40)))
-            draft = {
-                "sender": "bookings@skyway.test",
-                "subject": f"Your flight to {city} is confirmed",
-                "body": f"Dear {owner_name}, your flight to {city} on {trip.isoformat()} is booked. "
-                f"Your confirmation code is {code}. Please arrive two hours before departure.",
-            }
-            facts.append(("flight", {"city": city, "answer": code}))
-        elif kind == "invoice":
-            company = _pick(rng, COMPANIES)
-            amount = f"${int(rng.integers(120, 9000))}.{int(rng.integers(0, 100)):02d}"
-            due = day + timedelta(days=30)
-            number = int(rng.integers(1000, 9999))
-            draft = {
-                "sender": f"billing@{company.lower().replace(' ', '')}.test",
-                "subject": f"Invoice {number} from {company}",
-                "body": f"Hello, please find attached invoice {number} from {company} for {amount}, due on "
-                f"{due.isoformat()}. Thank you for your business.",
-                "attachments": (f"invoice_{number}.pdf",),
-            }
-            facts.append(("invoice", {"company": company, "number": number, "answer": amount}))
-        elif kind == "meeting":
-            project = _pick(rng, PROJECTS)
-            building = _pick(rng, ("Maple", "Cedar", "Birch", "Willow", "Aspen"))
-            room = f"{building} {int(rng.integers(1, 6))}{int(rng.integers(0, 3))}"
-            draft = {
-                "sender": address[person],
-                "subject": f"{project} kickoff meeting",
-                "body": f"Hi {owner_name.split()[0]}, the {project} kickoff is on {day.isoformat()} at "
-                f"{int(rng.integers(9, 17))}:00 in room {room}. Bring your laptop.",
-            }
-            facts.append(("meeting", {"project": project, "answer": room}))
-        elif kind == "delivery":
-            shop = _pick(rng, SHOPS)
-            tracking = _code(rng, 2, 8)
-            draft = {
-                "sender": f"orders@{shop.lower()}.test",
-                "subject": f"Your {shop} order has shipped",
-                "body": f"Good news! Your order from {shop} is on its way. Tracking number: {tracking}. "
-                "Expected delivery in 3 to 5 days.",
-            }
-            facts.append(("delivery", {"shop": shop, "answer": tracking}))
-        else:
-            project = _pick(rng, PROJECTS)
-            topic = _pick(rng, ("budget", "roadmap", "draft", "summary"))
-            filename = f"{project.lower()}_{topic}_v{int(rng.integers(2, 9))}.xlsx"
-            draft = {
-                "sender": address[person],
-                "subject": f"{project} files",
-                "body": f"Hi, attached is the latest file for {project}. Let me know what you think.",
-                "attachments": (filename,),
-            }
-            facts.append(("attachment", {"project": project, "person": person, "answer": filename}))
+        person = _pick(rng, cast.contacts)
+        draft, fact = _fact_email(rng, kind, day, person, cast, facts)
+        facts.append((kind, fact))
         draft["date"] = day.isoformat()
         draft["fact"] = len(facts) - 1
         drafts.append(draft)
         if rng.random() < 0.5:  # a reply in the same thread, without the fact
             drafts.append(
                 {
-                    "sender": owner,
+                    "sender": cast.owner,
                     "recipients": draft["sender"],
                     "subject": "Re: " + draft["subject"],
                     "body": "Thanks, received. I will get back to you if anything changes.",
@@ -236,25 +209,119 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
                     "thread_of": len(drafts) - 1,
                 }
             )
+    return drafts, facts
+
+
+def _fact_email(
+    rng: np.random.Generator, kind: str, day: date, person: str, cast: _Cast, facts: list[tuple[str, dict]]
+) -> tuple[dict, dict]:
+    """One email of ``kind`` received on ``day`` and the fact it holds (with its ``answer``)."""
+    if kind == "flight":  # one flight per city, so a question about a city has one answer
+        booked = {fact["city"] for k, fact in facts if k == "flight"}
+        return _flight_email(rng, day, cast.owner_name, booked)
+    if kind == "invoice":
+        return _invoice_email(rng, day)
+    if kind == "meeting":
+        return _meeting_email(rng, day, cast.address[person], cast.owner_name)
+    if kind == "delivery":
+        return _delivery_email(rng)
+    return _attachment_email(rng, person, cast.address[person])
+
+
+def _flight_email(rng: np.random.Generator, day: date, owner_name: str, booked: set[str]) -> tuple[dict, dict]:
+    city = _pick(rng, tuple(c for c in CITIES if c not in booked))
+    code = _code(rng, 3, 3)
+    trip = day + timedelta(days=int(rng.integers(5, 40)))
+    draft = {
+        "sender": "bookings@skyway.test",
+        "subject": f"Your flight to {city} is confirmed",
+        "body": f"Dear {owner_name}, your flight to {city} on {trip.isoformat()} is booked. "
+        f"Your confirmation code is {code}. Please arrive two hours before departure.",
+    }
+    return draft, {"city": city, "answer": code}
+
+
+def _invoice_email(rng: np.random.Generator, day: date) -> tuple[dict, dict]:
+    company = _pick(rng, COMPANIES)
+    amount = f"${int(rng.integers(120, 9000))}.{int(rng.integers(0, 100)):02d}"
+    due = day + timedelta(days=30)
+    number = int(rng.integers(1000, 9999))
+    draft = {
+        "sender": f"billing@{company.lower().replace(' ', '')}.test",
+        "subject": f"Invoice {number} from {company}",
+        "body": f"Hello, please find attached invoice {number} from {company} for {amount}, due on "
+        f"{due.isoformat()}. Thank you for your business.",
+        "attachments": (f"invoice_{number}.pdf",),
+    }
+    return draft, {"company": company, "number": number, "answer": amount}
+
+
+def _meeting_email(rng: np.random.Generator, day: date, sender: str, owner_name: str) -> tuple[dict, dict]:
+    project = _pick(rng, PROJECTS)
+    building = _pick(rng, ("Maple", "Cedar", "Birch", "Willow", "Aspen"))
+    room = f"{building} {int(rng.integers(1, 6))}{int(rng.integers(0, 3))}"
+    draft = {
+        "sender": sender,
+        "subject": f"{project} kickoff meeting",
+        "body": f"Hi {owner_name.split()[0]}, the {project} kickoff is on {day.isoformat()} at "
+        f"{int(rng.integers(9, 17))}:00 in room {room}. Bring your laptop.",
+    }
+    return draft, {"project": project, "answer": room}
+
+
+def _delivery_email(rng: np.random.Generator) -> tuple[dict, dict]:
+    shop = _pick(rng, SHOPS)
+    tracking = _code(rng, 2, 8)
+    draft = {
+        "sender": f"orders@{shop.lower()}.test",
+        "subject": f"Your {shop} order has shipped",
+        "body": f"Good news! Your order from {shop} is on its way. Tracking number: {tracking}. "
+        "Expected delivery in 3 to 5 days.",
+    }
+    return draft, {"shop": shop, "answer": tracking}
+
+
+def _attachment_email(rng: np.random.Generator, person: str, sender: str) -> tuple[dict, dict]:
+    project = _pick(rng, PROJECTS)
+    topic = _pick(rng, ("budget", "roadmap", "draft", "summary"))
+    filename = f"{project.lower()}_{topic}_v{int(rng.integers(2, 9))}.xlsx"
+    draft = {
+        "sender": sender,
+        "subject": f"{project} files",
+        "body": f"Hi, attached is the latest file for {project}. Let me know what you think.",
+        "attachments": (filename,),
+    }
+    return draft, {"project": project, "person": person, "answer": filename}
+
+
+def _filler_drafts(rng: np.random.Generator, cast: _Cast, start: date, n_filler: int) -> list[dict]:
+    """Everyday emails from contacts that hold no fact (the distractors)."""
+    drafts = []
     for _ in range(n_filler):
-        person = _pick(rng, tuple(contacts))
+        person = _pick(rng, cast.contacts)
         drafts.append(
             {
-                "sender": address[person],
+                "sender": cast.address[person],
                 "subject": _pick(rng, FILLER),
                 "body": _pick(rng, FILLER_BODY),
                 "date": (start + timedelta(days=int(rng.integers(0, 120)))).isoformat(),
             }
         )
+    return drafts
+
+
+def _emails_in_date_order(
+    rng: np.random.Generator, drafts: list[dict], owner: str, facts: list[tuple[str, dict]]
+) -> list[Email]:
+    """The drafts as emails numbered by date (ties in random order); records each fact's ``source`` email id."""
     order = sorted(range(len(drafts)), key=lambda i: (drafts[i]["date"], float(rng.random())))
     ids = {old: new + 1 for new, old in enumerate(order)}
     emails = []
     for old in order:
         d = drafts[old]
-        thread = ids[d.get("thread_of", old)]
         email = Email(
             ids[old],
-            thread,
+            ids[d.get("thread_of", old)],
             d["sender"],
             d.get("recipients", owner),
             d["date"],
@@ -265,9 +332,7 @@ def generate_inbox(rng: np.random.Generator, n_facts: int = 8, n_filler: int = 3
         emails.append(email)
         if "fact" in d:
             facts[d["fact"]][1]["source"] = email.id
-    inbox = Inbox(owner, emails, facts)
-    inbox.db = _database(emails)
-    return inbox
+    return emails
 
 
 def _database(emails: list[Email]) -> sqlite3.Connection:
