@@ -64,7 +64,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(title="trainers", metavar="TRAINER")
+    _add_grpo_parser(commands)
+    _add_sft_parser(commands)
+    parser.set_defaults(func=lambda args: parser.print_help() or 0)
 
+
+def _add_grpo_parser(commands: argparse._SubParsersAction) -> None:
+    """``llmgym train grpo``: a flag for each often-set GRPOConfig field, ``--config`` and ``--set`` for the rest."""
     grpo = commands.add_parser(
         "grpo", help="GRPO with turn-level credit on an environment", description=_GRPO_PRECEDENCE
     )
@@ -114,6 +120,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
     grpo.set_defaults(func=run_grpo)
 
+
+def _add_sft_parser(commands: argparse._SubParsersAction) -> None:
+    """``llmgym train sft``: fine-tune on recorded episodes, or export them as chat messages."""
     sft = commands.add_parser("sft", help="SFT warm-up on recorded episodes (or export them as chat messages)")
     sft.add_argument("--episodes", required=True, help="episodes JSONL (llmgym eval output)")
     sft.add_argument("--min-reward", type=float, help="keep episodes with at least this total reward")
@@ -137,7 +146,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sft.add_argument("--export-messages", metavar="FILE", help="only write the kept episodes as chat messages JSONL")
     sft.add_argument("--no-progress", action="store_true", help="no progress bar")
     sft.set_defaults(func=run_sft)
-    parser.set_defaults(func=lambda args: parser.print_help() or 0)
 
 
 def _toml_value(text: str) -> Any:
