@@ -40,14 +40,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import gymnasium as gym
     from rich.console import Console
-    from rich.markup import escape
+
+    env, actor = _open_game(args)
+    console = Console(highlight=False)
+    _play_episode(env, actor, args.seed, console)
+    if args.out:
+        _append_episode(env, args, console)
+    env.close()
+    return 0
+
+
+def _open_game(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Check the flags and standard input, then make the environment; returns it and the actor (``None``: a human).
+
+    Raises:
+        CLIError: an unknown env id, a negative seed, an unwritable ``--out``, a bad ``--policy``
+            or ``--env-kwargs``, no standard input for a human to type on, or ``--out`` with an env
+            that is not an :class:`~llmgym.env.LLMEnv`.
+    """
+    import gymnasium as gym
 
     import llmgym  # noqa: F401  registers the environments
     from llmgym.env import LLMEnv
-    from llmgym.episode import JSONLWriter
-    from llmgym.messages import assistant, user
 
     if args.env_id not in gym.registry:
         raise unknown_env(args.env_id, "play")
@@ -66,9 +81,16 @@ def run(args: argparse.Namespace) -> int:
     if args.out and not isinstance(env.unwrapped, LLMEnv):
         env.close()
         raise CLIError("--out records episodes of llmgym environments (LLMEnv) only")
+    return env, actor
 
-    console = Console(highlight=False)
-    observation, info = env.reset(seed=args.seed)
+
+def _play_episode(env: Any, actor: Any, seed: int, console: Any) -> None:
+    """Reset with ``seed`` and step until the episode ends or the human stops, printing each turn."""
+    from rich.markup import escape
+
+    from llmgym.messages import assistant, user
+
+    observation, info = env.reset(seed=seed)
     messages = list(info.get("messages") or [user(str(observation))])
     if messages and messages[0].get("role") == "system":
         console.print(f"[dim]system:[/dim] {escape(str(messages[0]['content']))}", markup=True)
@@ -76,17 +98,10 @@ def run(args: argparse.Namespace) -> int:
     while not done:
         console.print(f"\n[bold cyan]observation[/bold cyan]\n{escape(str(observation))}", markup=True)
         turn += 1
-        if actor is None:
-            try:
-                action = input(f"turn {turn}> ")
-            except EOFError:
-                action = ""
-            if not action.strip():
-                console.print("stopped.")
-                break
-        else:
-            action = actor(messages)
-            console.print(f"[bold green]turn {turn}>[/bold green] {escape(action)}", markup=True)
+        action = _next_action(actor, messages, turn, console)
+        if action is None:
+            console.print("stopped.")
+            break
         observation, reward, terminated, truncated, info = env.step(action)
         messages = (
             list(info["messages"]) if "messages" in info else messages + [assistant(action), user(str(observation))]
@@ -101,14 +116,32 @@ def run(args: argparse.Namespace) -> int:
             f" after {turn} turns, total reward {total:+.3f}",
             markup=True,
         )
-    if args.out:
-        episode = env.unwrapped.episode(args.env_id)
-        episode.policy = args.policy
-        with JSONLWriter(args.out) as writer:
-            writer.write(episode)
-        console.print(f"episode appended to {args.out}")
-    env.close()
-    return 0
+
+
+def _next_action(actor: Any, messages: list[dict[str, Any]], turn: int, console: Any) -> str | None:
+    """The human's typed line (``None`` when they stop: an empty line or end of input), or the actor's shown action."""
+    from rich.markup import escape
+
+    if actor is None:
+        try:
+            action = input(f"turn {turn}> ")
+        except EOFError:
+            action = ""
+        return action if action.strip() else None
+    action = actor(messages)
+    console.print(f"[bold green]turn {turn}>[/bold green] {escape(action)}", markup=True)
+    return action
+
+
+def _append_episode(env: Any, args: argparse.Namespace, console: Any) -> None:
+    """Append the episode played to ``args.out`` (JSONL), with the policy that played it."""
+    from llmgym.episode import JSONLWriter
+
+    episode = env.unwrapped.episode(args.env_id)
+    episode.policy = args.policy
+    with JSONLWriter(args.out) as writer:
+        writer.write(episode)
+    console.print(f"episode appended to {args.out}")
 
 
 def _actor(spec: str) -> Any:
