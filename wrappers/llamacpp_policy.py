@@ -29,6 +29,7 @@ import os
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -178,6 +179,54 @@ class TurnSampler:
         return token
 
 
+def _model_files(
+    model_path: str | os.PathLike[str] | None, lora_path: str | os.PathLike[str] | None, policy: str
+) -> tuple[Path, str | os.PathLike[str] | None, str | None]:
+    """The GGUF file to load, the llama.cpp LoRA adapter to apply, and the shipped adapter's name (if any).
+
+    Raises:
+        ValueError: ``model_path`` names neither a GGUF file nor a model alias.
+    """
+    from llmgym.wrappers.lora_gguf import with_adapter
+    from llmgym.wrappers.weights import MODEL_ALIASES, resolve_gguf
+
+    model_path, lora_path, adapter_name = with_adapter(model_path, lora_path)
+    path = resolve_gguf(model_path)
+    if path is None:
+        raise ValueError(f"{policy} needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}")
+    return path, lora_path, adapter_name
+
+
+def _load_llama(
+    llama_cpp: Any,
+    path: Path,
+    lora_path: str | os.PathLike[str] | None,
+    *,
+    n_ctx: int,
+    n_threads: int | None,
+    verbose: bool,
+) -> Any:
+    """The ``llama_cpp.Llama`` model of ``path`` with the LoRA adapter at ``lora_path``; threads: half the cores."""
+    # Prompt evaluation uses as many threads as generation: on a small, shared CPU more threads than
+    # free cores makes llama.cpp's spinning workers slower by an order of magnitude.
+    n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+    return llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        lora_path=str(lora_path) if lora_path is not None else None,
+        verbose=verbose,
+    )
+
+
+def _default_name(path: Path) -> str:
+    """The bundled model's alias for the bundled model, else the file's stem."""
+    from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES
+
+    return DEFAULT_MODEL if path.name == MODEL_ALIASES[DEFAULT_MODEL] else path.stem
+
+
 class LlamaCppPolicy(Policy):
     """Generate with llama.cpp from a GGUF file; returns token ids and log-probs.
 
@@ -225,44 +274,41 @@ class LlamaCppPolicy(Policy):
         verbose: bool = False,
         lora_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        from llmgym.wrappers.lora_gguf import with_adapter
-        from llmgym.wrappers.weights import DEFAULT_MODEL, MODEL_ALIASES, resolve_gguf
-
         llama_cpp = import_llama_cpp()
-        model_path, lora_path, adapter_name = with_adapter(model_path, lora_path)
-        name = name or adapter_name
-        path = resolve_gguf(model_path)
-        if path is None:
-            raise ValueError(
-                f"{type(self).__name__} needs a .gguf file or one of {sorted(MODEL_ALIASES)}, got {model_path!r}"
-            )
+        path, lora_path, adapter_name = _model_files(model_path, lora_path, type(self).__name__)
         self._llama_cpp = llama_cpp
-        # Prompt evaluation uses as many threads as generation: on a small, shared CPU more threads than
-        # free cores makes llama.cpp's spinning workers slower by an order of magnitude.
-        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
-        self.llm = llama_cpp.Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            lora_path=str(lora_path) if lora_path is not None else None,
-            verbose=verbose,
-        )
+        self.llm = _load_llama(llama_cpp, path, lora_path, n_ctx=n_ctx, n_threads=n_threads, verbose=verbose)
         self.lora_path = lora_path
         self.model_path = path
         self.n_ctx = n_ctx
         self.logprobs = logprobs
-        self.name = name or (DEFAULT_MODEL if path.name == MODEL_ALIASES[DEFAULT_MODEL] else path.stem)
+        self.name = name or adapter_name or _default_name(path)
         self.chat_template = chat_template or self.llm.metadata.get("tokenizer.chat_template")
         if not self.chat_template:
             raise ValueError(f"{path.name} holds no chat template; pass chat_template=")
-        vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.n_vocab = self.llm.n_vocab()
-        self.eos_ids = {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)} or {
+        self.eos_ids = self._end_of_generation_ids()
+        self.prompter = self._chat_prompter(native_tools)
+        self.native_tools = self.prompter.native_tools
+        self.forced_close = self.tokenize(FORCED_CLOSE)
+        self._seeds = np.random.default_rng(seed) if seed is not None else None
+        self._lock = threading.Lock()
+        self.abort = threading.Event()
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _end_of_generation_ids(self) -> set[int]:
+        """Every token the vocabulary marks as ending a generation; the EOS token when it marks none."""
+        vocab = self._llama_cpp.llama_model_get_vocab(self.llm.model)
+        return {t for t in range(self.n_vocab) if self._llama_cpp.llama_vocab_is_eog(vocab, t)} or {
             self.llm.token_eos()
         }
+
+    def _chat_prompter(self, native_tools: bool | None) -> ChatPrompter:
+        """Renders chats with :attr:`chat_template` (llama.cpp's Jinja2 formatter) into this model's tokens."""
         formatters = {
-            flag: llama_cpp.llama_chat_format.Jinja2ChatFormatter(
+            flag: self._llama_cpp.llama_chat_format.Jinja2ChatFormatter(
                 self.chat_template,
                 eos_token=self._piece(self.llm.token_eos()),
                 bos_token=self._piece(self.llm.token_bos()),
@@ -270,7 +316,7 @@ class LlamaCppPolicy(Policy):
             )
             for flag in (False, True)
         }
-        self.prompter = ChatPrompter(
+        return ChatPrompter(
             lambda messages, tools, add_generation_prompt: (
                 formatters[add_generation_prompt](messages=messages, tools=tools).prompt
             ),
@@ -280,14 +326,6 @@ class LlamaCppPolicy(Policy):
             vocab_size=self.n_vocab,
             native_tools=template_supports_tools(self.chat_template) if native_tools is None else native_tools,
             tool_role=template_has_tool_role(self.chat_template),  # as hf_chat_prompter: tool results in their own role
-        )
-        self.native_tools = self.prompter.native_tools
-        self.forced_close = self.tokenize(FORCED_CLOSE)
-        self._seeds = np.random.default_rng(seed) if seed is not None else None
-        self._lock = threading.Lock()
-        self.abort = threading.Event()
-        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
         )
 
     def _piece(self, token: int) -> str:
