@@ -197,12 +197,7 @@ class LLMEnv(gym.Env[str, str], ABC):
         return self._clip(prompt), self._info({})
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._over:
-            raise RuntimeError(
-                "the episode is over: call reset() before step()"
-                if getattr(self, "_reset_once", True)
-                else "no episode has started: call reset() before step()"
-            )
+        self._check_episode_open()
         turn = len(self.turn_contexts) + 1
         # read the action and record it
         parsed, counted = self._parse(action, turn)
@@ -210,29 +205,9 @@ class LLMEnv(gym.Env[str, str], ABC):
         self.messages.append(parsed.message)
         tokens = self.count_tokens(counted)
         self.tokens_used += tokens
-        # run its tool calls
-        format_errors = list(parsed.errors)
-        tool_results: list[tuple[str, ToolResult]] = []
-        replies: list[str] = []
-        calls = parsed.tool_calls
-        for index, call in enumerate(calls):
-            result = self._run_call(call, index, format_errors)
-            tool_results.append((call.name, result))
-            self.messages.append(tool_result(call, result.content))
-            replies.append(result.content if len(calls) == 1 else f"[{call.name}] {result.content}")
-        # answer it
-        if parsed.errors:
-            feedback = "Format error: " + "; ".join(parsed.errors)
-            if TOOL_CALL_OPEN not in feedback:
-                feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
-            replies.append(feedback)
-        elif not calls:
-            reply = self.on_text(without_thinking(parsed.content))  # reasoning is no answer
-            if reply:
-                replies.append(reply)
-        observation = self._clip("\n".join(replies))
-        if parsed.errors or (not calls and observation):
-            self.messages.append(user(observation))
+        # run its tool calls and answer it
+        tool_results, format_errors, replies = self._run_calls(parsed)
+        observation = self._answer(parsed, replies)
         # score and record the turn
         terminated = bool(self.is_done())
         truncated = not terminated and (
@@ -251,14 +226,66 @@ class LLMEnv(gym.Env[str, str], ABC):
             terminated=terminated,
             history=list(self.turn_contexts),
         )
-        reward, components = self.rubric.score(ctx)
-        self.turn_contexts.append(ctx)
-        self.turn_rewards.append(reward)
-        self.turn_components.append(components)
+        reward, components = self._record_turn(ctx)
         self._over = terminated or truncated
         if truncated:
             observation = self._add_truncation_note(observation)
         return observation, float(reward), terminated, truncated, self._info(components)
+
+    def _check_episode_open(self) -> None:
+        """Raise unless an episode is under way (``reset`` called, and the episode not over)."""
+        if self._over:
+            raise RuntimeError(
+                "the episode is over: call reset() before step()"
+                if getattr(self, "_reset_once", True)
+                else "no episode has started: call reset() before step()"
+            )
+
+    def _run_calls(self, parsed: ParsedAction) -> tuple[list[tuple[str, ToolResult]], list[str], list[str]]:
+        """Run the action's tool calls, each result said in the transcript.
+
+        Returns:
+            ``(tool name, result)`` per call; the format errors (the parser's, then the calls'
+            unknown names and invalid arguments); and each call's reply for the observation.
+        """
+        format_errors = list(parsed.errors)
+        tool_results: list[tuple[str, ToolResult]] = []
+        replies: list[str] = []
+        calls = parsed.tool_calls
+        for index, call in enumerate(calls):
+            result = self._run_call(call, index, format_errors)
+            tool_results.append((call.name, result))
+            self.messages.append(tool_result(call, result.content))
+            replies.append(result.content if len(calls) == 1 else f"[{call.name}] {result.content}")
+        return tool_results, format_errors, replies
+
+    def _answer(self, parsed: ParsedAction, replies: list[str]) -> str:
+        """The observation: the calls' replies, then format feedback or the env's answer to plain text.
+
+        Feedback and answers (not tool results) join the transcript as a user message.
+        """
+        replies = list(replies)
+        if parsed.errors:
+            feedback = "Format error: " + "; ".join(parsed.errors)
+            if TOOL_CALL_OPEN not in feedback:
+                feedback += f'. Call a tool as {TOOL_CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
+            replies.append(feedback)
+        elif not parsed.tool_calls:
+            reply = self.on_text(without_thinking(parsed.content))  # reasoning is no answer
+            if reply:
+                replies.append(reply)
+        observation = self._clip("\n".join(replies))
+        if parsed.errors or (not parsed.tool_calls and observation):
+            self.messages.append(user(observation))
+        return observation
+
+    def _record_turn(self, ctx: TurnContext) -> tuple[float, dict[str, float]]:
+        """Score the turn with the rubric and keep its context, reward and components."""
+        reward, components = self.rubric.score(ctx)
+        self.turn_contexts.append(ctx)
+        self.turn_rewards.append(reward)
+        self.turn_components.append(components)
+        return reward, components
 
     def _parse(self, action: str | dict[str, Any], turn: int) -> tuple[ParsedAction, str]:
         """Parse ``action``, or refuse it when it is longer than ``max_action_chars``.
