@@ -162,21 +162,7 @@ def check_env(
         >>> report.passed, report["determinism"].status
         (True, 'PASS')
     """
-    kwargs = dict(env_kwargs or {})
-    if isinstance(env, str):
-        env_id = env
-
-        def make() -> gym.Env:
-            return gym.make(env_id, **kwargs)
-
-    else:
-        env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
-        spec = env.spec
-        instance = env
-
-        def make() -> gym.Env:
-            return gym.make(spec, **kwargs) if spec is not None else instance
-
+    env_id, make = _env_maker(env, dict(env_kwargs or {}))
     runner = _Runner(make, seed=seed, agent=agent)
     report = CheckReport(env_id)
     checks = [
@@ -190,41 +176,66 @@ def check_env(
     ]
     first_raised: dict[str, str] = {}  # an error's text -> the first check that raised it
     for name, check in checks:
-        try:
-            result = check()
-        except Exception as err:  # a check that raises is a finding about the env, not a checker crash
-            error = f"{type(err).__name__}: {clip_text(str(err), 200)}"
-            if error in first_raised:  # e.g. setup raising fails every check: one traceback is enough
-                result = CheckResult(
-                    name,
-                    False,
-                    f"raised {error}",
-                    fix=f"the same error as the {first_raised[error]} check (traceback above)",
-                )
-            else:
-                first_raised[error] = name
-                result = CheckResult(
-                    name,
-                    False,
-                    f"raised {error}",
-                    fix="the environment raised where the contract says it must not; see the traceback",
-                    details=traceback.format_exc().strip().splitlines()[-6:],
-                )
-        report.results.append(result)
+        report.results.append(_run_check(name, check, first_raised))
     report.steps_per_second = runner.steps_per_second()
-    if runner.timed_steps:
-        report.results.append(
-            CheckResult(
-                "timing",
-                True,
-                f"{report.steps_per_second:,.0f} steps/s over {runner.timed_steps} steps "
-                f"(reset {runner.mean_reset_ms():.2f} ms)",
-            )
-        )
-    else:
-        report.results.append(CheckResult("timing", None, "no steps were played, so nothing was timed"))
+    report.results.append(_timing(runner, report.steps_per_second))
     runner.close()
     return report
+
+
+def _env_maker(env: str | gym.Env, kwargs: dict[str, Any]) -> tuple[str, Callable[[], gym.Env]]:
+    """The id the report names, and a function making a fresh env (``env`` itself when it has no spec)."""
+    if isinstance(env, str):
+        env_id = env
+
+        def make() -> gym.Env:
+            return gym.make(env_id, **kwargs)
+
+        return env_id, make
+
+    spec = env.spec
+
+    def make_again() -> gym.Env:
+        return gym.make(spec, **kwargs) if spec is not None else env
+
+    return (spec.id if spec is not None else type(env.unwrapped).__name__), make_again
+
+
+def _run_check(name: str, check: Callable[[], CheckResult], first_raised: dict[str, str]) -> CheckResult:
+    """``check()``'s result, or a FAIL naming what it raised (the traceback only the first time an error is seen).
+
+    ``first_raised`` maps each error's text to the first check that raised it, and is updated here.
+    """
+    try:
+        return check()
+    except Exception as err:  # a check that raises is a finding about the env, not a checker crash
+        error = f"{type(err).__name__}: {clip_text(str(err), 200)}"
+        if error in first_raised:  # e.g. setup raising fails every check: one traceback is enough
+            return CheckResult(
+                name,
+                False,
+                f"raised {error}",
+                fix=f"the same error as the {first_raised[error]} check (traceback above)",
+            )
+        first_raised[error] = name
+        return CheckResult(
+            name,
+            False,
+            f"raised {error}",
+            fix="the environment raised where the contract says it must not; see the traceback",
+            details=traceback.format_exc().strip().splitlines()[-6:],
+        )
+
+
+def _timing(runner: _Runner, steps_per_second: float) -> CheckResult:
+    """The ``timing`` line: steps per second over the steps the checks played (SKIP when none were)."""
+    if not runner.timed_steps:
+        return CheckResult("timing", None, "no steps were played, so nothing was timed")
+    return CheckResult(
+        "timing",
+        True,
+        f"{steps_per_second:,.0f} steps/s over {runner.timed_steps} steps (reset {runner.mean_reset_ms():.2f} ms)",
+    )
 
 
 class _Runner:
