@@ -66,6 +66,8 @@ TINY_RANDOM = "tiny-random"
 #: trainers, whatever a run's own seed, so a trainer that generates on a tiny-random server holds the server's weights.
 TINY_RANDOM_SEED = 0
 _TINY_RANDOM_NAME = "tiny-random-llama-"  # + the seed: a tiny random model's name_or_path
+#: The tiny random Llama's attention heads and, among them, key/value heads.
+_TINY_HEADS, _TINY_KV_HEADS = 4, 2
 
 _INSTALL_HINT = 'pip install "llmgym[local]"'
 _SOURCE_FILE = "llmgym-source.json"
@@ -412,8 +414,8 @@ def tiny_random_model(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=_TINY_HEADS,
+        num_key_value_heads=_TINY_KV_HEADS,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
@@ -439,67 +441,22 @@ def tiny_random_gguf(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num
         num_layers: number of decoder layers.
     """
     import gguf as gguf_lib
-    import numpy as np
 
     source = default_gguf_path()
     target = cache_dir() / f"tiny-random-llama-{hidden_size}x{num_layers}-{seed}.gguf"
     if target.is_file():
         return target
     fields = gguf_lib.GGUFReader(str(source)).fields
-    tokens = fields["tokenizer.ggml.tokens"].contents()
-    heads, kv_heads, ffn = 4, 2, 2 * hidden_size
-    head_dim = hidden_size // heads
+    vocab_size = len(fields["tokenizer.ggml.tokens"].contents())
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
     os.close(handle)
     try:
         writer = gguf_lib.GGUFWriter(tmp, "llama")
         writer.add_name(target.stem)
-        writer.add_block_count(num_layers)
-        writer.add_context_length(4096)
-        writer.add_embedding_length(hidden_size)
-        writer.add_feed_forward_length(ffn)
-        writer.add_head_count(heads)
-        writer.add_head_count_kv(kv_heads)
-        writer.add_rope_freq_base(10000.0)
-        writer.add_layer_norm_rms_eps(1e-5)
-        writer.add_rope_dimension_count(head_dim)
-        writer.add_vocab_size(len(tokens))
-        writer.add_file_type(gguf_lib.LlamaFileType.ALL_F32)
-        writer.add_tokenizer_model(fields["tokenizer.ggml.model"].contents())
-        writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"].contents())
-        writer.add_token_list(tokens)
-        writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
-        writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
-        for key, add in (
-            ("bos", writer.add_bos_token_id),
-            ("eos", writer.add_eos_token_id),
-            ("unknown", writer.add_unk_token_id),
-            ("padding", writer.add_pad_token_id),
-        ):
-            if f"tokenizer.ggml.{key}_token_id" in fields:
-                add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
-        writer.add_add_bos_token(False)
-        writer.add_add_space_prefix(False)
-        writer.add_chat_template(fields["tokenizer.chat_template"].contents())
-        rng = np.random.default_rng(seed)
-
-        def weights(*shape: int) -> Any:
-            return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-        writer.add_tensor("token_embd.weight", weights(len(tokens), hidden_size))
-        writer.add_tensor("output_norm.weight", np.ones(hidden_size, np.float32))
-        for layer in range(num_layers):
-            block = f"blk.{layer}"
-            writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden_size, np.float32))
-            writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden_size, np.float32))
-            writer.add_tensor(f"{block}.attn_q.weight", weights(hidden_size, hidden_size))
-            writer.add_tensor(f"{block}.attn_k.weight", weights(kv_heads * head_dim, hidden_size))
-            writer.add_tensor(f"{block}.attn_v.weight", weights(kv_heads * head_dim, hidden_size))
-            writer.add_tensor(f"{block}.attn_output.weight", weights(hidden_size, hidden_size))
-            writer.add_tensor(f"{block}.ffn_gate.weight", weights(ffn, hidden_size))
-            writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden_size))
-            writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden_size, ffn))
+        _add_tiny_llama_shape(writer, hidden_size, num_layers, vocab_size, gguf_lib.LlamaFileType.ALL_F32)
+        _add_tokenizer(writer, fields)
+        _add_random_llama_tensors(writer, seed, hidden_size, num_layers, vocab_size)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -509,3 +466,63 @@ def tiny_random_gguf(seed: int = TINY_RANDOM_SEED, *, hidden_size: int = 64, num
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _add_tiny_llama_shape(writer: Any, hidden_size: int, num_layers: int, vocab_size: int, file_type: Any) -> None:
+    """Writes the Llama hyperparameters (feed-forward twice the width, SmolLM2's RoPE and norm epsilon)."""
+    writer.add_block_count(num_layers)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(hidden_size)
+    writer.add_feed_forward_length(2 * hidden_size)
+    writer.add_head_count(_TINY_HEADS)
+    writer.add_head_count_kv(_TINY_KV_HEADS)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(hidden_size // _TINY_HEADS)
+    writer.add_vocab_size(vocab_size)
+    writer.add_file_type(file_type)
+
+
+def _add_tokenizer(writer: Any, fields: dict[str, Any]) -> None:
+    """Copies the tokenizer, its special token ids and the chat template out of another GGUF's ``fields``."""
+    writer.add_tokenizer_model(fields["tokenizer.ggml.model"].contents())
+    writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"].contents())
+    writer.add_token_list(fields["tokenizer.ggml.tokens"].contents())
+    writer.add_token_types(fields["tokenizer.ggml.token_type"].contents())
+    writer.add_token_merges(fields["tokenizer.ggml.merges"].contents())
+    for key, add in (
+        ("bos", writer.add_bos_token_id),
+        ("eos", writer.add_eos_token_id),
+        ("unknown", writer.add_unk_token_id),
+        ("padding", writer.add_pad_token_id),
+    ):
+        if f"tokenizer.ggml.{key}_token_id" in fields:
+            add(fields[f"tokenizer.ggml.{key}_token_id"].contents())
+    writer.add_add_bos_token(False)
+    writer.add_add_space_prefix(False)
+    writer.add_chat_template(fields["tokenizer.chat_template"].contents())
+
+
+def _add_random_llama_tensors(writer: Any, seed: int, hidden_size: int, num_layers: int, vocab_size: int) -> None:
+    """Writes float32 weights drawn from N(0, 0.02²) in a fixed order, and norms of ones."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ffn, kv_width = 2 * hidden_size, _TINY_KV_HEADS * (hidden_size // _TINY_HEADS)
+
+    def weights(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", weights(vocab_size, hidden_size))
+    writer.add_tensor("output_norm.weight", np.ones(hidden_size, np.float32))
+    for layer in range(num_layers):
+        block = f"blk.{layer}"
+        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden_size, np.float32))
+        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden_size, np.float32))
+        writer.add_tensor(f"{block}.attn_q.weight", weights(hidden_size, hidden_size))
+        writer.add_tensor(f"{block}.attn_k.weight", weights(kv_width, hidden_size))
+        writer.add_tensor(f"{block}.attn_v.weight", weights(kv_width, hidden_size))
+        writer.add_tensor(f"{block}.attn_output.weight", weights(hidden_size, hidden_size))
+        writer.add_tensor(f"{block}.ffn_gate.weight", weights(ffn, hidden_size))
+        writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden_size))
+        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden_size, ffn))
