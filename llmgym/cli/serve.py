@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import socket
 from pathlib import Path
+from typing import Any
 
 from llmgym.cli import CLIError
 from llmgym.cli._policies import add_engine_argument, resolve_engine
@@ -105,6 +106,32 @@ def served_name(backend: str, model: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_flags(args)
+    check_port(args.host, args.port)  # before loading a model, not after
+    try:
+        from llmgym.wrappers.server import create_app, serve
+    except ImportError as err:
+        raise CLIError(str(err)) from None
+    policy = _load_served_policy(args)
+    model_name = args.model_name or served_name(args.backend, args.model)
+    try:
+        app = create_app(
+            policy,
+            model_name=model_name,
+            max_batch_size=args.max_batch_size,
+            max_choices_per_request=args.max_choices_per_request,
+        )
+        print(f"llmgym serve: {model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    except ImportError as err:
+        raise CLIError(str(err)) from None
+    finally:
+        policy.close()
+    return 0
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Raise :class:`CLIError` for a port, batch or context size out of range, or a flag the backend ignores."""
     if not 0 < args.port < 65536:
         raise CLIError(f"--port must be between 1 and 65535, got {args.port}")
     if args.max_batch_size < 1:
@@ -123,46 +150,27 @@ def run(args: argparse.Namespace) -> int:
                     else "no model"
                 )
             )
-    check_port(args.host, args.port)  # before loading a model, not after
-    try:
-        from llmgym.wrappers.server import create_app, serve
-    except ImportError as err:
-        raise CLIError(str(err)) from None
+
+
+def _load_served_policy(args: argparse.Namespace) -> Any:
+    """The policy ``--backend`` and ``--model`` name, sized by ``--max-model-len`` and ``--max-batch-size``.
+
+    Raises:
+        CLIError: the backend's library is missing, or the model cannot be found or loaded.
+    """
     try:
         if args.backend == "scripted":
             from llmgym.wrappers.scripted import load_scripted
 
-            policy = load_scripted(args.model or "wordle")
-        else:
-            from llmgym.wrappers.models import load_policy
+            return load_scripted(args.model or "wordle")
+        from llmgym.wrappers.models import load_policy
 
-            context = (
-                {}
-                if args.max_model_len is None
-                else (
-                    {"n_ctx": args.max_model_len}
-                    if args.backend == "llama.cpp"
-                    else {"max_model_len": args.max_model_len}
-                )
-            )
-            if args.backend == "llama.cpp":  # concurrent requests decoded together, one KV slot each
-                context["slots"] = args.max_batch_size
-                context["engine"] = resolve_engine(args.engine)
-            policy = load_policy(args.backend, args.model, **context)
+        context: dict[str, Any] = {}
+        if args.max_model_len is not None:  # vLLM's name; llama.cpp calls the context window n_ctx
+            context["n_ctx" if args.backend == "llama.cpp" else "max_model_len"] = args.max_model_len
+        if args.backend == "llama.cpp":  # concurrent requests decoded together, one KV slot each
+            context["slots"] = args.max_batch_size
+            context["engine"] = resolve_engine(args.engine)
+        return load_policy(args.backend, args.model, **context)
     except (ImportError, FileNotFoundError, OSError, ValueError) as err:
         raise CLIError(f"cannot load the {args.backend} backend: {err}") from None
-    model_name = args.model_name or served_name(args.backend, args.model)
-    try:
-        app = create_app(
-            policy,
-            model_name=model_name,
-            max_batch_size=args.max_batch_size,
-            max_choices_per_request=args.max_choices_per_request,
-        )
-        print(f"llmgym serve: {model_name} ({args.backend}) on http://{args.host}:{args.port}/v1")
-        serve(app, host=args.host, port=args.port, log_level=args.log_level)
-    except ImportError as err:
-        raise CLIError(str(err)) from None
-    finally:
-        policy.close()
-    return 0
