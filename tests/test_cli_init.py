@@ -76,6 +76,28 @@ def test_scaffolded_env_runs_in_process(tmp_path, monkeypatch):
     assert gym.make("inproc-env/InprocEnv-v0").unwrapped.tools.keys() == {"guess"}
 
 
+def test_scaffold_writes_the_description_once_on_the_class(tmp_path, monkeypatch):
+    """The class's ``description`` is its one home (docs/authoring.md): ``register`` gets none, and
+    ``llmgym list`` (``registry.describe``) shows the class's line."""
+    import ast
+
+    from llmgym.registry import describe
+
+    root = scaffold("once-env", tmp_path, description="Told once.")
+    package_init = ast.parse((root / "once_env" / "__init__.py").read_text())
+    registers = [
+        node
+        for node in ast.walk(package_init)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "register"
+    ]
+    assert len(registers) == 1 and [k.arg for k in registers[0].keywords] == [] and len(registers[0].args) == 2
+    monkeypatch.syspath_prepend(str(root))
+    import once_env
+
+    once_env.register_envs()
+    assert describe("once-env/OnceEnv-v0") == "Told once."
+
+
 def _llmgym(*args: str) -> subprocess.CompletedProcess:
     """The ``llmgym`` console script (the entry point pip installed), or its main() when not on PATH."""
     script = shutil.which("llmgym")
@@ -94,14 +116,15 @@ def test_pip_install_then_list_make_and_its_own_tests(tmp_path):
     """The whole authoring loop: init, pip install -e, llmgym list, gym.make, the package's tests, uninstall."""
     name = f"e2e-{uuid.uuid4().hex[:8]}"  # unique, so a parallel run never sees a half-installed twin
     names = names_for(name)
-    root = scaffold(name, tmp_path)
+    root = scaffold(name, tmp_path, description="Guess the number.")
     pip = [sys.executable, "-m", "pip"]
     installed = _run(*pip, "install", "-q", "-e", str(root), "--no-deps", "--no-build-isolation")
     try:
         assert installed.returncode == 0, installed.stderr
         listed = _llmgym("list", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert names.env_id in [row["id"] for row in json.loads(listed.stdout)]
+        rows = {row["id"]: row["description"] for row in json.loads(listed.stdout)}
+        assert rows.get(names.env_id) == "Guess the number."  # the class's description
         made = _run(
             sys.executable,
             "-c",
