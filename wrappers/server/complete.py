@@ -167,13 +167,37 @@ def _complete_batch(
     model: Any, tokenizer: Any, prompts: list[list[int]], sampling: SamplingParams, abort: threading.Event | None = None
 ) -> list[Generation]:
     import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(ids) for ids in prompts)
-    device = next(model.parameters()).device
+    input_ids, attention = _left_padded(prompts, pad, width, next(model.parameters()).device)
+    stops = [stop for stop in sampling.stop if stop]  # an empty stop string would match everywhere
+    options = _generate_options(tokenizer, sampling, pad, stops, abort)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, **options)
+    scores = torch.stack(out.logits, dim=1).float().log_softmax(dim=-1)  # (batch, steps, vocab), raw
+    eos = set(_as_list(model.generation_config.eos_token_id) or [tokenizer.eos_token_id])
+    return [
+        _generation(tokenizer, ids, out.sequences[row, width:].tolist(), scores[row], eos, stops, sampling, abort)
+        for row, ids in enumerate(prompts)
+    ]
+
+
+def _left_padded(prompts: list[list[int]], pad: int, width: int, device: Any) -> tuple[Any, Any]:
+    """``(input_ids, attention_mask)``, each ``(batch, width)``: prompts padded on the left, so all end together."""
+    import torch
+
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts], device=device)
     attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=device)
+    return input_ids, attention
+
+
+def _generate_options(
+    tokenizer: Any, sampling: SamplingParams, pad: int, stops: list[str], abort: threading.Event | None
+) -> dict[str, Any]:
+    """``model.generate``'s keyword arguments for ``sampling``: greedy at temperature 0, every logit returned."""
     options: dict[str, Any] = {
         "max_new_tokens": sampling.max_tokens,
         "pad_token_id": pad,
@@ -184,52 +208,62 @@ def _complete_batch(
         options.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
     else:
         options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    stops = [stop for stop in sampling.stop if stop]  # an empty stop string would match everywhere
     if stops:
         options.update(stop_strings=stops, tokenizer=tokenizer)
     if abort is not None:
+        options["stopping_criteria"] = _stop_on(abort)
+    return options
 
-        class Aborted(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
 
-        options["stopping_criteria"] = StoppingCriteriaList([Aborted()])
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
-        out = model.generate(input_ids=input_ids, attention_mask=attention, **options)
-    scores = torch.stack(out.logits, dim=1).float().log_softmax(dim=-1)  # (batch, steps, vocab), raw
-    generated = out.sequences[:, width:]
-    eos = set(_as_list(model.generation_config.eos_token_id) or [tokenizer.eos_token_id])
-    results = []
-    for row, ids in enumerate(prompts):
-        tokens: list[int] = []
-        finish = "length"
-        for token in generated[row].tolist():
-            tokens.append(token)
-            if token in eos:
-                finish = "stop"
-                break
-            if stops and any(s in tokenizer.decode(tokens) for s in stops):
-                finish = "stop"
-                break
-        if finish == "length" and abort is not None and abort.is_set() and len(tokens) < sampling.max_tokens:
-            finish = "abort"
-        logprobs = [float(scores[row, step, token]) for step, token in enumerate(tokens)]
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        for stop in stops:
-            if stop in text:
-                text = text[: text.index(stop)]
-        results.append(
-            Generation(
-                message={"role": "assistant", "content": text},
-                prompt_token_ids=list(ids),
-                token_ids=tokens,
-                logprobs=logprobs,
-                finish_reason=finish,
-            )
-        )
-    return results
+def _stop_on(abort: threading.Event) -> Any:
+    """A stopping criterion that ends every sequence of the batch once ``abort`` is set."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Aborted(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Aborted()])
+
+
+def _generation(
+    tokenizer: Any,
+    prompt_ids: list[int],
+    generated: list[int],
+    scores: Any,
+    eos: set[int],
+    stops: list[str],
+    sampling: SamplingParams,
+    abort: threading.Event | None,
+) -> Generation:
+    """One prompt's completion: ``generated`` cut after its first end-of-sequence token or stop string.
+
+    ``scores`` holds the row's raw log-probs, ``(steps, vocab)``.
+    """
+    tokens: list[int] = []
+    finish = "length"
+    for token in generated:
+        tokens.append(token)
+        if token in eos:
+            finish = "stop"
+            break
+        if stops and any(s in tokenizer.decode(tokens) for s in stops):
+            finish = "stop"
+            break
+    if finish == "length" and abort is not None and abort.is_set() and len(tokens) < sampling.max_tokens:
+        finish = "abort"
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    for stop in stops:
+        if stop in text:
+            text = text[: text.index(stop)]
+    return Generation(
+        message={"role": "assistant", "content": text},
+        prompt_token_ids=list(prompt_ids),
+        token_ids=tokens,
+        logprobs=[float(scores[step, token]) for step, token in enumerate(tokens)],
+        finish_reason=finish,
+    )
 
 
 def _as_list(value: Any) -> list[int]:
