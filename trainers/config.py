@@ -4,7 +4,9 @@ Holds :class:`GRPOConfig` (the GRPO trainer), :class:`SFTConfig` (the SFT
 warm-up), :func:`load_config`, which reads either from a TOML file (flat
 keys named like the fields; unknown keys are an error, not silently ignored),
 and :class:`ServerConfigError`, a ``base_url`` server that refuses the config.
-Every field is checked when a config is made, before any model loads.
+Every field is checked when a config is made, before any model loads: the
+ranges and the rules between fields are here, the checks every config's
+fields go through in :mod:`llmgym.trainers.config_checks`.
 
 Example:
     >>> config = GRPOConfig(env_id="llmgym/Wordle-v0", steps=2, group_size=4)
@@ -23,19 +25,23 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import os
-import types
-import typing
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pydantic
 import tomllib
+
+from llmgym.trainers.config_checks import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    FieldTypeError,
+    Ranges,
+    check_device,
+    check_field_types,
+    check_field_values,
+)
 
 __all__ = [
     "GRPOConfig",
@@ -252,7 +258,7 @@ class GRPOConfig:
     resumes with it."""
 
     def __post_init__(self) -> None:
-        _check_field_values(self, _GRPO_RANGES)
+        check_field_values(self, _GRPO_RANGES)
         _deprecate_options(self)
         _deprecate_bf16(self)
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
@@ -261,61 +267,83 @@ class GRPOConfig:
             raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
         if self.seed_pool < self.prompts_per_step:
             raise ValueError(f"seed_pool ({self.seed_pool}) must be >= prompts_per_step ({self.prompts_per_step})")
-        if self.curriculum_kwarg is None:  # the curriculum is off: a level or a rate given for it would be ignored
-            for spec in dataclasses.fields(self):
-                if spec.name.startswith("curriculum_") and getattr(self, spec.name) != _default(spec):
-                    raise ValueError(
-                        f"{spec.name}={getattr(self, spec.name)!r} needs curriculum_kwarg, the env keyword "
-                        "argument the levels go to; without it there is no curriculum"
-                    )
-        else:
-            from llmgym.trainers.curriculum import check_curriculum
-
-            check_curriculum(
-                self.curriculum_kwarg,
-                self.curriculum_levels,
-                self.curriculum_promote_at,
-                self.curriculum_demote_at,
-                self.curriculum_window,
-            )
-            if self.curriculum_kwarg in self.env_kwargs:
-                raise ValueError(f"env_kwargs sets {self.curriculum_kwarg!r}, which the curriculum controls: remove it")
-        if self.rollout_precision not in ("fp32", "bf16"):
-            raise ValueError(f"rollout_precision must be 'fp32' or 'bf16', got {self.rollout_precision!r}")
-        if self.rollout_precision != "fp32" and self.base_url is not None:
-            raise ValueError(
-                f"rollout_precision={self.rollout_precision!r} is for in-process rollouts; "
-                "the server at base_url decodes with its own weights"
-            )
-        if self.rollout_precision != "fp32" and self.fsdp:
-            raise ValueError(
-                f"rollout_precision={self.rollout_precision!r} needs whole weights on each rank; "
-                "it does not combine with fsdp=True"
-            )
-        if self.init_adapter is not None:
-            if not self.lora:
-                raise ValueError("init_adapter needs lora=True: it starts the LoRA adapter from that folder")
-            if self.beta > 0:
-                raise ValueError(
-                    "init_adapter needs beta = 0: with LoRA the KL reference is the base model without any adapter, "
-                    "not the adapter training starts from"
-                )
-            if not os.path.isfile(os.path.join(self.init_adapter, "adapter_config.json")):
-                raise ValueError(
-                    f"init_adapter={self.init_adapter!r} is not a LoRA adapter folder (no adapter_config.json)"
-                )
-        if self.base_url is not None and not self.lora:
-            raise ValueError(
-                "generating on base_url needs lora=True: the server receives the trained LoRA adapter each step"
-            )
-        if self.async_generation and self.base_url is None:
-            raise ValueError(
-                "async_generation=True needs base_url: only a server can generate while the trainer trains"
-            )
+        _check_curriculum(self)
+        _check_rollout_precision(self)
+        _check_init_adapter(self)
+        _check_generation_server(self)
         unknown_sinks = sorted(set(self.report_to) - set(REPORT_SINKS))
         if isinstance(self.report_to, str) or unknown_sinks:
             raise ValueError(f"report_to must be a list drawn from {REPORT_SINKS}, got {self.report_to!r}")
-        _check_device(self.device)
+        check_device(self.device)
+
+
+def _check_curriculum(config: GRPOConfig) -> None:
+    """The curriculum's levels and rates when ``curriculum_kwarg`` is set; no ``curriculum_*`` setting when not."""
+    if config.curriculum_kwarg is None:  # the curriculum is off: a level or a rate given for it would be ignored
+        for spec in dataclasses.fields(config):
+            if spec.name.startswith("curriculum_") and getattr(config, spec.name) != _default(spec):
+                raise ValueError(
+                    f"{spec.name}={getattr(config, spec.name)!r} needs curriculum_kwarg, the env keyword "
+                    "argument the levels go to; without it there is no curriculum"
+                )
+        return
+    from llmgym.trainers.curriculum import check_curriculum
+
+    check_curriculum(
+        config.curriculum_kwarg,
+        config.curriculum_levels,
+        config.curriculum_promote_at,
+        config.curriculum_demote_at,
+        config.curriculum_window,
+    )
+    if config.curriculum_kwarg in config.env_kwargs:
+        raise ValueError(f"env_kwargs sets {config.curriculum_kwarg!r}, which the curriculum controls: remove it")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """The field's default value (a fresh one for a ``default_factory``)."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _check_rollout_precision(config: GRPOConfig) -> None:
+    """``fp32`` or ``bf16``; bf16 rollout copies need in-process rollouts and whole weights on each rank."""
+    if config.rollout_precision not in ("fp32", "bf16"):
+        raise ValueError(f"rollout_precision must be 'fp32' or 'bf16', got {config.rollout_precision!r}")
+    if config.rollout_precision != "fp32" and config.base_url is not None:
+        raise ValueError(
+            f"rollout_precision={config.rollout_precision!r} is for in-process rollouts; "
+            "the server at base_url decodes with its own weights"
+        )
+    if config.rollout_precision != "fp32" and config.fsdp:
+        raise ValueError(
+            f"rollout_precision={config.rollout_precision!r} needs whole weights on each rank; "
+            "it does not combine with fsdp=True"
+        )
+
+
+def _check_init_adapter(config: GRPOConfig) -> None:
+    """An ``init_adapter`` is a LoRA adapter folder, trained with ``lora=True`` and no KL term."""
+    if config.init_adapter is None:
+        return
+    if not config.lora:
+        raise ValueError("init_adapter needs lora=True: it starts the LoRA adapter from that folder")
+    if config.beta > 0:
+        raise ValueError(
+            "init_adapter needs beta = 0: with LoRA the KL reference is the base model without any adapter, "
+            "not the adapter training starts from"
+        )
+    if not os.path.isfile(os.path.join(config.init_adapter, "adapter_config.json")):
+        raise ValueError(f"init_adapter={config.init_adapter!r} is not a LoRA adapter folder (no adapter_config.json)")
+
+
+def _check_generation_server(config: GRPOConfig) -> None:
+    """Generating on ``base_url`` needs a LoRA run; ``async_generation`` needs ``base_url``."""
+    if config.base_url is not None and not config.lora:
+        raise ValueError(
+            "generating on base_url needs lora=True: the server receives the trained LoRA adapter each step"
+        )
+    if config.async_generation and config.base_url is None:
+        raise ValueError("async_generation=True needs base_url: only a server can generate while the trainer trains")
 
 
 def _deprecate_options(config: GRPOConfig) -> None:
@@ -425,32 +453,28 @@ class SFTConfig:
     """Show a rich progress bar."""
 
     def __post_init__(self) -> None:
-        _check_field_values(self, _SFT_RANGES)
+        check_field_values(self, _SFT_RANGES)
         _deprecate_bf16(self)
-        _check_device(self.device)
+        check_device(self.device)
 
 
-#: (field, test, what the test allows) for the fields of both configs; ``None`` in an optional field is not tested
-_Ranges = tuple[tuple[str, Callable[[Any], bool], str], ...]
-
-_AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
-_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
-_SHARED_RANGES: _Ranges = (
+#: (field, test, what the test allows) for the fields of both configs
+_SHARED_RANGES: Ranges = (
     ("seed", lambda v: 0 <= v < 2**64, "in [0, 2**64) (torch and Gymnasium seeds are non-negative)"),
     ("out", lambda v: v != "", "a folder path, not empty ('' would write into the working directory)"),
-    ("micro_batch_size", *_AT_LEAST_1),
-    ("learning_rate", *_NON_NEGATIVE),
-    ("weight_decay", *_NON_NEGATIVE),
+    ("micro_batch_size", *AT_LEAST_1),
+    ("learning_rate", *NON_NEGATIVE),
+    ("weight_decay", *NON_NEGATIVE),
     ("max_grad_norm", lambda v: v > 0, "> 0 or None (no clipping; 0 would zero every gradient)"),
-    ("lora_r", *_AT_LEAST_1),
+    ("lora_r", *AT_LEAST_1),
     ("lora_alpha", lambda v: v >= 1, ">= 1 (the adapter's scale is lora_alpha / lora_r; 0 would train nothing)"),
     ("lora_dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("lora_target_modules", lambda v: len(v) > 0, "'all-linear' or a non-empty list of module names"),
 )
-_GRPO_RANGES: _Ranges = _SHARED_RANGES + (
+_GRPO_RANGES: Ranges = _SHARED_RANGES + (
     ("group_size", lambda v: v >= 2, ">= 2 (GRPO compares episodes within a group)"),
     *(
-        (name, *_AT_LEAST_1)
+        (name, *AT_LEAST_1)
         for name in (
             "steps",
             "prompts_per_step",
@@ -464,9 +488,9 @@ _GRPO_RANGES: _Ranges = _SHARED_RANGES + (
     ("seed_pool", lambda v: 1 <= v < 2**63, "in [1, 2**63) (numpy draws the env seeds from it)"),
     ("temperature", lambda v: v > 0, "> 0 for GRPO (it needs diverse samples and finite log-probs)"),
     ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("resample_zero_signal", *_NON_NEGATIVE),
-    ("sample_groups", *_NON_NEGATIVE),
-    ("worker_retries", *_NON_NEGATIVE),
+    ("resample_zero_signal", *NON_NEGATIVE),
+    ("sample_groups", *NON_NEGATIVE),
+    ("worker_retries", *NON_NEGATIVE),
     (
         "turn_lambda",
         lambda v: v >= 0,
@@ -477,77 +501,13 @@ _GRPO_RANGES: _Ranges = _SHARED_RANGES + (
         lambda v: v >= 1,
         ">= 1 or None (max_new_tokens x max_turns; a negative normalizer flips the loss's sign)",
     ),
-    ("epsilon_low", *_NON_NEGATIVE),
-    ("epsilon_high", *_NON_NEGATIVE),
+    ("epsilon_low", *NON_NEGATIVE),
+    ("epsilon_high", *NON_NEGATIVE),
     ("beta", lambda v: v >= 0, ">= 0 (0 loads no reference model)"),
     ("is_cap", lambda v: v > 0, "> 0 or None (no importance weight)"),
     ("torch_threads", lambda v: v >= 1, ">= 1 or None (torch's default)"),
 )
-_SFT_RANGES: _Ranges = _SHARED_RANGES + tuple((name, *_AT_LEAST_1) for name in ("epochs", "batch_size", "max_length"))
-
-
-def _check_field_values(config: GRPOConfig | SFTConfig, ranges: _Ranges) -> None:
-    """Refuse a value of the wrong kind in a bool or numeric field, then one outside its field's range.
-
-    Checked on every field, whether it came from Python, TOML or the command line: ``nan < 0`` is
-    False, so a bare range check lets NaN through (and a NaN or infinite learning rate, clip or
-    temperature turns the weights into NaN); ``True`` is an int to Python (``steps=True`` would train
-    one step); and ``lora="false"`` is truthy.
-    """
-    for name, hint in typing.get_type_hints(type(config)).items():
-        value = getattr(config, name)
-        kinds = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
-        if value is None and type(None) in kinds:
-            continue
-        if bool in kinds:
-            ok, expected = isinstance(value, bool), "a bool (true or false)"
-        elif int in kinds:
-            ok, expected = isinstance(value, numbers.Integral) and not isinstance(value, bool), "an integer"
-        elif float in kinds:
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-            expected = "a finite number"
-        else:
-            continue
-        if not ok:
-            raise ValueError(f"{name} must be {expected}{' or None' if type(None) in kinds else ''}, got {value!r}")
-    for name, allowed, words in ranges:
-        value = getattr(config, name)
-        if value is not None and not allowed(value):
-            raise ValueError(f"{name} must be {words}, got {value!r}")
-
-
-def _default(f: dataclasses.Field) -> Any:
-    """The field's default value (a fresh one for a ``default_factory``)."""
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def _check_device(name: str) -> None:
-    """Refuse a device torch cannot parse (``gpu``) or that this machine lacks (``cuda`` without a GPU).
-
-    Found here, the mistake is one line, not an ``AssertionError`` from deep in the model load.
-    """
-    if name == "auto":
-        return
-    try:
-        import torch
-    except ImportError:  # the trainer itself will say that torch is missing
-        return
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N (or another torch device), got {name!r}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device {name!r}: no CUDA GPU is available to this torch ({torch.__version__}); use device auto or cpu"
-            )
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
-            )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {name!r}: MPS is not available on this machine; use device auto or cpu")
+_SFT_RANGES: Ranges = _SHARED_RANGES + tuple((name, *AT_LEAST_1) for name in ("epochs", "batch_size", "max_length"))
 
 
 ConfigT = TypeVar("ConfigT", GRPOConfig, SFTConfig)
@@ -585,27 +545,3 @@ class ServerConfigError(RuntimeError):
     A usage error like an unreachable ``base_url`` (the command line reports it in one line), kept
     apart from ``RuntimeError`` so that a genuine internal error still shows its traceback.
     """
-
-
-class FieldTypeError(ValueError):
-    """Config values of the wrong type for their fields (the message names each one)."""
-
-
-def check_field_types(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` checked against ``cls``'s field types; lossless conversions made (``"5"`` -> 5 for an int).
-
-    TOML and the command line have types: checking them here beats a ``TypeError`` deep in a run.
-
-    Raises:
-        FieldTypeError: a value of the wrong type (``micro_batch_size = 2.5``), all of them named.
-    """
-    hints = typing.get_type_hints(cls)
-    checked, problems = {}, []
-    for name, value in values.items():
-        try:  # strict for a bool: lax pydantic makes ``steps = true`` 1 and ``learning_rate = true`` 1.0
-            checked[name] = pydantic.TypeAdapter(hints[name]).validate_python(value, strict=isinstance(value, bool))
-        except pydantic.ValidationError as err:
-            problems.append(f"{name}: {err.errors()[0]['msg']} (got {value!r})")
-    if problems:
-        raise FieldTypeError("; ".join(problems))
-    return checked
