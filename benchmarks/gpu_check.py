@@ -321,27 +321,56 @@ def measure(args: argparse.Namespace) -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from llmgym.trainers.losses import TokenScorer, grpo_loss
-
     out = Path(args.out)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    tiny = args.tiny
-    flops, matmul_dtype = matmul_rate(device, 256 if tiny else 8192, 5 if tiny else 50)
-    shape = LLAMA_TINY if tiny else LLAMA_1B
+    matmul_size = 256 if args.tiny else 8192
+    flops, matmul_dtype = matmul_rate(device, matmul_size, 5 if args.tiny else 50)
+    shape = LLAMA_TINY if args.tiny else LLAMA_1B
     config = LlamaConfig(**shape, max_position_embeddings=4096)
     with torch.device(device):
         model = LlamaForCausalLM(config)  # random weights, fp32 like the trainer's
-    model.train()
     parameters = sum(p.numel() for p in model.parameters())  # the tied head counted once
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    step = grpo_step_rate(model, device, autocast, args.tiny, parameters, flops, out)
+    generate = generate_rate(model, device, autocast, args.tiny)
+    result = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "matmul_tflops": flops / 1e12,
+        "matmul_dtype": matmul_dtype,
+        "matmul_size": matmul_size,
+        "parameters": parameters,
+        "model_shape": shape,
+        "step": step,
+        "generate": generate,
+    }
+    (out / "measure.json").write_text(json.dumps(result, indent=1))
+    numbers = [result["matmul_tflops"], *result["step"].values(), *result["generate"].values()]
+    return 0 if all(math.isfinite(x) for x in numbers) else 1
+
+
+def grpo_step_rate(
+    model: Any, device: Any, autocast: Any, tiny: bool, parameters: int, flops: float, out: Path
+) -> dict[str, Any]:
+    """Time the policy-gradient step of one GRPO micro-batch as the trainer runs it; its tokens/s and MFU.
+
+    The MFU counts ``6 * parameters`` FLOPs per token against ``flops``, the measured matmul rate. Below
+    40% MFU on CUDA it prints the step's top kernels. Leaves no gradients behind.
+    """
+    import torch
+
+    from llmgym.trainers.losses import TokenScorer, grpo_loss
+
+    model.train()
     scorer = TokenScorer(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device.type in ("cpu", "cuda"))
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-
-    # one GRPO micro-batch: rows of distinct random tokens (no shared prefix, so 6N per token is honest),
+    # rows of distinct random tokens (no shared prefix, so 6N per token is honest),
     # a prompt of a quarter of the row and a completion that enters the loss
     rows, length = (2, 32) if tiny else (16, 1024)
-    input_ids = torch.randint(0, config.vocab_size, (rows, length), device=device)
+    input_ids = torch.randint(0, model.config.vocab_size, (rows, length), device=device)
     attention_mask = torch.ones_like(input_ids)
     mask = torch.zeros_like(input_ids)
     mask[:, length // 4 :] = 1
@@ -356,7 +385,28 @@ def measure(args: argparse.Namespace) -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    warmup, timed = (1, 2) if tiny else (3, 8)
+    seconds = seconds_per_step(step, device, *((1, 2) if tiny else (3, 8)))
+    tokens = rows * length
+    mfu = 6 * parameters * tokens / seconds / flops
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else 0.0
+    if device.type == "cuda" and mfu < 0.4:
+        print_top_kernels(step, out)
+    optimizer.zero_grad(set_to_none=True)  # free the gradients for generation
+    return {
+        "rows": rows,
+        "length": length,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "mfu": mfu,
+        "peak_memory_gb": peak,
+    }
+
+
+def seconds_per_step(step: Any, device: Any, warmup: int, timed: int) -> float:
+    """Mean seconds of ``timed`` calls of ``step`` after ``warmup`` untimed ones (CUDA's peak memory: the timed)."""
+    import torch
+
     for _ in range(warmup):
         step()
     synchronize(device)
@@ -366,18 +416,16 @@ def measure(args: argparse.Namespace) -> int:
     for _ in range(timed):
         step()
     synchronize(device)
-    seconds = (time.perf_counter() - start) / timed
-    tokens = rows * length
-    mfu = 6 * parameters * tokens / seconds / flops
-    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else 0.0
-    if device.type == "cuda" and mfu < 0.4:
-        print_top_kernels(step, out)
-    optimizer.zero_grad(set_to_none=True)  # free the gradients for generation
+    return (time.perf_counter() - start) / timed
 
-    # in-process generation: sampled, every row runs to max_new_tokens
+
+def generate_rate(model: Any, device: Any, autocast: Any, tiny: bool) -> dict[str, Any]:
+    """Tokens/s of in-process ``model.generate``: sampled, every row runs to ``max_new_tokens``."""
+    import torch
+
     model.eval()
     batch, prompt, new = (2, 8, 8) if tiny else (16, 128, 256)
-    prompts = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
+    prompts = torch.randint(0, model.config.vocab_size, (batch, prompt), device=device)
     generate = dict(max_new_tokens=new, min_new_tokens=new, do_sample=True, pad_token_id=0)
     with torch.no_grad(), autocast:
         model.generate(
@@ -387,37 +435,14 @@ def measure(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         model.generate(prompts, attention_mask=torch.ones_like(prompts), **generate)
         synchronize(device)
-    generate_seconds = time.perf_counter() - start
-    result = {
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "matmul_tflops": flops / 1e12,
-        "matmul_dtype": matmul_dtype,
-        "matmul_size": 256 if tiny else 8192,
-        "parameters": parameters,
-        "model_shape": shape,
-        "step": {
-            "rows": rows,
-            "length": length,
-            "tokens": tokens,
-            "seconds": seconds,
-            "tokens_per_s": tokens / seconds,
-            "mfu": mfu,
-            "peak_memory_gb": peak,
-        },
-        "generate": {
-            "batch": batch,
-            "prompt": prompt,
-            "new_tokens": new,
-            "seconds": generate_seconds,
-            "tokens_per_s": batch * new / generate_seconds,
-        },
+    seconds = time.perf_counter() - start
+    return {
+        "batch": batch,
+        "prompt": prompt,
+        "new_tokens": new,
+        "seconds": seconds,
+        "tokens_per_s": batch * new / seconds,
     }
-    (out / "measure.json").write_text(json.dumps(result, indent=1))
-    numbers = [result["matmul_tflops"], *result["step"].values(), *result["generate"].values()]
-    return 0 if all(math.isfinite(x) for x in numbers) else 1
 
 
 def print_top_kernels(step: Any, out: Path) -> None:
