@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from llmgym.sandbox import SandboxLimits
-from llmgym.sandbox._worker import interpreter_paths
+from llmgym.sandbox._isolation import interpreter_paths
 
 
 def _unused(path: str) -> str:
@@ -75,7 +75,7 @@ _HELPER = """
 import ctypes, json, os, subprocess, sys
 import llmgym
 from llmgym.sandbox import SandboxLimits, SubprocessSandbox
-from llmgym.sandbox._worker import interpreter_paths
+from llmgym.sandbox._isolation import interpreter_paths
 from llmgym.sandbox.subprocess_backend import WORKER_SCRIPT
 
 libc = ctypes.CDLL(None, use_errno=True)

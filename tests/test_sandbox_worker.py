@@ -70,6 +70,27 @@ def test_tracebacks_show_only_the_programs_frames(sandbox):
     assert 'File "<sandbox>", line 2, in f' in result.stderr and "ZeroDivisionError" in result.error
 
 
+def test_the_program_imports_what_plain_python_would(sandbox):
+    """The worker loads its ``_isolation`` module by path: the program's ``sys.path`` is that of ``python -I``,
+    and neither that module nor the worker's folder is there for it to import."""
+    code = (
+        "import json, sys\n"
+        "print(json.dumps([sys.path, [name for name in sys.modules if 'isolation' in name]]))\n"
+        "try:\n    import _isolation\nexcept ImportError:\n    print('no _isolation')\n"
+    )
+    result = sandbox.run(code)
+    assert result.exit_code == 0, result.stderr
+    plain = subprocess.run(
+        [sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    path, loaded = json.loads(result.stdout.splitlines()[0])
+    assert path == json.loads(plain.stdout) and loaded == []
+    assert result.stdout.splitlines()[1] == "no _isolation"
+
+
 def test_a_custom_excepthook_prints_the_uncaught_error(sandbox):
     code = "import sys\nsys.excepthook = lambda kind, value, tb: print('hook', kind.__name__)\nraise KeyError(1)"
     result = sandbox.run(code)

@@ -8,35 +8,31 @@ Protocol (JSON lines, one object per line): the parent writes a config line,
 the worker answers ``{"ready": true, "isolation": {...}}``; then for every
 request ``{"code", "files", "limits"}`` it answers one result object.
 
-Isolation set up once per worker (when running as root): a private mount
-namespace with empty size-capped tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``
-and over every path in ``hide_paths`` (the llmgym sources, hidden tests), the
-interpreter's own folders bound back where a private home or those tmpfs hide
-them (:class:`_InterpreterFolders`), and private network and IPC namespaces
-(only a downed loopback). Per call, the child forks, makes a fresh work dir,
-applies rlimits, sets ``no_new_privs``, drops to a sandbox-only uid (so
-``RLIMIT_NPROC`` counts only its own processes, it cannot signal the worker or
-the caller, and cannot read root's ``/proc/*/environ``; in a user namespace it
-drops every capability instead), clears the environment and runs the code as
-the ``__main__`` module, then exits the way the interpreter does (non-daemon
-threads joined, ``atexit`` handlers run, stdio flushed). ``/proc`` shows the
-program only its own processes. The worker is a child subreaper: when any
-descendant outlives the call, every process of the sandbox uid is killed. The
-temp mounts are replaced by fresh ones after each call, once its result is
-sent.
+Isolation is set up once per worker (private mount, network and IPC namespaces,
+size-capped tmpfs on the temp dirs and over ``hide_paths``, the interpreter's
+folders bound back: ``_isolation.py`` beside this file). Per call, the child
+forks, makes a fresh work dir, applies rlimits, sets ``no_new_privs``, drops to
+a sandbox-only uid (so ``RLIMIT_NPROC`` counts only its own processes, it cannot
+signal the worker or the caller, and cannot read root's ``/proc/*/environ``; in
+a user namespace it drops every capability instead), clears the environment and
+runs the code as the ``__main__`` module, then exits the way the interpreter
+does (non-daemon threads joined, ``atexit`` handlers run, stdio flushed).
+``/proc`` shows the program only its own processes. The worker is a child
+subreaper: when any descendant outlives the call, every process of the sandbox
+uid is killed. The temp mounts are replaced by fresh ones after each call, once
+its result is sent.
 """
 
 from __future__ import annotations
 
 import atexit
 import builtins
-import ctypes
+import importlib.util
 import json
 import linecache
 import os
 import resource
 import select
-import shutil
 import signal
 import sys
 import time
@@ -45,31 +41,7 @@ import types
 
 __all__: list[str] = []
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-SYS_MOUNT_SETATTR = 442
-AT_FDCWD = -100
-AT_RECURSIVE = 0x8000
-MOUNT_ATTR_RDONLY = 0x1
-PR_SET_NO_NEW_PRIVS = 38
-PR_CAPBSET_DROP = 24
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
-MS_REC = 0x4000
-MS_PRIVATE = 0x40000
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-MS_BIND = 0x1000
-MNT_DETACH = 0x2
-PR_SET_CHILD_SUBREAPER = 36
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
-PROGRAM_NAME = "main.py"  # the program's file, next to (not in) its work dir: ``__file__`` and ``sys.argv[0]``
 LONGEST_WAIT_S = 3600.0  # one select() at most; a larger timeout overflows
-PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
 SAFE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
@@ -79,250 +51,22 @@ SAFE_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 
-_libc = ctypes.CDLL(None, use_errno=True)
 
+def _load_isolation() -> types.ModuleType:
+    """``_isolation.py`` from this file's folder, loaded by its path, before any mount hides the folder.
 
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    _check(
-        _libc.mount(
-            source.encode(),
-            target.encode(),
-            fstype.encode() if fstype else None,
-            flags,
-            data.encode() if data else None,
-        ),
-        f"mount {target}",
-    )
-
-
-def setup_isolation(config: dict) -> tuple[dict, _InterpreterFolders]:
-    """Enter private namespaces where the OS allows; returns what is enforced, and the interpreter's folders."""
-    report = {
-        "network": False,
-        "private_tmp": False,
-        "hidden_paths": [],
-        "uid": None,
-        "read_only_root": False,
-        "user_namespace": False,
-        "pid_namespace": False,
-        "processes_hidden": False,
-    }
-    if not config.get("namespaces", True):
-        return report, _InterpreterFolders()
-    if os.geteuid() != 0:  # unprivileged: become root of a user namespace of our own, if the OS allows it
-        try:
-            _enter_user_namespace()
-        except OSError as err:
-            report["user_namespace_error"] = str(err)
-            return report, _InterpreterFolders()
-        report["user_namespace"] = report["pid_namespace"] = True
-    try:
-        _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(CLONE_NEWNET | CLONE_NEWIPC)")
-        report["network"] = True
-    except OSError as err:
-        report["network_error"] = str(err)
-    interpreter = _InterpreterFolders()
-    try:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-        _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-        report["read_only_root"] = _read_only_root()
-        try:  # a failure here breaks imports, not containment: the mounts below must happen regardless
-            # the uid drop makes the program "other" to every file: a private home on the interpreter's path stops it
-            interpreter.open(private_homes=bool(config.get("uid")) and not report["user_namespace"])
-        except OSError as err:
-            report["interpreter_error"] = str(err)
-        for path in SCRATCH_DIRS:
-            if os.path.isdir(path):
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, _tmpfs_options(config))
-        report["private_tmp"] = True
-        try:
-            report["interpreter_paths"] = interpreter.mount()
-        except OSError as err:
-            report["interpreter_error"] = str(err)
-        report["hidden_paths"] = _hide([p for p in config.get("hide_paths", []) if os.path.isdir(p)])
-    except OSError as err:
-        report["private_tmp_error"] = str(err)
-    try:
-        report["processes_hidden"] = _hide_processes(report)
-    except OSError as err:
-        report["processes_hidden_error"] = str(err)
-    if config.get("uid") and not report["user_namespace"]:
-        report["uid"] = int(config["uid"])
-    return report, interpreter
-
-
-def _hide(paths: list) -> list:
-    """Cover each folder with an empty read-only tmpfs (after the interpreter's binds: hiding wins); returns them."""
-    for path in paths:
-        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=1k,mode=0555")
-    return paths
-
-
-def _hide_processes(report: dict) -> bool:
-    """Keep the caller's processes (and their command lines) out of the program's ``/proc``.
-
-    With the uid drop, a fresh ``/proc`` with ``hidepid=invisible`` shows the
-    sandbox uid only its own processes (another's ``/proc/PID`` is
-    ``ENOENT``). In a user namespace the program runs as
-    the caller's own uid, which ``hidepid`` does not hide from, so each run
-    mounts the ``/proc`` of its own PID namespace instead (see
-    :func:`_mount_run_proc`); this checks once that the kernel allows it.
+    Not through ``sys.path``: ``python -I`` leaves the script's folder off it, and it stays
+    off, so a program imports what it would under plain ``python -I`` (never llmgym's files)
+    and the interpreter's folders read from ``sys.path`` are the interpreter's only.
     """
-    if not report["private_tmp"]:  # no mount namespace of our own: /proc stays the host's
-        return False
-    if not report["user_namespace"]:
-        _mount("proc", "/proc", "proc", PROC_FLAGS, "hidepid=2")  # "invisible" since Linux 5.8
-        return True
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
-            inner = os.fork()
-            if inner == 0:
-                mounted = False
-                try:
-                    _mount_run_proc()
-                    mounted = True
-                finally:
-                    os._exit(0 if mounted else 1)
-            _relay(inner)
-        finally:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError("cannot mount a /proc of a run's own PID namespace (another /proc mount hides part of it?)")
-    return True
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_isolation.py")
+    spec = importlib.util.spec_from_file_location("llmgym_sandbox_isolation", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _mount_run_proc() -> None:
-    """In a run's PID namespace: a mount namespace of its own whose ``/proc`` lists only this namespace's processes."""
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _mount("proc", "/proc", "proc", PROC_FLAGS, None)
-
-
-def _tmpfs_options(config: dict) -> str:
-    return f"size={int(config.get('tmpfs_mb', 64))}m,mode=0755"
-
-
-def _enter_user_namespace() -> None:
-    uid, gid = os.geteuid(), os.getegid()
-    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as handle:
-            handle.write(text)
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-def _read_only_root() -> bool:
-    """Make every mount read-only (``mount_setattr``, Linux 5.12+); the tmpfs mounted afterwards stay writable."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    ret = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr))
-    return ret == 0
-
-
-class _InterpreterFolders:
-    """The folders this interpreter imports from, bound back into the worker's mount namespace where a mount hides them.
-
-    A program needs to read the standard library and site-packages, wherever
-    they live. Two things can stop it: the uid drop, when they sit under a
-    folder only its owner may enter (pyenv or conda in a mode-700 home), and
-    the private tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm``, when they sit
-    there (a virtualenv in ``/tmp``). Each such folder is opened (``O_PATH``)
-    before anything covers it; a private home is then covered by an empty
-    root-owned tmpfs, and every folder is bind-mounted from its handle at its
-    own path, read-only like the rest of the root. So the program reads exactly
-    the interpreter's folders and nothing else of the home (no ``.ssh``), and
-    no permission on the host changes: the binds exist only in this worker's
-    mount namespace and die with it. The handles stay open, so a scratch dir
-    replaced after a run gets its folders back (:meth:`bind_back`).
-    """
-
-    def __init__(self) -> None:
-        self.handles: dict[str, int] = {}  # folder -> O_PATH handle on it, opened before any mount covered it
-        self.homes: list[str] = []  # private folders to cover with an empty tmpfs
-
-    def open(self, private_homes: bool) -> None:
-        """Find the folders a mount will hide (``private_homes``: also those under a folder others cannot enter)."""
-        for path in interpreter_paths():
-            scratch = any(_is_under(path, d) for d in SCRATCH_DIRS)
-            home = _private_ancestor(path) if private_homes else None
-            if home and not any(_is_under(home, d) for d in SCRATCH_DIRS):  # in a scratch dir the tmpfs covers it
-                self.homes.append(home)
-            if scratch or home:
-                self.handles[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
-
-    def mount(self) -> list[str]:
-        """Cover each private home with an empty tmpfs, then bind every folder back; returns the folders bound."""
-        for home in sorted(set(self.homes)):
-            _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-        return self.bind_back(os.sep)
-
-    def bind_back(self, under: str) -> list[str]:
-        """Bind each folder that lies under ``under`` (a freshly mounted tmpfs) back at its path; returns them."""
-        bound = [path for path in sorted(self.handles) if _is_under(path, under)]
-        for path in bound:
-            _make_dirs(path)
-            _mount(f"/proc/self/fd/{self.handles[path]}", path, None, MS_BIND | MS_REC, None)
-        return bound
-
-
-def interpreter_paths() -> list[str]:
-    """The folders a program reads to import the standard library and installed packages, none inside another.
-
-    Taken from this interpreter (the one that runs the programs): its prefixes,
-    its executable's folder (a program may start ``sys.executable``) and every
-    ``sys.path`` entry, ``.pth`` additions included.
-    """
-    paths = {
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        sys.base_exec_prefix,
-        os.path.dirname(sys.executable),
-        os.path.dirname(os.path.realpath(sys.executable)),
-        *sys.path,
-    }
-    existing = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p and os.path.exists(p)]  # zip: folder
-    folders = {os.path.realpath(p) for p in existing} - {os.sep}
-    return [p for p in sorted(folders) if not any(q != p and _is_under(p, q) for q in folders)]
-
-
-def _is_under(path: str, folder: str) -> bool:
-    return folder == os.sep or path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _private_ancestor(path: str) -> str | None:
-    """The first folder above ``path`` that a user other than its owner cannot enter, if any."""
-    parts = path.split(os.sep)[1:]
-    for depth in range(1, len(parts)):
-        ancestor = os.sep + os.path.join(*parts[:depth])
-        if not os.stat(ancestor).st_mode & 0o001:
-            return ancestor
-    return None
-
-
-def _make_dirs(path: str) -> None:
-    """Create the missing folders of ``path`` (in a tmpfs of ours), root-owned and open to all whatever the umask."""
-    current = os.sep
-    for part in path.split(os.sep)[1:]:
-        current = os.path.join(current, part)
-        if not os.path.isdir(current):
-            os.mkdir(current)
-            os.chmod(current, 0o755)
+isolation = _load_isolation()
 
 
 def _apply_limits(limits: dict, nproc: bool) -> None:
@@ -375,7 +119,7 @@ def _child(
                     os.chown(entry, uid, uid)
         os.chdir(workdir)
         _apply_limits(request["limits"], uid is not None or pidns)
-        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries (su, ping) cannot raise privileges
+        isolation.forbid_new_privileges()  # setuid binaries (su, ping) cannot raise privileges
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
@@ -387,32 +131,16 @@ def _child(
         sys.stdin = open(os.devnull)  # noqa: SIM115
         sys.argv = [program]
         if pidns:  # the program runs as PID 1 of a namespace of its own: it sees and can signal only its own processes
-            _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
-            inner = os.fork()
-            if inner:
-                _relay(inner)
+            isolation.enter_pid_namespace()
             if run_proc:
-                _mount_run_proc()
-            _drop_capabilities()
+                isolation.mount_run_proc()
+            isolation.drop_capabilities()
     except BaseException:  # noqa: BLE001  a setup failure is reported as the run's error
         try:
             os.write(2, ("sandbox setup failed: " + traceback.format_exc(limit=2)).encode())
         finally:
             os._exit(120)
     _run_as_main(request["code"], program)
-
-
-def _drop_capabilities() -> None:
-    """Give up every capability for good (the bounding set too, so running a program cannot grant them back).
-
-    In a user namespace the program is its root: with ``CAP_SYS_ADMIN`` it could
-    unmount the private ``/tmp`` and the hidden paths, or make ``/`` writable again.
-    """
-    for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:  # EINVAL past the kernel's last capability
-            break
-    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # effective, permitted, inheritable: none
 
 
 def _run_as_main(source: str, program: str) -> None:
@@ -486,16 +214,6 @@ def _flush() -> None:
             pass
 
 
-def _relay(pid: int) -> None:
-    """Wait for the program and exit the way it did (the worker sees its status); never returns."""
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-
-
 def _kill_uid(uid: int) -> None:
     """Kill every process of the sandbox uid (escaped daemons, fork bombs) from a short-lived fork."""
     pid = os.fork()
@@ -537,37 +255,11 @@ def _reap_orphans(uid: int | None) -> None:
             time.sleep(0.001)
 
 
-def clean_scratch(report: dict, scratch: str, tmpfs_options: str, interpreter: _InterpreterFolders) -> None:
-    """Remove everything the last run left (its work dir, program file, temp files).
-
-    A private temp mount that holds anything is replaced by a fresh empty
-    tmpfs, which takes the same short time however many files the program
-    made, and gets back the interpreter's folders that lie in it (and the
-    hidden paths among them); without private mounts the work dir is deleted
-    file by file.
-    """
-    if not report.get("private_tmp"):
-        shutil.rmtree(os.path.join(scratch, "work"), ignore_errors=True)
-        try:
-            os.unlink(os.path.join(scratch, PROGRAM_NAME))
-        except OSError:
-            pass
-        return
-    for path in SCRATCH_DIRS:
-        if os.path.isdir(path) and os.listdir(path):
-            _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
-            interpreter.bind_back(under=path)
-            _hide([hidden for hidden in report["hidden_paths"] if _is_under(hidden, path)])
-
-
 def run_request(request: dict, report: dict, scratch: str) -> dict:
     """Fork a child for one program, watch it, and return its result (the caller cleans up after sending it)."""
     limits = request["limits"]
     uid = report.get("uid")
-    workdir = os.path.join(scratch, "work")
     pidns = bool(report.get("pid_namespace"))
-    cap = int(limits["max_output_bytes"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     start = time.monotonic()
@@ -577,8 +269,8 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         os.close(err_r)
         _child(
             request,
-            workdir,
-            os.path.join(scratch, PROGRAM_NAME),
+            os.path.join(scratch, "work"),
+            os.path.join(scratch, isolation.PROGRAM_NAME),
             uid,
             pidns,
             pidns and bool(report.get("processes_hidden")),
@@ -587,59 +279,82 @@ def run_request(request: dict, report: dict, scratch: str) -> dict:
         )
     os.close(out_w)
     os.close(err_w)
-    pidfd = os.pidfd_open(pid)
-    buffers = {out_r: bytearray(), err_r: bytearray()}
-    open_fds = {out_r, err_r}
-    deadline = start + float(limits["wall_time_s"])
-    timed_out = overflow = exited = False
-    status = None
-    while open_fds or not exited:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        watch = list(open_fds) + ([] if exited else [pidfd])
-        ready, _, _ = select.select(watch, [], [], min(remaining, LONGEST_WAIT_S))
-        for fd in ready:
-            if fd == pidfd:
-                exited = True
-                _, status, usage = os.wait4(pid, 0)
-                if _has_descendants() and uid is not None:  # a daemon lives on: it must not keep the pipes open
-                    _kill_uid(uid)
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                continue
-            buffers[fd] += chunk
-            if len(buffers[fd]) > cap:
-                overflow = True
-        if overflow:
-            break
-    if not exited or open_fds:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if uid is not None:
-            _kill_uid(uid)
-    if status is None:
-        _, status, usage = os.wait4(pid, 0)
-    if _has_descendants():
-        _reap_orphans(uid)
+    run = _Run(pid, out_r, err_r, uid)
+    cap = int(limits["max_output_bytes"])
+    run.watch(start + float(limits["wall_time_s"]), cap)
+    run.stop()
     duration = time.monotonic() - start
-    for fd in (out_r, err_r, pidfd):
-        os.close(fd)
-    exit_code = os.waitstatus_to_exitcode(status)
-    return {
-        "stdout": bytes(buffers[out_r][:cap]).decode("utf-8", "replace"),
-        "stderr": bytes(buffers[err_r][:cap]).decode("utf-8", "replace"),
-        "exit_code": exit_code,
-        "timed_out": timed_out,
-        "output_truncated": overflow,
-        "duration_s": duration,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-    }
+    run.close()
+    return run.result(cap, duration)
+
+
+class _Run:
+    """One forked program seen from the worker: its output so far, its exit status and resource use."""
+
+    def __init__(self, pid: int, out_r: int, err_r: int, uid: int | None) -> None:
+        self.pid, self.out_r, self.err_r, self.uid = pid, out_r, err_r, uid
+        self.pidfd = os.pidfd_open(pid)  # readable once the program has exited
+        self.output = {out_r: bytearray(), err_r: bytearray()}
+        self.open_fds = {out_r, err_r}
+        self.status: int | None = None  # set once the program has exited
+        self.usage: resource.struct_rusage | None = None
+        self.timed_out = self.overflow = False
+
+    def watch(self, deadline: float, cap: int) -> None:
+        """Read its output until it exits with its pipes closed, the wall clock runs out, or it writes over ``cap``."""
+        while self.open_fds or self.status is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.timed_out = True
+                return
+            watch = list(self.open_fds) + ([] if self.status is not None else [self.pidfd])
+            ready, _, _ = select.select(watch, [], [], min(remaining, LONGEST_WAIT_S))
+            for fd in ready:
+                if fd == self.pidfd:
+                    _, self.status, self.usage = os.wait4(self.pid, 0)
+                    if _has_descendants() and self.uid is not None:  # a daemon lives on, holding the pipes open
+                        _kill_uid(self.uid)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.open_fds.discard(fd)
+                    continue
+                self.output[fd] += chunk
+                if len(self.output[fd]) > cap:
+                    self.overflow = True
+            if self.overflow:
+                return
+
+    def stop(self) -> None:
+        """Kill what is left of it (it ran out of time, wrote too much, or a daemon holds its pipes) and reap it all."""
+        if self.status is None or self.open_fds:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if self.uid is not None:
+                _kill_uid(self.uid)
+        if self.status is None:
+            _, self.status, self.usage = os.wait4(self.pid, 0)
+        if _has_descendants():
+            _reap_orphans(self.uid)
+
+    def close(self) -> None:
+        """Close its output pipes and its pidfd."""
+        for fd in (self.out_r, self.err_r, self.pidfd):
+            os.close(fd)
+
+    def result(self, cap: int, duration: float) -> dict:
+        """The result object the worker answers, each stream cut at ``cap`` bytes."""
+        return {
+            "stdout": bytes(self.output[self.out_r][:cap]).decode("utf-8", "replace"),
+            "stderr": bytes(self.output[self.err_r][:cap]).decode("utf-8", "replace"),
+            "exit_code": os.waitstatus_to_exitcode(self.status),
+            "timed_out": self.timed_out,
+            "output_truncated": self.overflow,
+            "duration_s": duration,
+            "cpu_s": self.usage.ru_utime + self.usage.ru_stime,
+        }
 
 
 def _read_line(buffer: bytearray) -> bytes | None:
@@ -672,8 +387,8 @@ def main() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001  a missing optional module only makes calls slower
             pass
-    report, interpreter = setup_isolation(config)
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come back to us to be reaped, not to init
+    report, interpreter = isolation.setup_isolation(config)
+    isolation.become_subreaper()  # orphans come back to us to be reaped, not to init
     scratch = "/tmp" if report["private_tmp"] else config["scratch"]
     os.chdir("/")
     _write({"ready": True, "isolation": report})
@@ -686,7 +401,7 @@ def main() -> None:
         except Exception as err:  # noqa: BLE001  report and stay alive; the parent decides
             result = {"sandbox_error": f"{type(err).__name__}: {err}"}
         _write(result)  # first: however long the cleanup takes, it is not the run's time
-        clean_scratch(report, scratch, _tmpfs_options(config), interpreter)
+        isolation.clean_scratch(report, scratch, config, interpreter)
         _write({"clean": True})  # the parent sends the next request after this line
 
 
