@@ -120,33 +120,16 @@ def main() -> int:
     args = parser.parse_args()
 
     skipped: dict[str, str] = {}
-    processes = []
     base_url = f"http://127.0.0.1:{free_port()}"
-    processes.append(
-        start(
-            ["serve", "--backend", "scripted", "--model", "wordle", "--model-name", "wordle"]
-            + ["--port", base_url.rsplit(":", 1)[1], "--max-batch-size", "256"],
-            f"{base_url}/health",
-        )
-    )
+    processes = [start_inference_server(base_url)]
     env_url = None
     try:
-        import openenv.core.env_server  # noqa: F401
-
-        env_url = f"http://127.0.0.1:{free_port()}"
-        sessions = str(max(args.concurrency))
-        processes.append(
-            start(
-                ["serve-env", ENV_ID, "--port", env_url.rsplit(":", 1)[1], "--max-sessions", sessions],
-                f"{env_url}/health",
-            )
-        )
+        env_url, env_server = start_env_server(sessions=max(args.concurrency))
+        processes.append(env_server)
     except ImportError as err:
         skipped["env-server"] = f"openenv does not import: {err}"
     try:
-        import ray
-
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray = start_ray()
     except ImportError as err:
         ray = None
         skipped["ray"] = f"ray does not import: {err}"
@@ -154,35 +137,86 @@ def main() -> int:
     runs = []
     try:
         for concurrency in args.concurrency:
-            modes = ["in-process"] + (["env-server"] if env_url else [])
-            if ray is not None and concurrency <= args.ray_max:
-                modes.append("ray")
-            elif ray is not None:
-                skipped[f"ray@{concurrency}"] = (
-                    "one worker process per actor (~100 MB each): over this machine's memory"
-                )
-            by_mode = {}
-            for mode in modes:
-                run = measure(mode, concurrency, f"{base_url}/v1", env_url)
-                reference = by_mode.get("in-process", run)
-                run["overhead_ms_per_turn"] = run["env_ms_per_turn"] - reference["env_ms_per_turn"]
-                run["overhead_share_of_typical_turn"] = run["overhead_ms_per_turn"] / (1000 * TYPICAL_TURN_S)
-                by_mode[mode] = run
-                runs.append(run)
-                print(
-                    f"{mode:>10} @ {concurrency:>3}: {run['episodes_per_s']:7.1f} episodes/s, "
-                    f"turn {run['turn_ms']:7.1f} ms "
-                    f"(env {run['env_ms_per_turn']:6.2f} ms), overhead {run['overhead_ms_per_turn']:+7.1f} ms/turn, "
-                    f"failed {run['failed']}",
-                    flush=True,
-                )
+            modes = modes_at(concurrency, env_url, ray is not None, args.ray_max, skipped)
+            runs += measure_modes(modes, concurrency, base_url, env_url)
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
         if ray is not None:
             ray.shutdown()
+    write_results(runs, skipped)
+    return 0
 
+
+def start_inference_server(base_url: str) -> subprocess.Popen:
+    """``llmgym serve --backend scripted``: the Wordle solver behind the OpenAI API, answering at once."""
+    return start(
+        ["serve", "--backend", "scripted", "--model", "wordle", "--model-name", "wordle"]
+        + ["--port", base_url.rsplit(":", 1)[1], "--max-batch-size", "256"],
+        f"{base_url}/health",
+    )
+
+
+def start_env_server(sessions: int) -> tuple[str, subprocess.Popen]:
+    """``llmgym serve-env`` (OpenEnv's server) for Wordle: its URL and process.
+
+    Raises:
+        ImportError: openenv is not installed.
+    """
+    import openenv.core.env_server  # noqa: F401
+
+    env_url = f"http://127.0.0.1:{free_port()}"
+    process = start(
+        ["serve-env", ENV_ID, "--port", env_url.rsplit(":", 1)[1], "--max-sessions", str(sessions)],
+        f"{env_url}/health",
+    )
+    return env_url, process
+
+
+def start_ray() -> Any:
+    """The ``ray`` module, with a local Ray of 2 CPUs started.
+
+    Raises:
+        ImportError: ray is not installed.
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def modes_at(concurrency: int, env_url: str | None, has_ray: bool, ray_max: int, skipped: dict[str, str]) -> list[str]:
+    """The modes measured at ``concurrency``; a Ray mode left out for memory is recorded in ``skipped``."""
+    modes = ["in-process"] + (["env-server"] if env_url else [])
+    if has_ray and concurrency <= ray_max:
+        modes.append("ray")
+    elif has_ray:
+        skipped[f"ray@{concurrency}"] = "one worker process per actor (~100 MB each): over this machine's memory"
+    return modes
+
+
+def measure_modes(modes: list[str], concurrency: int, base_url: str, env_url: str | None) -> list[dict[str, Any]]:
+    """Each mode's run at ``concurrency``, printed, with its env overhead per turn over the in-process run."""
+    by_mode: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        run = measure(mode, concurrency, f"{base_url}/v1", env_url)
+        reference = by_mode.get("in-process", run)
+        run["overhead_ms_per_turn"] = run["env_ms_per_turn"] - reference["env_ms_per_turn"]
+        run["overhead_share_of_typical_turn"] = run["overhead_ms_per_turn"] / (1000 * TYPICAL_TURN_S)
+        by_mode[mode] = run
+        print(
+            f"{mode:>10} @ {concurrency:>3}: {run['episodes_per_s']:7.1f} episodes/s, "
+            f"turn {run['turn_ms']:7.1f} ms "
+            f"(env {run['env_ms_per_turn']:6.2f} ms), overhead {run['overhead_ms_per_turn']:+7.1f} ms/turn, "
+            f"failed {run['failed']}",
+            flush=True,
+        )
+    return list(by_mode.values())
+
+
+def write_results(runs: list[dict[str, Any]], skipped: dict[str, str]) -> None:
+    """The runs and what was skipped, with the machine and date, into :data:`RESULTS`."""
     result = {
         "benchmark": "scale",
         "date": time.strftime("%Y-%m-%d"),
@@ -196,7 +230,6 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS}")
-    return 0
 
 
 if __name__ == "__main__":
