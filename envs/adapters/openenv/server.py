@@ -80,13 +80,7 @@ def environment_class() -> type:
     Its constructor takes ``(env_id, env_kwargs)``; OpenEnv's server makes one per session.
     """
     action_cls, observation_cls = chat_models()  # without openenv: an ImportError naming the extra
-    try:
-        from openenv.core.env_server.interfaces import Environment
-        from openenv.core.env_server.types import EnvironmentMetadata, State
-    except ImportError as err:  # installed, but its own dependencies are not right (fastmcp 3 needs mcp<2)
-        raise ImportError(
-            f'openenv is installed but cannot be imported ({err}): pip install "llmgym[openenv]"'
-        ) from err
+    Environment, EnvironmentMetadata, State = _openenv_server_types()
 
     import llmgym
     from llmgym.registry import describe
@@ -110,12 +104,7 @@ def environment_class() -> type:
             options: dict[str, Any] | None = None,
             **kwargs: Any,
         ) -> Any:
-            if kwargs:  # OpenEnv passes every field of the reset message on: a typo must not pass silently
-                raise ResetArgumentError(
-                    f"reset takes seed, episode_id and options; got also {sorted(kwargs)}: leave them out"
-                )
-            if options is not None and not isinstance(options, dict):
-                raise ResetArgumentError(f"reset's options must be a JSON object, got {options!r}")
+            _check_reset_arguments(options, kwargs)
             text, info = self.env.reset(seed=seed, options=options)
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             return observation_cls(**observation_fields(text, info, False, False), reward=None)
@@ -140,6 +129,34 @@ def environment_class() -> type:
             self.env.close()
 
     return LLMGymEnvironment
+
+
+def _openenv_server_types() -> tuple[type, type, type]:
+    """OpenEnv's ``Environment``, ``EnvironmentMetadata`` and ``State``.
+
+    Raises:
+        ImportError: openenv is installed but does not import; the message says how to reinstall it.
+    """
+    try:
+        from openenv.core.env_server.interfaces import Environment
+        from openenv.core.env_server.types import EnvironmentMetadata, State
+    except ImportError as err:  # installed, but its own dependencies are not right (fastmcp 3 needs mcp<2)
+        raise ImportError(
+            f'openenv is installed but cannot be imported ({err}): pip install "llmgym[openenv]"'
+        ) from err
+    return Environment, EnvironmentMetadata, State
+
+
+def _check_reset_arguments(options: Any, extra: dict[str, Any]) -> None:
+    """Refuse a reset message with fields besides seed, episode_id and options, or options that are no object.
+
+    Raises:
+        ResetArgumentError: what the client must change.
+    """
+    if extra:  # OpenEnv passes every field of the reset message on: a typo must not pass silently
+        raise ResetArgumentError(f"reset takes seed, episode_id and options; got also {sorted(extra)}: leave them out")
+    if options is not None and not isinstance(options, dict):
+        raise ResetArgumentError(f"reset's options must be a JSON object, got {options!r}")
 
 
 def create_env_app(
