@@ -5,13 +5,17 @@ Usage::
     python benchmarks/grpo.py                       # tiny random Llama and SmolLM2-135M: 5 steps,
                                                     # 3 interleaved runs each
     python benchmarks/grpo.py --models tiny --steps 4
+    python benchmarks/grpo.py --no-trl --out benchmarks/results/grpo_precision.json   # fp32 vs bf16 only
 
 Both trainers get the same plain safetensors checkpoint (the tiny random Llama
 saved once, and the SmolLM2-135M-Instruct GGUF converted by ``load_model``),
 the same 16 chat prompts, 4 generations per prompt, 4 completions per step,
 at most 32 completion tokens, lr 1e-6, beta 0, DAPO/token-mean loss, fp32 on
 CPU, the same torch thread count and the same reward (fraction of vowels).
-llmgym runs with fp32 rollouts (the trained weights, like TRL). Each trainer
+llmgym runs with fp32 rollouts (the trained weights, like TRL), twice: its loss's
+forward passes in fp32 (``llmgym``, as TRL's) and in bf16 autocast
+(``llmgym_bf16``, ``precision="bf16"``), beside the CPU probe's fp32 and bf16
+matrix-product rates that ``precision="auto"`` decides by. Each trainer
 runs in a fresh subprocess, so peak RSS is its own; TRL runs in
 its own virtual environment (``--trl-venv``, made when missing: it sees the running
 environment's packages, so both trainers use the same torch and transformers, and
@@ -69,7 +73,7 @@ def peak_rss_mb() -> float:
 # -- workers (run in their own processes) ----------------------------------------------------
 
 
-def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp32") -> dict:
+def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", rollout_precision: str = "fp32") -> dict:
     import gymnasium as gym
     import torch
 
@@ -117,6 +121,7 @@ def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp3
         save_every=10**6,
         torch_threads=threads,
         device="cpu",
+        precision=precision,
         rollout_precision=rollout_precision,
     )
     trainer = GRPOTrainer(config)
@@ -137,7 +142,10 @@ def run_ours(model: str, steps: int, threads: int, rollout_precision: str = "fp3
         "completion_tokens_per_step": sum(m["tokens/generated"] for m in timed) / len(timed),
         "generation_s_per_step": sum(m["time/generation_s"] for m in timed) / len(timed),
         "train_s_per_step": sum(m["time/train_s"] for m in timed) / len(timed),
+        # the loss and optimizer part alone (the rollouts decode in fp32 either way)
+        "train_tokens_per_s": tokens / sum(m["time/train_s"] for m in timed),
         "logp_mismatch": sum(m["logp_mismatch"] for m in history) / len(history),
+        "precision": precision,
         "rollout_precision": rollout_precision,
         "reward_mean": sum(m["reward/mean"] for m in history) / len(history),
     }
@@ -259,7 +267,7 @@ def checkpoints(names: list[str]) -> dict[str, str]:
     return paths
 
 
-def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict:
+def worker(kind: str, python: str, model: str, steps: int, threads: int, precision: str = "fp32") -> dict:
     """Run ``kind`` (``ours`` or ``trl``) in a fresh process; its JSON line, or ``{"error": ...}``."""
     env = {
         **os.environ,
@@ -279,11 +287,47 @@ def worker(kind: str, python: str, model: str, steps: int, threads: int) -> dict
         str(steps),
         "--threads",
         str(threads),
+        "--precision",
+        precision,
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
     if result.returncode != 0:
         return {"error": result.stderr[-2000:]}
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def probe_matmul_rates(threads: int) -> dict:
+    """The CPU probe ``precision="auto"`` decides by, at the benchmark's thread count."""
+    import torch
+
+    from llmgym.wrappers.hardware import matmul_rates
+
+    torch.set_num_threads(threads)
+    return matmul_rates().as_dict()
+
+
+def compare(key: str, baseline: str, runs: dict[str, list[dict]]) -> dict:
+    """``key``'s tokens/s (whole step and training part) and peak RSS over ``baseline``'s: of the median runs,
+    and within each interleaved repeat with the median of those."""
+    ours, theirs = _median_run(runs[key]), _median_run(runs[baseline])
+    if "error" in ours or "error" in theirs:
+        return {}
+    name = f"{key}_vs_{baseline}"
+    out = {
+        f"{name}_tokens_per_s_ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
+        f"{name}_peak_rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
+    }
+    if "train_tokens_per_s" in theirs:
+        out[f"{name}_train_tokens_per_s_ratio"] = ours["train_tokens_per_s"] / theirs["train_tokens_per_s"]
+    paired = [
+        a["tokens_per_s"] / b["tokens_per_s"]
+        for a, b in zip(runs[key], runs[baseline])
+        if "error" not in a and "error" not in b
+    ]
+    out[f"{name}_tokens_per_s_ratio_per_repeat"] = paired
+    if paired:
+        out[f"{name}_tokens_per_s_ratio_per_repeat_median"] = statistics.median(paired)
+    return out
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -304,9 +348,11 @@ def main() -> int:
         help="runs of each trainer, interleaved; the median run (by tokens/s) is reported",
     )
     parser.add_argument("--trl-venv", default=str(HERE / ".venv-trl"), help="virtual environment holding TRL")
+    parser.add_argument("--no-trl", action="store_true", help="only llmgym's fp32 and bf16 rows (no TRL venv)")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo.json"))
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
@@ -314,40 +360,32 @@ def main() -> int:
         if args.worker == "trl":
             print(json.dumps(run_trl(args.model, args.steps, args.threads)))
         else:
-            print(json.dumps(run_ours(args.model, args.steps, args.threads)))
+            print(json.dumps(run_ours(args.model, args.steps, args.threads, args.precision)))
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
-    trl_python = str(ensure_trl_venv(Path(args.trl_venv)))
+    trl_python = None if args.no_trl else str(ensure_trl_venv(Path(args.trl_venv)))
+    probe = probe_matmul_rates(args.threads)
+    print("CPU probe:", probe, flush=True)
     results = {}
     load_before = os.getloadavg()
     for name, path in checkpoints(names).items():
         # Interleaved repeats: the same work varies by up to ~40% from run to run on this shared
         # 2-core VM, so each trainer runs --repeats times in turn and its median run is reported.
-        kinds = (
-            ("trl", "trl", trl_python),
-            ("llmgym", "ours", sys.executable),
-        )
-        runs: dict[str, list[dict]] = {key: [] for key, _, _ in kinds}
+        kinds = [
+            ("trl", "trl", trl_python, "fp32"),
+            ("llmgym", "ours", sys.executable, "fp32"),
+            ("llmgym_bf16", "ours", sys.executable, "bf16"),
+        ][1 if args.no_trl else 0 :]
+        runs: dict[str, list[dict]] = {key: [] for key, *_ in kinds}
         for _ in range(args.repeats):
-            for key, kind, python in kinds:
-                runs[key].append(worker(kind, python, path, args.steps, args.threads))
+            for key, kind, python, precision in kinds:
+                runs[key].append(worker(kind, python, path, args.steps, args.threads, precision))
         row = {key: _median_run(values) for key, values in runs.items()}
-        theirs = row["trl"]
-        for key in ("llmgym",):
-            if "error" not in row[key] and "error" not in theirs:
-                row[f"{key}_tokens_per_s_ratio"] = row[key]["tokens_per_s"] / theirs["tokens_per_s"]
-                row[f"{key}_peak_rss_ratio"] = row[key]["peak_rss_mb"] / theirs["peak_rss_mb"]
         row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
-        # the ratio within each interleaved repeat (both trainers under that repeat's load), then its median
-        for key in ("llmgym",):
-            paired = [
-                ours["tokens_per_s"] / trl["tokens_per_s"]
-                for ours, trl in zip(runs[key], runs["trl"])
-                if "error" not in ours and "error" not in trl
-            ]
-            row[f"{key}_tokens_per_s_ratio_per_repeat"] = paired
-            if paired:
-                row[f"{key}_tokens_per_s_ratio_per_repeat_median"] = statistics.median(paired)
+        # each ratio within each interleaved repeat (both rows under that repeat's load), then its median
+        pairs = [("llmgym_bf16", "llmgym")] + ([] if args.no_trl else [("llmgym", "trl"), ("llmgym_bf16", "trl")])
+        for key, baseline in pairs:
+            row.update(compare(key, baseline, runs))
         results[name] = row
         print(name, json.dumps(row, indent=1))
     report = {
@@ -364,10 +402,13 @@ def main() -> int:
             "warmup_steps": 1,
             "repeats": args.repeats,
             "torch_threads": args.threads,
-            "dtype": "float32",
+            "dtype": "float32 weights and optimizer; the loss's forward passes as each row says",
             "rows": {
-                "llmgym": "fp32 rollouts (the trained weights)",
+                "trl": "TRL's GRPOTrainer, fp32 (bf16=False)",
+                "llmgym": "fp32 rollouts (the trained weights), precision='fp32'",
+                "llmgym_bf16": "fp32 rollouts, precision='bf16': the loss's forward passes in bf16 autocast",
             },
+            "cpu_probe": probe,
         },
         "machine": {
             "platform": platform.platform(),

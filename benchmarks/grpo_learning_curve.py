@@ -20,6 +20,8 @@ Usage::
     HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py [--steps 8] [--eval-episodes 64]
     HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py --rollout-precision bf16 \
         --results benchmarks/results/grpo_learning_curve_bf16.json   # bf16 slot rollout copies, fp32 training
+    HF_HUB_OFFLINE=1 python benchmarks/grpo_learning_curve.py --precision bf16 \
+        --results benchmarks/results/grpo_learning_curve_bf16_training.json  # fp32 rollouts, bf16 autocast loss
 
 One torch thread (``--threads 1``) is the default: on a shared 2-core machine two
 threads ran a GRPO step 4x slower (OpenMP workers spin waiting for a busy core).
@@ -159,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         default="fp32",
         help="the training rollouts' weights (evaluation always decodes the fp32 model)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=["auto", "bf16", "fp32"],
+        default="fp32",
+        help="the loss's forward passes (GRPOConfig.precision; auto follows the CPU probe); weights stay fp32",
+    )
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/grpo_learning_curve")
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=False,
         torch_threads=args.threads,
         device="cpu",
-        bf16=False,
+        precision=args.precision,
         rollout_precision=args.rollout_precision,
     )
     trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
@@ -238,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
                 "loss_aggregation",
                 "scale_rewards",
                 "beta",
+                "precision",
                 "rollout_precision",
             )
         },
+        "precision_chosen": trainer.precision.as_dict(),
         "before": before,
         "after": after,
         "paired_difference": difference,

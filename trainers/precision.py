@@ -88,7 +88,7 @@ def choose_precision(setting: str, device: torch.device) -> Precision:
             "bf16" if faster else "fp32",
             "cpu",
             f"auto on this CPU: bf16 products {rates.bf16_speedup:.2f}x fp32's "
-            f"({rates.bf16_gflops:.0f} vs {rates.fp32_gflops:.0f} GFLOP/s, {rates.threads} threads; "
+            f"({rates.bf16_gflops:.0f} vs {rates.fp32_gflops:.0f} GFLOP/s, torch threads: {rates.threads}; "
             f"bf16 needs >= {BF16_MARGIN}x)",
             rates,
         )
