@@ -126,6 +126,8 @@ def test_search_and_read_errors_are_observations():
 
 
 def test_wiki_search_docstring_counts_the_passages_a_world_has():
+    import inspect
+
     import gymnasium as gym
 
     from llmgym.envs.wiki_search import env as wiki_env
@@ -137,7 +139,7 @@ def test_wiki_search_docstring_counts_the_passages_a_world_has():
         sizes.add(len(env.unwrapped.world.passages))
     env.close()
     assert sizes == {56}
-    assert "each of the 56\nreads" in wiki_env.__doc__
+    assert "each of the 56\nreads" in inspect.getdoc(wiki_env.WikiSearchEnv)
 
 
 def test_wiki_search_short_hedge_of_every_country_is_wrong():
