@@ -62,27 +62,25 @@ TRL_VERSION = "1.16.0"
 
 
 def vowel_fraction(text: str) -> float:
+    """The reward both trainers optimise: the fraction of ``text``'s letters that are vowels."""
     letters = [c for c in text.lower() if c.isalpha()]
     return sum(c in "aeiou" for c in letters) / len(letters) if letters else 0.0
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # -- workers (run in their own processes) ----------------------------------------------------
 
 
-def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", rollout_precision: str = "fp32") -> dict:
+def register_prompts_env() -> str:
+    """Register the benchmark's env (one reply to one of the prompts, rewarded by its vowels); its id."""
     import gymnasium as gym
-    import torch
 
     from llmgym.env import LLMEnv
     from llmgym.rubric import Reward, Rubric
-    from llmgym.trainers.config import GRPOConfig
-    from llmgym.trainers.grpo import GRPOTrainer
-
-    torch.set_num_threads(threads)
 
     class PromptsEnv(LLMEnv):
         """One reply to one of the 16 prompts (seed % 16), rewarded by its vowel fraction."""
@@ -101,9 +99,15 @@ def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", roll
 
     PromptsEnv.system_prompt = ""
     gym.register("llmgym-bench/Prompts-v0", entry_point=PromptsEnv)
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmgym-bench-grpo-{os.getpid()}"
-    config = GRPOConfig(
-        env_id="llmgym-bench/Prompts-v0",
+    return "llmgym-bench/Prompts-v0"
+
+
+def ours_config(env_id: str, model: str, out: Path, steps: int, threads: int, precision: str, rollout_precision: str):
+    """llmgym's ``GRPOConfig`` with the settings TRL gets too (group of 4, 32 tokens, lr 1e-6, beta 0, DAPO)."""
+    from llmgym.trainers.config import GRPOConfig
+
+    return GRPOConfig(
+        env_id=env_id,
         model=model,
         out=str(out),
         steps=steps,
@@ -124,12 +128,10 @@ def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", roll
         precision=precision,
         rollout_precision=rollout_precision,
     )
-    trainer = GRPOTrainer(config)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
-        shutil.rmtree(out, ignore_errors=True)  # its checkpoints are ~2 GB for SmolLM2; the metrics are in history
+
+
+def ours_summary(history: list[dict], precision: str, rollout_precision: str) -> dict:
+    """Step time, tokens/s (whole step and training part), peak RSS and reward of llmgym's steps after warm-up."""
     timed = history[1:]
     seconds = sum(m["time/step_s"] for m in timed)
     tokens = sum(m["tokens/total"] for m in timed)
@@ -151,37 +153,65 @@ def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", roll
     }
 
 
-def run_trl(model: str, steps: int, threads: int) -> dict:
-    import tempfile
-
+def run_ours(model: str, steps: int, threads: int, precision: str = "fp32", rollout_precision: str = "fp32") -> dict:
+    """Train ``model`` ``steps`` steps with llmgym's ``GRPOTrainer``; its :func:`ours_summary`."""
     import torch
-    import trl
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+
+    from llmgym.trainers.grpo import GRPOTrainer
 
     torch.set_num_threads(threads)
-    output_dir = tempfile.mkdtemp(prefix="llmgym-bench-trl-")
-    marks: list[float] = []
-    tokens: list[float] = []
+    env_id = register_prompts_env()
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmgym-bench-grpo-{os.getpid()}"
+    trainer = GRPOTrainer(ours_config(env_id, model, out, steps, threads, precision, rollout_precision))
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+        shutil.rmtree(out, ignore_errors=True)  # its checkpoints are ~2 GB for SmolLM2; the metrics are in history
+    return ours_summary(history, precision, rollout_precision)
 
-    class Timer(TrainerCallback):
+
+def trl_step_timer():
+    """A TRL callback that keeps each step's start time (``marks``, then the end of training) and ``num_tokens``."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.marks: list[float] = []
+            self.tokens: list[float] = []
+
         def on_step_begin(self, args, state, control, **kwargs):
-            marks.append(time.perf_counter())
+            self.marks.append(time.perf_counter())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "num_tokens" in logs:
-                tokens.append(float(logs["num_tokens"]))
+                self.tokens.append(float(logs["num_tokens"]))
 
         def on_train_end(self, args, state, control, **kwargs):
-            marks.append(time.perf_counter())
+            self.marks.append(time.perf_counter())
 
-    def reward(completions, **kwargs):
-        return [vowel_fraction(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+    return StepTimer()
+
+
+def trl_reward(completions, **kwargs) -> list[float]:
+    """:func:`vowel_fraction` of each completion, in TRL's reward-function signature."""
+    return [vowel_fraction(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+
+
+def trl_prompts():
+    """The prompts as TRL's dataset of chats."""
+    from datasets import Dataset
 
     # the same chat as llmgym's env renders: an empty system message (else the template adds its default one)
     chats = [[{"role": "system", "content": ""}, {"role": "user", "content": p}] for p in PROMPTS]
-    data = Dataset.from_dict({"prompt": chats})
-    args = trl.GRPOConfig(
+    return Dataset.from_dict({"prompt": chats})
+
+
+def trl_config(output_dir: str, steps: int):
+    """TRL's ``GRPOConfig`` with llmgym's settings (fp32 on CPU, no checkpoints)."""
+    import trl
+
+    return trl.GRPOConfig(
         output_dir=output_dir,
         per_device_train_batch_size=4,
         num_generations=4,
@@ -199,16 +229,36 @@ def run_trl(model: str, steps: int, threads: int) -> dict:
         temperature=1.0,
         disable_tqdm=True,
     )
+
+
+def run_trl(model: str, steps: int, threads: int) -> dict:
+    """Train ``model`` ``steps`` steps with TRL's ``GRPOTrainer``; step time, tokens/s and peak RSS after warm-up."""
+    import tempfile
+
+    import torch
+    import trl
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(threads)
+    output_dir = tempfile.mkdtemp(prefix="llmgym-bench-trl-")
+    timer = trl_step_timer()
+    data = trl_prompts()
+    config = trl_config(output_dir, steps)
     tokenizer = AutoTokenizer.from_pretrained(model)
     trainer = trl.GRPOTrainer(
-        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[Timer()]
+        model=model,
+        reward_funcs=trl_reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[timer],
     )
     try:
         trainer.train()
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
-    seconds = marks[-1] - marks[1]  # from the start of step 2 to the end
-    counted = tokens[-1] - tokens[0] if len(tokens) >= 2 else float("nan")
+    seconds = timer.marks[-1] - timer.marks[1]  # from the start of step 2 to the end
+    counted = timer.tokens[-1] - timer.tokens[0] if len(timer.tokens) >= 2 else float("nan")
     return {
         "s_per_step": seconds / (steps - 1),
         "tokens_per_s": counted / seconds,
@@ -252,6 +302,7 @@ def ensure_trl_venv(venv: Path) -> Path:
 
 
 def checkpoints(names: list[str]) -> dict[str, str]:
+    """A plain safetensors folder for each model named (``tiny``, ``smollm2``), made when missing."""
     from llmgym.wrappers.models import convert_gguf, tiny_random_model
 
     paths = {}
@@ -336,7 +387,8 @@ def _median_run(runs: list[dict]) -> dict:
     return ok[(len(ok) - 1) // 2] if ok else runs[-1]
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line (``--worker`` and its flags are the driver's, for the runs it starts)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
     parser.add_argument("--steps", type=int, default=5, help="steps per run (the first is warm-up)")
@@ -356,39 +408,42 @@ def main() -> int:
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
-    if args.worker:
-        if args.worker == "trl":
-            print(json.dumps(run_trl(args.model, args.steps, args.threads)))
-        else:
-            print(json.dumps(run_ours(args.model, args.steps, args.threads, args.precision)))
-        return 0
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
-    trl_python = None if args.no_trl else str(ensure_trl_venv(Path(args.trl_venv)))
-    probe = probe_matmul_rates(args.threads)
-    print("CPU probe:", probe, flush=True)
-    results = {}
-    load_before = os.getloadavg()
-    for name, path in checkpoints(names).items():
-        # Interleaved repeats: the same work varies by up to ~40% from run to run on this shared
-        # 2-core VM, so each trainer runs --repeats times in turn and its median run is reported.
-        kinds = [
-            ("trl", "trl", trl_python, "fp32"),
-            ("llmgym", "ours", sys.executable, "fp32"),
-            ("llmgym_bf16", "ours", sys.executable, "bf16"),
-        ][1 if args.no_trl else 0 :]
-        runs: dict[str, list[dict]] = {key: [] for key, *_ in kinds}
-        for _ in range(args.repeats):
-            for key, kind, python, precision in kinds:
-                runs[key].append(worker(kind, python, path, args.steps, args.threads, precision))
-        row = {key: _median_run(values) for key, values in runs.items()}
-        row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
-        # each ratio within each interleaved repeat (both rows under that repeat's load), then its median
-        pairs = [("llmgym_bf16", "llmgym")] + ([] if args.no_trl else [("llmgym", "trl"), ("llmgym_bf16", "trl")])
-        for key, baseline in pairs:
-            row.update(compare(key, baseline, runs))
-        results[name] = row
-        print(name, json.dumps(row, indent=1))
-    report = {
+    return args
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """In a worker process: train once and print the run's JSON line."""
+    if args.worker == "trl":
+        print(json.dumps(run_trl(args.model, args.steps, args.threads)))
+    else:
+        print(json.dumps(run_ours(args.model, args.steps, args.threads, args.precision)))
+
+
+def measure_model(path: str, args: argparse.Namespace, trl_python: str | None) -> dict:
+    """Each trainer's median run on the checkpoint at ``path``, the runs' tokens/s, and the ratios between rows."""
+    # Interleaved repeats: the same work varies by up to ~40% from run to run on this shared
+    # 2-core VM, so each trainer runs --repeats times in turn and its median run is reported.
+    kinds = [
+        ("trl", "trl", trl_python, "fp32"),
+        ("llmgym", "ours", sys.executable, "fp32"),
+        ("llmgym_bf16", "ours", sys.executable, "bf16"),
+    ][1 if args.no_trl else 0 :]
+    runs: dict[str, list[dict]] = {key: [] for key, *_ in kinds}
+    for _ in range(args.repeats):
+        for key, kind, python, precision in kinds:
+            runs[key].append(worker(kind, python, path, args.steps, args.threads, precision))
+    row = {key: _median_run(values) for key, values in runs.items()}
+    row["runs_tokens_per_s"] = {key: [r.get("tokens_per_s") for r in values] for key, values in runs.items()}
+    # each ratio within each interleaved repeat (both rows under that repeat's load), then its median
+    pairs = [("llmgym_bf16", "llmgym")] + ([] if args.no_trl else [("llmgym", "trl"), ("llmgym_bf16", "trl")])
+    for key, baseline in pairs:
+        row.update(compare(key, baseline, runs))
+    return row
+
+
+def benchmark_report(args: argparse.Namespace, probe: dict, load_before: tuple, results: dict) -> dict:
+    """The results file: the shared settings, the machine and its load, and each model's row."""
+    return {
         "benchmark": "GRPO step, llmgym vs TRL GRPOTrainer",
         "settings": {
             "prompts": len(PROMPTS),
@@ -421,6 +476,24 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }
+
+
+def main() -> int:
+    """Run the benchmark (or, with ``--worker``, one run of it); see the module docstring."""
+    args = parse_args()
+    if args.worker:
+        run_worker(args)
+        return 0
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    trl_python = None if args.no_trl else str(ensure_trl_venv(Path(args.trl_venv)))
+    probe = probe_matmul_rates(args.threads)
+    print("CPU probe:", probe, flush=True)
+    results = {}
+    load_before = os.getloadavg()
+    for name, path in checkpoints(names).items():
+        results[name] = measure_model(path, args, trl_python)
+        print(name, json.dumps(results[name], indent=1))
+    report = benchmark_report(args, probe, load_before, results)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")

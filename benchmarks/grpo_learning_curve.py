@@ -143,8 +143,8 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; see the module docstring."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the task, the GRPO settings, the evaluation size and where results go."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="llmgym/MentalMath-v0")
     parser.add_argument("--env-kwargs", default="{}", help="JSON")
@@ -171,25 +171,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/grpo_learning_curve")
     parser.add_argument("--results", default=str(RESULTS))
-    args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return parser.parse_args(argv)
 
-    import torch
 
-    import llmgym  # noqa: F401  registers the envs
+def evaluate_held_out(
+    phase: str, model: Any, tokenizer: Any, args: argparse.Namespace, env_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`evaluate` on the held-out seeds with the command line's settings; prints the reward of ``phase``."""
+    evaluation = evaluate(
+        model, tokenizer, args.env, env_kwargs, args.eval_episodes, args.max_new_tokens, args.temperature
+    )
+    print(f"{phase}: {evaluation['reward']}", flush=True)
+    return evaluation
+
+
+def training_config(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> Any:
+    """The ``GRPOConfig`` the model trains under: SmolLM2 on CPU, training seeds below the held-out ones."""
     from llmgym.trainers.config import GRPOConfig
-    from llmgym.trainers.grpo import GRPOTrainer
-    from llmgym.wrappers.models import load_model
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    env_kwargs = json.loads(args.env_kwargs)
-    started = time.perf_counter()
-    model, tokenizer = load_model("smollm2-135m", device="cpu")
-    before = evaluate(model, tokenizer, args.env, env_kwargs, args.eval_episodes, args.max_new_tokens, args.temperature)
-    print(f"before: {before['reward']}", flush=True)
-    evaluated = time.perf_counter()
-    config = GRPOConfig(
+    return GRPOConfig(
         env_id=args.env,
         env_kwargs=env_kwargs,
         model="smollm2-135m",
@@ -213,63 +213,110 @@ def main(argv: list[str] | None = None) -> int:
         precision=args.precision,
         rollout_precision=args.rollout_precision,
     )
-    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
-    history = trainer.train()
-    trainer.close()
-    trained = time.perf_counter()
-    after = evaluate(
-        trainer.model, tokenizer, args.env, env_kwargs, args.eval_episodes, args.max_new_tokens, args.temperature
+
+
+def eval_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """How the before and after evaluations sample: the episodes, their seeds and the sampler."""
+    return {
+        "episodes": args.eval_episodes,
+        "seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + args.eval_episodes - 1}",
+        "temperature": args.temperature,
+        "sampler_seed": 1234,
+        "max_new_tokens": args.max_new_tokens,
+    }
+
+
+def train_settings(config: Any) -> dict[str, Any]:
+    """The training config's fields that the curve depends on."""
+    fields = (
+        "steps",
+        "prompts_per_step",
+        "group_size",
+        "max_new_tokens",
+        "temperature",
+        "learning_rate",
+        "lora",
+        "loss_aggregation",
+        "scale_rewards",
+        "beta",
+        "precision",
+        "rollout_precision",
     )
-    print(f"after: {after['reward']}", flush=True)
+    return {k: getattr(config, k) for k in fields}
+
+
+def learning_curve_result(
+    args: argparse.Namespace,
+    env_kwargs: dict[str, Any],
+    trainer: Any,
+    history: list[dict[str, Any]],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """The results file: the settings, the evaluations before and after, their paired difference and the curve."""
+    import torch
+
     difference = summarize([b - a for a, b in zip(before["rewards"], after["rewards"])])
-    result = {
+    return {
         "model": "SmolLM2-135M-Instruct (load_model('smollm2-135m'), float32, CPU)",
         "env": args.env,
         "env_kwargs": env_kwargs,
-        "eval": {
-            "episodes": args.eval_episodes,
-            "seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + args.eval_episodes - 1}",
-            "temperature": args.temperature,
-            "sampler_seed": 1234,
-            "max_new_tokens": args.max_new_tokens,
-        },
-        "train": {
-            k: getattr(config, k)
-            for k in (
-                "steps",
-                "prompts_per_step",
-                "group_size",
-                "max_new_tokens",
-                "temperature",
-                "learning_rate",
-                "lora",
-                "loss_aggregation",
-                "scale_rewards",
-                "beta",
-                "precision",
-                "rollout_precision",
-            )
-        },
+        "eval": eval_settings(args),
+        "train": train_settings(trainer.config),
         "precision_chosen": trainer.precision.as_dict(),
         "before": before,
         "after": after,
         "paired_difference": difference,
         "improved": bool(difference["mean"] - difference["ci95"] > 0),
         "curve": [{k: v for k, v in m.items() if k.startswith("reward/") or k in CURVE_KEYS} for m in history],
-        "seconds": {
-            "eval_before": evaluated - started,
-            "train": trained - evaluated,
-            "eval_after": time.perf_counter() - trained,
-            "total": time.perf_counter() - started,
-        },
+        "seconds": seconds,
         "torch_threads": args.threads,
         "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__,
     }
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, Path(args.results).with_suffix(".png"))
+
+
+def write_results(result: dict[str, Any], path: Path) -> None:
+    """The JSON and its PNG beside it; prints the paired difference and the wall time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, path.with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("paired_difference", "improved", "seconds")}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; see the module docstring."""
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+
+    import llmgym  # noqa: F401  registers the envs
+    from llmgym.trainers.grpo import GRPOTrainer
+    from llmgym.wrappers.models import load_model
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    env_kwargs = json.loads(args.env_kwargs)
+    started = time.perf_counter()
+    model, tokenizer = load_model("smollm2-135m", device="cpu")
+    before = evaluate_held_out("before", model, tokenizer, args, env_kwargs)
+    evaluated = time.perf_counter()
+    trainer = GRPOTrainer(training_config(args, env_kwargs), model=model, tokenizer=tokenizer)
+    history = trainer.train()
+    trainer.close()
+    trained = time.perf_counter()
+    after = evaluate_held_out("after", trainer.model, tokenizer, args, env_kwargs)
+    finished = time.perf_counter()
+    seconds = {
+        "eval_before": evaluated - started,
+        "train": trained - evaluated,
+        "eval_after": finished - trained,
+        "total": finished - started,
+    }
+    result = learning_curve_result(args, env_kwargs, trainer, history, before, after, seconds)
+    write_results(result, Path(args.results))
     return 0
 
 
