@@ -89,7 +89,7 @@ def test_readme_main_command_evaluates_the_shipped_agent_on_held_out_words():
         ["bash", str(ROOT / ".ci" / "readme-command"), "main"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert command == (
-        'pip install -e ".[local]" && llmgym eval llmgym/WordleCompact-v0 --model smollm2-wordle '
+        'pip install -e ".[local]" && llmgym eval llmgym/WordleCompact-v1 --model smollm2-wordle '
         """--env-kwargs '{"answers": "test"}' -n 32"""
     )
 
