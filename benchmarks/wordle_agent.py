@@ -269,7 +269,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for offset, metric in ((-0.2, "solved"), (0.2, "consistent")):
         stats = [results["models"][name][metric] for name in names]
         bars.bar([i + offset for i in range(len(names))], [s["mean"] for s in stats], width=0.4, label=metric)
-        bars.errorbar([i + offset for i in range(len(names))], [s["mean"] for s in stats], [s["ci95"] for s in stats])
+        bars.errorbar(
+            [i + offset for i in range(len(names))], [s["mean"] for s in stats], [s["ci95"] for s in stats], fmt="none"
+        )
     bars.set_xticks(range(len(names)), names, rotation=30, fontsize=7)
     bars.set(title=f"held-out answers, {results['held_out_seeds']} games (95% CI)")
     bars.legend()
