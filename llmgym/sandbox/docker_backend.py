@@ -196,7 +196,7 @@ class DockerSandbox(Sandbox):
                     self._discard(container)
 
     def _discard(self, container: Any) -> None:
-        """Remove a container the cleanup could not make ready; the next run starts a fresh one."""
+        """Remove ``container`` (closing, or one the cleanup could not make ready); the next run starts a fresh one."""
         with self._start_lock:
             if self._container is container:
                 self._container = None
@@ -267,13 +267,9 @@ class DockerSandbox(Sandbox):
 
     def close(self) -> None:
         self._leave_parent_container()  # a forked copy must not remove the parent's container
-        with self._start_lock:
-            container, self._container = self._container, None
+        container = self._container
         if container is not None:
-            try:
-                container.remove(force=True)
-            except Exception:  # noqa: BLE001  already gone
-                pass
+            self._discard(container)
 
 
 def _work_dir_mb(limits: SandboxLimits) -> int:
