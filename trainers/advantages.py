@@ -19,6 +19,16 @@ values in the group (``scale_rewards="group"``), of the whole batch's values
 index only one episode of the group reached has ``A_{i,t} = 0``. With ``lambda = 0`` this is plain GRPO; for single-turn
 envs ``A_{i,1} = A_i``, so the advantage is ``(1 + lambda) * A_i``.
 
+``estimator="rebn"`` is the other estimator (GEM's return batch normalisation,
+arXiv 2510.01051): no groups and no outcome term; each turn's tokens get the
+discounted return from that turn on, normalised over every turn of the batch::
+
+    G_{i,t}    = sum_{k >= t} gamma^(k - t) r_{i,k}
+    adv(token) = (G_{i,t} - mean_batch G) / (std_batch G + eps)   for the tokens of turn t
+
+A turn is credited with what follows it and nothing before it, which the group
+baseline cannot do once episodes of one seed diverge.
+
 A group whose episodes all have the same total reward and (when
 ``lambda != 0``) the same reward on every turn carries no signal: its
 episodes are left out of the loss and counted in ``zero_signal_groups``.
@@ -36,12 +46,18 @@ from llmgym.episode import Episode
 __all__ = [
     "Advantages",
     "compute_advantages",
+    "discounted_returns",
+    "ESTIMATORS",
     "cut_short",
     "group_key",
     "group_signal",
     "merge_advantage_stats",
     "turn_spans_of",
 ]
+
+
+#: The advantage estimators :func:`compute_advantages` knows (see the module docstring).
+ESTIMATORS = ("grpo", "rebn")
 
 
 @dataclass
@@ -131,6 +147,8 @@ def compute_advantages(
     mask_truncated: bool = False,
     eps: float = 1e-4,
     batch_rewards: list[list[float]] | None = None,
+    estimator: str = "grpo",
+    gamma: float = 1.0,
 ) -> Advantages:
     """Outcome plus turn-level advantages for every token of every episode.
 
@@ -146,6 +164,9 @@ def compute_advantages(
         batch_rewards: the turn rewards of every episode of the whole batch, for
             ``scale_rewards="batch"`` when ``episodes`` are only a share of it (one
             rank's under data parallelism); ``None``: the batch is ``episodes``.
+        estimator: ``"grpo"`` (the formula above) or ``"rebn"`` (discounted returns normalised over the batch;
+            ``scale_rewards`` and ``turn_lambda`` do not apply, and every group is kept).
+        gamma: the discount of ``"rebn"``'s returns.
 
     Returns:
         The advantages, which episodes to keep, and counts for logging.
@@ -165,6 +186,10 @@ def compute_advantages(
     """
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if estimator == "rebn":
+        return _return_advantages(episodes, batch_rewards, gamma, mask_truncated, eps)
     spans = _turn_spans_checked(episodes, turn_lambda)
     members = _groups_of(episodes)
 
@@ -200,6 +225,38 @@ def compute_advantages(
     return Advantages(
         token_advantages, outcome, turn, keep, len(members), zero_signal, merge_advantage_stats([sums]), sums
     )
+
+
+def discounted_returns(rewards: list[float], gamma: float) -> np.ndarray:
+    """``G_t = sum_{k >= t} gamma^(k - t) r_k`` for every turn ``t``; shape (turns,).
+
+    Example:
+        >>> discounted_returns([0.0, 0.5, 1.0], 0.5).tolist()
+        [0.5, 1.0, 1.0]
+    """
+    returns = np.zeros(len(rewards))
+    following = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        following = rewards[t] + gamma * following
+        returns[t] = following
+    return returns
+
+
+def _return_advantages(
+    episodes: list[Episode], batch_rewards: list[list[float]] | None, gamma: float, mask_truncated: bool, eps: float
+) -> Advantages:
+    """ReBN: each turn's discounted return, centred and scaled by the mean and std of the batch's turn returns."""
+    spans = _turn_spans_checked(episodes, turn_lambda=1.0)  # one span per turn reward: returns are per turn
+    batch = [e.turn_rewards for e in episodes] if batch_rewards is None else batch_rewards
+    pooled = np.concatenate([discounted_returns(list(r), gamma) for r in batch] or [np.zeros(0)])
+    mean, std = (float(pooled.mean()), _std(list(pooled))) if pooled.size else (0.0, 0.0)
+    turn = [(discounted_returns(list(e.turn_rewards), gamma) - mean) / (std + eps) for e in episodes]
+    outcome = np.zeros(len(episodes))
+    token_advantages = [_token_advantages(e, 0.0, turn[i], spans[i], 1.0) for i, e in enumerate(episodes)]
+    keep = [not (mask_truncated and cut_short(e)) for e in episodes]
+    groups = len(_groups_of(episodes))
+    sums = _stat_sums(token_advantages, episodes, keep, outcome, groups, 0)
+    return Advantages(token_advantages, outcome, turn, keep, groups, 0, merge_advantage_stats([sums]), sums)
 
 
 def _turn_spans_checked(episodes: list[Episode], turn_lambda: float) -> list[list[tuple[int, int]]]:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from llmgym.trainers.advantages import ESTIMATORS
 from llmgym.trainers.config_checks import (
     AT_LEAST_1,
     NON_NEGATIVE,
@@ -152,6 +153,11 @@ class GRPOConfig:
     (``none``, Dr. GRPO)."""
     turn_lambda: float = 1.0
     """Weight of the turn-level advantage added to the outcome advantage of each turn's tokens (0 = plain GRPO)."""
+    advantage_estimator: str = "grpo"
+    """``grpo`` (group-relative outcome plus ``turn_lambda`` x turn credit) or ``rebn`` (each turn's discounted
+    return normalised over the batch, GEM's ReBN; ``scale_rewards`` and ``turn_lambda`` do not apply)."""
+    gamma: float = 0.9
+    """Discount of the per-turn returns of ``advantage_estimator="rebn"``."""
     mask_truncated: bool = False
     """Leave episodes cut by a turn or token budget out of the loss (they still count in group statistics)."""
 
@@ -265,6 +271,8 @@ class GRPOConfig:
             raise ValueError(f"loss_aggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}")
         if self.scale_rewards not in REWARD_SCALINGS:
             raise ValueError(f"scale_rewards must be one of {REWARD_SCALINGS}, got {self.scale_rewards!r}")
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ValueError(f"advantage_estimator must be one of {ESTIMATORS}, got {self.advantage_estimator!r}")
         if self.seed_pool < self.prompts_per_step:
             raise ValueError(f"seed_pool ({self.seed_pool}) must be >= prompts_per_step ({self.prompts_per_step})")
         _check_curriculum(self)
@@ -501,6 +509,7 @@ _GRPO_RANGES: Ranges = _SHARED_RANGES + (
         lambda v: v >= 1,
         ">= 1 or None (max_new_tokens x max_turns; a negative normalizer flips the loss's sign)",
     ),
+    ("gamma", lambda v: 0 <= v <= 1, "in [0, 1] (the discount of rebn's per-turn returns)"),
     ("epsilon_low", *NON_NEGATIVE),
     ("epsilon_high", *NON_NEGATIVE),
     ("beta", lambda v: v >= 0, ">= 0 (0 loads no reference model)"),

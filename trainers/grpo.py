@@ -278,6 +278,8 @@ class GRPOTrainer:
                     turn_lambda=config.turn_lambda,
                     mask_truncated=config.mask_truncated,
                     batch_rewards=[e.turn_rewards for e in rollouts.everyone],
+                    estimator=config.advantage_estimator,
+                    gamma=config.gamma,
                 )
                 # 3. loss and optimizer: num_iterations clipped-surrogate steps on the groups with signal
                 losses = self.optimize(rollouts.episodes, advantages)

@@ -38,6 +38,8 @@ _GRPO_FLAGS = {
     "lr": "learning_rate",
     "beta": "beta",
     "turn_lambda": "turn_lambda",
+    "advantage_estimator": "advantage_estimator",
+    "gamma": "gamma",
     "loss": "loss_aggregation",
     "scale_rewards": "scale_rewards",
     "temperature": "temperature",
@@ -87,6 +89,12 @@ def _add_grpo_parser(commands: argparse._SubParsersAction) -> None:
     grpo.add_argument("--lr", type=float, help="learning rate")
     grpo.add_argument("--beta", type=float, help="KL weight (0 = no reference model)")
     grpo.add_argument("--turn-lambda", type=float, help="weight of the turn-level advantage")
+    grpo.add_argument(
+        "--advantage-estimator",
+        choices=["grpo", "rebn"],
+        help="grpo: group-relative outcome + turn credit; rebn: per-turn discounted returns normalised over the batch",
+    )
+    grpo.add_argument("--gamma", type=float, help="discount of rebn's per-turn returns (default 0.9)")
     grpo.add_argument("--loss", choices=["sequence_mean", "token_mean", "dr_grpo"], help="loss aggregation")
     grpo.add_argument("--scale-rewards", choices=["group", "batch", "none"], help="advantage scaling")
     grpo.add_argument("--temperature", type=float, help="sampling temperature")

@@ -179,3 +179,33 @@ def test_stats_merged_across_ranks_equal_the_whole_batch():
     assert whole.stats["groups/zero_signal_fraction"] == pytest.approx(1 / 3)
     assert ranks[0].stats["episodes/kept"] == 2  # one rank alone sees only its share
     assert merge_advantage_stats([compute_advantages([]).stat_sums])["advantage/std"] == 0.0
+
+
+def test_rebn_credits_each_turn_with_its_discounted_return_over_the_batch():
+    """ReBN (GEM, arXiv 2510.01051): G_t = r_t + gamma G_{t+1}, normalised over every turn of the batch, no groups."""
+    episodes = [two_turn(0, 1.0, 2.0), two_turn(0, 0.0, 0.0), two_turn(1, 0.5, None)]
+    got = compute_advantages(episodes, estimator="rebn", gamma=0.5)
+    returns = [[1.0 + 0.5 * 2.0, 2.0], [0.0, 0.0], [0.5]]
+    pooled = np.concatenate(returns)
+    mean, scale = pooled.mean(), pooled.std(ddof=1) + EPS
+    for episode_adv, expected in zip(got.turn, returns):
+        np.testing.assert_allclose(episode_adv, (np.array(expected) - mean) / scale, rtol=1e-9)
+    # tokens: turn 1 is (2, 4), turn 2 is (5, 6); prompt and env tokens get nothing
+    first = (np.array(returns[0]) - mean) / scale
+    np.testing.assert_allclose(got.token_advantages[0], [0, 0, first[0], first[0], 0, first[1]], rtol=1e-9)
+    assert got.keep == [True, True, True] and got.zero_signal_groups == 0
+    np.testing.assert_allclose(got.outcome, 0.0)
+
+
+def test_rebn_takes_the_batch_statistics_from_every_rank():
+    episodes = [two_turn(0, 1.0, None), two_turn(0, 0.0, None)]
+    everyone = [[1.0], [0.0], [3.0], [3.0]]
+    got = compute_advantages(episodes, estimator="rebn", batch_rewards=everyone)
+    pooled = np.array([1.0, 0.0, 3.0, 3.0])
+    np.testing.assert_allclose(got.turn[0], (1.0 - pooled.mean()) / (pooled.std(ddof=1) + EPS), rtol=1e-9)
+
+
+def test_unknown_estimator_is_a_clear_error():
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        compute_advantages([two_turn(0, 1.0, None)], estimator="ppo")
+    assert adv.discounted_returns([1.0, 1.0, 1.0], 1.0).tolist() == [3.0, 2.0, 1.0]
