@@ -159,7 +159,9 @@ class WordleEnv(LLMEnv):
 
     A word drawn from the answers of the split (``answers``: all 2,000, the 1,600 of
     ``"train"`` or the 400 held-out ones of ``"test"``, see :func:`answer_split`) with
-    ``self.np_random``, or ``reset(options={"answer": "crane"})``.
+    ``self.np_random``, or ``reset(options={"answer": "crane"})``. With ``answer_by_seed=True`` the
+    word of ``reset(seed=s)`` is the split's answer number ``s`` (modulo its size): seeds
+    ``0 .. N-1`` play each of the split's ``N`` answers once (``llmgym eval ... -n 400 --seed 0``).
 
     ## Episode End
 
@@ -175,6 +177,8 @@ class WordleEnv(LLMEnv):
         max_turns: turn budget including invalid attempts.
         answers: which answers the hidden word is drawn from: ``"all"``, ``"train"`` or
             ``"test"`` (:func:`answer_split`); guesses may be any word of the list either way.
+        answer_by_seed: the answer of ``reset(seed=s)`` is the split's answer ``s`` (modulo its size),
+            not a random draw: an evaluation over seeds ``0 .. N-1`` plays every answer once.
         **kwargs: passed to :class:`~llmgym.LLMEnv`.
 
     ## Version History
@@ -190,7 +194,14 @@ class WordleEnv(LLMEnv):
         "Guesses must be real English words. Guess by calling the guess tool, or reply with just the word."
     )
 
-    def __init__(self, max_guesses: int = 6, max_turns: int = 10, answers: str = "all", **kwargs: Any):
+    def __init__(
+        self,
+        max_guesses: int = 6,
+        max_turns: int = 10,
+        answers: str = "all",
+        answer_by_seed: bool = False,
+        **kwargs: Any,
+    ):
         if isinstance(max_guesses, bool) or not isinstance(max_guesses, int) or max_guesses < 1:
             raise ValueError(f"max_guesses must be an integer >= 1, got {max_guesses!r}")
         super().__init__(max_turns=max_turns, **kwargs)
@@ -201,6 +212,7 @@ class WordleEnv(LLMEnv):
         )
         self.answers, self.valid_words = answer_split(answers), load_words()[1]
         self.answer_split = answers
+        self.answer_by_seed = bool(answer_by_seed)
         self.answer = ""
         self.guesses: list[tuple[str, str, int]] = []  # (word, feedback, turn)
         self.solved = False  # True once the word has been guessed
@@ -210,7 +222,9 @@ class WordleEnv(LLMEnv):
 
     def setup(self, options: dict[str, Any] | None) -> str:
         answer = (options or {}).get("answer")
-        if answer is None:
+        if answer is None and self.answer_by_seed and self.seed_used is not None:
+            answer = self.answers[self.seed_used % len(self.answers)]
+        elif answer is None:
             answer = self.answers[int(self.np_random.integers(len(self.answers)))]
         elif not isinstance(answer, str) or answer.lower() not in self.valid_words:
             raise ValueError(f"options['answer'] must be a valid five-letter word, got {answer!r}")

@@ -41,6 +41,21 @@ def test_episodes_draw_their_answer_from_the_split(env_id, split):
     assert drawn <= set(answer_split(split)) and len(drawn) > 40
 
 
+@pytest.mark.parametrize("env_id", ["llmgym/Wordle-v0", "llmgym/WordleCompact-v1"])
+def test_answer_by_seed_plays_every_answer_of_the_split_once(env_id):
+    """An evaluation over seeds 0 .. 399 with answer_by_seed=True meets each held-out answer exactly once."""
+    env = gym.make(env_id, answers="test", answer_by_seed=True)
+    played = []
+    for seed in range(400):
+        env.reset(seed=seed)
+        played.append(env.unwrapped.answer)
+    assert played == list(answer_split("test"))
+    env.reset(seed=401)
+    assert env.unwrapped.answer == played[1]
+    env.reset(seed=0, options={"answer": "crane"})
+    assert env.unwrapped.answer == "crane"
+
+
 @pytest.mark.parametrize("env_id", ["llmgym/WordleCompact-v0", "llmgym/WordleCompact-v1"])
 def test_training_episodes_never_have_a_held_out_answer(env_id):
     """Held out means no held-out word is ever the answer of a training episode, over seeds enough to draw nearly
