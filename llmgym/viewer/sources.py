@@ -8,6 +8,7 @@ A PATH is one of:
 
 - an episodes JSONL file (a rollout's ``jsonl_path``, ``llmgym play --out``);
 - an ``llmgym eval --out`` folder: ``episodes.jsonl``, with ``summary.json`` beside it;
+- an ``llmgym league --out`` folder: ``episodes.jsonl``, with ``league.json`` (the standings) beside it;
 - an ``llmgym train grpo --out`` folder: ``metrics.jsonl`` (the curves), ``samples.jsonl``
   (each step's sample episodes with their token advantages) and ``config.json``.
 
@@ -45,6 +46,7 @@ class EpisodeSource:
         kind: ``episodes`` (a JSONL file), ``eval`` (an eval folder) or ``run`` (a training run folder).
         index: its episodes (a run's ``samples.jsonl``), or ``None`` for a run without samples.
         summary: an eval folder's ``summary.json``.
+        league: a league folder's ``league.json``.
         metrics_path: a run's ``metrics.jsonl``.
         config: a run's ``config.json``.
     """
@@ -54,6 +56,7 @@ class EpisodeSource:
     kind: str
     index: EpisodeIndex | None = None
     summary: dict[str, Any] | None = None
+    league: dict[str, Any] | None = None
     metrics_path: Path | None = None
     config: dict[str, Any] | None = None
 
@@ -103,7 +106,12 @@ def open_source(path: str | os.PathLike[str]) -> EpisodeSource:
         )
     if (path / "episodes.jsonl").is_file():
         return EpisodeSource(
-            label, path, "eval", EpisodeIndex(path / "episodes.jsonl"), summary=_json_object(path / "summary.json")
+            label,
+            path,
+            "eval",
+            EpisodeIndex(path / "episodes.jsonl"),
+            summary=_json_object(path / "summary.json"),
+            league=_json_object(path / "league.json"),
         )
     raise ViewerError(
         f"{path} holds neither episodes.jsonl (an `llmgym eval --out` folder) nor metrics.jsonl "
@@ -171,7 +179,7 @@ class Viewer:
         return self.sources[source].index
 
     def info(self) -> dict[str, Any]:
-        """What the page needs to lay itself out: the sources, their indexing progress, summary and config."""
+        """What the page needs to lay itself out: the sources, their indexing progress, summary, league and config."""
         for source in self.sources:
             if source.index is not None:
                 source.index.refresh()
@@ -185,6 +193,7 @@ class Viewer:
                     "kind": s.kind,
                     "episodes": s.index.status() if s.index is not None else None,
                     "summary": s.summary,
+                    "league": s.league,
                     "config": s.config,
                     "has_metrics": s.metrics_path is not None,
                 }

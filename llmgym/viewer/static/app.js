@@ -180,7 +180,8 @@
     const prev = el("button", { id: "page-prev", onclick: () => { state.offset = Math.max(0, state.offset - PAGE); loadRows(); } }, "‹ prev");
     const next = el("button", { id: "page-next", onclick: () => { state.offset += PAGE; loadRows(); } }, "next ›");
     const error = el("p", { class: "error", id: "error" });
-    root.replaceChildren(header("#episodes"), summaryBox(info.sources[state.source]), form, error,
+    const boxes = [summaryBox(info.sources[state.source]), leagueBox(info.sources[state.source])].filter(Boolean);
+    root.replaceChildren(header("#episodes"), ...boxes, form, error,
       el("table", { id: "episodes-table" }, el("thead", {}, head), body), el("div", { class: "pager" }, prev, pageInfo, next));
 
     async function loadRows() {
@@ -216,6 +217,27 @@
     const run = s.run || {};
     if (run.policy) items.push(["policy", run.policy]);
     return el("div", { class: "summary" }, items.map(([k, v]) => el("span", { class: "chip" }, el("b", {}, k + " "), String(v))));
+  }
+
+  // an `llmgym league --out` folder: the standings (league.json) and each player's score against each other
+  function leagueBox(source) {
+    const l = source.league;
+    if (!l || !Array.isArray(l.standings) || !Array.isArray(l.players)) return null;
+    const standings = el("table", { id: "league-table" },
+      el("thead", {}, el("tr", {}, ["#", "player", "ordinal", "mu", "sigma", "W/D/L", "score"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, l.standings.map((r, i) => el("tr", {}, el("td", { class: "num" }, i + 1), el("td", {}, r.name),
+        ...[r.ordinal, r.mu, r.sigma].map((v) => el("td", { class: "num" }, fmt(v, 2))),
+        el("td", {}, `${r.win}/${r.draw}/${r.loss}`), el("td", { class: "num" }, fmt(r.score))))));
+    const scores = l.scores || {};
+    const matrix = el("table", { id: "league-scores" },
+      el("thead", {}, el("tr", {}, el("th", {}, "score"), l.players.map((p) => el("th", {}, p)))),
+      el("tbody", {}, l.players.map((a) => el("tr", {}, el("th", {}, a),
+        l.players.map((b) => el("td", { class: "num" }, a === b ? "–" : fmt((scores[a] || {})[b])))))));
+    return el("div", { class: "league" },
+      el("h2", {}, `League · ${l.env_id} · ${l.games_per_pair} seeds per pair and seat · ${l.failed_games} failed games`),
+      standings,
+      el("p", { class: "muted" }, "ordinal = mu − 3 sigma (openskill Plackett-Luce), the standings' order; score = (wins + draws / 2) / games of the row player against the column player, both seats."),
+      matrix);
   }
 
   // -- one episode ----------------------------------------------------------------------
