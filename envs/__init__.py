@@ -44,5 +44,7 @@ def register_envs() -> None:
         register(env_id, entry_point)
     register_alias("llmgym/Wordle-v1", "llmgym/WordleCompact-v0")  # the name it was added under; one release
     from llmgym.envs.adapters import register_adapter_envs  # reasoning-gym / TextArena ids, only when installed
+    from llmgym.envs.multiagent import register_openspiel_envs  # llmgym/os-* ids, only when OpenSpiel is installed
 
     register_adapter_envs()
+    register_openspiel_envs()
