@@ -91,7 +91,7 @@ GAME_NOTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "breakthrough": (
         "A piece moves one square forward, straight or diagonally, and captures only diagonally. Reaching the far "
         "row, or capturing every enemy piece, wins. The action a5a4 moves the piece on a5 to a4 (columns a, b, ... "
-        "from the left; rows numbered from the bottom).",
+        "from the left; rows numbered from the bottom; a * marks a capture).",
         ("b (black: starts at the top, moves down)", "w (white: starts at the bottom, moves up)"),
     ),
     "nim": (
@@ -155,7 +155,7 @@ def load_game(name: str, params: dict[str, Any] | None = None) -> pyspiel.Game:
 
 def _key(text: str) -> str:
     """``text`` as replies are compared: case-folded, runs of spaces as one, no end spaces or end punctuation."""
-    return _FOLD.sub(" ", text.casefold()).strip(" .;:,!")
+    return _FOLD.sub(" ", text.casefold()).strip(" .;:,!*")  # breakthrough marks a capture "a2b3*"
 
 
 def _mentions(text: str, key: str) -> bool:
