@@ -1,4 +1,4 @@
-"""OpenSpiel's turn-based games as PettingZoo AEC text games, and the factories of every OpenSpiel game.
+"""OpenSpiel games as PettingZoo text games (AEC; Parallel for simultaneous moves): the curated ones and any by name.
 
 Holds :class:`OpenSpielEnv` (a sequential two-player OpenSpiel game on
 :class:`~.base.TextGameEnv`), the factories :func:`env` and :func:`parallel_env` (any
