@@ -13,6 +13,7 @@ and prints the standings; ``llmgym view OUT`` shows both.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import time
 from pathlib import Path
@@ -122,11 +123,13 @@ def _check_flags(args: argparse.Namespace) -> tuple[Path, dict[str, Any], Sampli
     """The output folder, the game's arguments and the sampling settings, once every flag is in range.
 
     Raises:
-        CLIError: a count below 1, a negative seed, a bad temperature or top-p, an unwritable ``--out``,
-            ``--env-kwargs`` that are not a JSON object.
+        CLIError: openskill is missing, a count below 1, a negative seed, a bad temperature or top-p, an
+            unwritable ``--out``, ``--env-kwargs`` that are not a JSON object.
     """
     from llmgym.policy import SamplingParams
 
+    if importlib.util.find_spec("openskill") is None:  # before any game is played, not after them all
+        raise CLIError('llmgym league rates with openskill, which is not installed: pip install "llmgym[openspiel]"')
     args.engine = resolve_engine(args.engine)
     for name in ("games_per_pair", "concurrency", "max_tokens"):
         if getattr(args, name) < 1:
