@@ -52,6 +52,9 @@ EXTRA_FOR_MODULE = {
     "vllm": "vllm",
     "trl": "trl",
     "wandb": "wandb",
+    "pyspiel": "openspiel",
+    "open_spiel": "openspiel",
+    "openskill": "openspiel",
     "openenv": "openenv",
     "ray": "ray",
 }
