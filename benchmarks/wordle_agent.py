@@ -2,20 +2,24 @@
 
 Every stage is one of llmgym's public commands, run as a subprocess and printed before it runs:
 
-1. ``teacher``: ``llmgym eval llmgym/WordleCompact-v0 --policy scripted:wordle-sampler`` on the training
-   answers (``answers="train"``): a player that guesses a random training answer consistent with
-   all the feedback so far (about 98% solved);
+1. ``teacher``: ``llmgym eval llmgym/WordleCompact-v1 --policy scripted:wordle-sampler`` on the training
+   answers (``answers="train"``): the opener ``arose``, then a random common word (any of the 2,000)
+   consistent with all the feedback so far (about 98% solved, held-out answers too);
 2. ``sft``: ``llmgym train sft --lora`` on the solved teacher episodes;
-3. ``grpo``: ``llmgym train grpo --lora --init-adapter <sft>/final`` on the training answers, with
-   Wordle's per-turn rewards (``information``, ``invalid_guess``) reaching the advantages through
-   ``turn_lambda``;
+3. ``grpo-<arm>-s<seed>``: ``llmgym train grpo --lora --init-adapter <sft>/final`` on the training
+   answers, in three arms with the same budget: ``outcome`` (``turn_lambda 0``), ``turn`` (Wordle's
+   per-turn rewards reach the advantages through ``turn_lambda 1``) and ``rebn`` (per-turn
+   discounted returns normalised over the batch);
 4. ``eval-*``: ``llmgym eval`` of the base model, the SFT and the GRPO adapters, and a player that
    guesses random valid words, on the same held-out seeds of the 400 answers no stage trained on
    (``answers="test"``, :func:`llmgym.envs.wordle.env.answer_split`);
-5. the report: per model mean reward, solved rate, valid-guess rate (turns with a valid guess) and
-   information, each with a 95% CI (1.96 x standard error), and paired-by-seed differences
-   (SFT - base, GRPO - SFT) with their CIs; ``benchmarks/results/wordle_agent.json`` and a PNG beside
-   it (the GRPO reward per component over steps, and the models' bars).
+5. ``all400-*``: the same models once on each of the 400 held-out answers (``answer_by_seed``);
+6. the report: per model mean reward, solved rate, valid-guess rate (turns with a valid guess),
+   repeats and guesses consistent with the feedback, each with a 95% CI (1.96 x standard error),
+   paired-by-seed differences (SFT - base, each GRPO arm - SFT, arm - arm) with their CIs, each
+   model's replies sorted by which clue they ignore (``benchmarks/wordle_diagnosis.py``);
+   ``benchmarks/results/wordle_agent.json`` and a PNG beside it (the GRPO reward per component over
+   steps, and the models' bars).
 
 Each stage leaves ``stage.json`` (its command and wall time) in the run folder when it finishes; a
 rerun skips finished stages, and a killed one resumes (``--resume`` for the evaluations and GRPO,
@@ -47,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script's own folder is on sys.path
+from wordle_diagnosis import diagnose
 
+from llmgym.envs.wordle.env import answer_split
 from llmgym.episode import iter_jsonl
 
 __all__ = ["Recipe", "run", "report", "main"]
@@ -69,8 +75,18 @@ class Recipe:
     sft_patience: int = 1
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
-    grpo_arms: dict[str, float] = dataclasses.field(default_factory=lambda: {"outcome": 0.0, "turn": 1.0})
-    """GRPO arms by name: each one's ``turn_lambda`` (0 = outcome only, the turn rewards kept as metrics)."""
+    grpo_arms: dict[str, dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: {
+            "outcome": {"turn_lambda": 0.0},
+            "turn": {"turn_lambda": 1.0},
+            "rebn": {"advantage_estimator": "rebn", "gamma": 0.9},
+        }
+    )
+    """GRPO arms by name: each one's ``llmgym train grpo`` settings. ``outcome``: ``turn_lambda 0`` (the turn
+    rewards kept as metrics); ``turn``: group-relative turn credit; ``rebn``: per-turn discounted returns
+    normalised over the batch (GEM's ReBN)."""
+    arm_seeds: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=lambda: {"rebn": (0,)})
+    """Training seeds of the arms that run fewer than ``grpo_seeds`` (the third arm, added after the two tied)."""
     grpo_seeds: tuple[int, ...] = (0, 1)
     grpo_steps: int = 40
     grpo_group_size: int = 8
@@ -80,6 +96,8 @@ class Recipe:
     max_new_tokens: int = 8
     eval_episodes: int = 200
     eval_seed: int = 100_000
+    every_answer: tuple[str, ...] = ("random", "teacher", "sft", "grpo-turn-s0", "grpo-outcome-s0", "grpo-rebn-s0")
+    """The models also evaluated once on each of the 400 held-out answers (``all400-<model>`` stages)."""
     eval_backend: str = "llama.cpp"  # the adapters as GGUF LoRA on the Q4_1 base: what --model smollm2-wordle runs
     torch_threads: int = 1
 
@@ -92,6 +110,8 @@ class Recipe:
             sft_epochs=2,
             sft_batch_size=4,
             grpo_seeds=(0,),
+            arm_seeds={},
+            every_answer=("sft",),
             grpo_steps=1,
             grpo_group_size=2,
             grpo_prompts_per_step=1,
@@ -101,7 +121,7 @@ class Recipe:
 
     def grpo_runs(self) -> list[str]:
         """The GRPO stages' names, ``grpo-<arm>-s<seed>``."""
-        return [f"grpo-{arm}-s{seed}" for arm in self.grpo_arms for seed in self.grpo_seeds]
+        return [f"grpo-{arm}-s{seed}" for arm, seed in _arms_and_seeds(self)]
 
 
 def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
@@ -126,7 +146,7 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
         "sft": ["train", "sft", *sft, "--no-progress", "--out", str(out / "sft")],
     }
     for name, (arm, seed) in zip(recipe.grpo_runs(), _arms_and_seeds(recipe)):
-        arm_flags = flags(turn_lambda=recipe.grpo_arms[arm], seed=seed)
+        arm_flags = flags(**recipe.grpo_arms[arm], seed=seed)
         runs[name] = ["train", "grpo", ENV_ID, *grpo, *arm_flags, "--no-progress", "--out", str(out / name)]
     runs["eval-random"] = [*held_out, "--policy", "scripted:wordle-random", "--out", str(out / "eval-random")]
     runs["eval-teacher"] = [*held_out, "--policy", "scripted:wordle-sampler", "--out", str(out / "eval-teacher")]
@@ -135,18 +155,33 @@ def stages(recipe: Recipe, out: Path) -> dict[str, list[str]]:
     for name in recipe.grpo_runs():
         adapter = str(out / name / "final")
         runs[f"eval-{name}"] = [*held_out, *model_eval, "--model", adapter, "--out", str(out / f"eval-{name}")]
+    runs.update(_every_answer_stages(recipe, out, model_eval))
     return runs
 
 
+def _every_answer_stages(recipe: Recipe, out: Path, model_eval: list[str]) -> dict[str, list[str]]:
+    """``all400-<model>``: one game per held-out answer (``answer_by_seed``, seeds 0..399)."""
+    every = json.dumps({"answers": "test", "answer_by_seed": True})
+    count = len(answer_split("test")) if recipe.eval_episodes >= 200 else recipe.eval_episodes
+    base = ["eval", ENV_ID, "--env-kwargs", every, "-n", str(count), "--seed", "0", *flags(no_progress=True)]
+    players = {"random": ["--policy", "scripted:wordle-random"], "teacher": ["--policy", "scripted:wordle-sampler"]}
+    players["base"] = [*model_eval, "--model", recipe.model]
+    players["sft"] = [*model_eval, "--model", str(out / "sft" / "final")]
+    players.update({name: [*model_eval, "--model", str(out / name / "final")] for name in recipe.grpo_runs()})
+    return {
+        f"all400-{name}": [*base, *players[name], "--out", str(out / f"all400-{name}")] for name in recipe.every_answer
+    }
+
+
 def _arms_and_seeds(recipe: Recipe) -> list[tuple[str, int]]:
-    return [(arm, seed) for arm in recipe.grpo_arms for seed in recipe.grpo_seeds]
+    return [(arm, seed) for arm in recipe.grpo_arms for seed in recipe.arm_seeds.get(arm, recipe.grpo_seeds)]
 
 
 def inputs(recipe: Recipe) -> dict[str, list[str]]:
     """The stages whose outputs each stage reads: a stage that ran again makes these run again too."""
-    needs = {"sft": ["teacher"], "eval-sft": ["sft"]}
+    needs = {"sft": ["teacher"], "eval-sft": ["sft"], "all400-sft": ["sft"]}
     for name in recipe.grpo_runs():
-        needs[name], needs[f"eval-{name}"] = ["sft"], [name]
+        needs[name], needs[f"eval-{name}"], needs[f"all400-{name}"] = ["sft"], [name], [name]
     return needs
 
 
@@ -220,7 +255,8 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
         if runs:
             scores[f"grpo-{arm}"] = pooled(runs)
     seeds = sorted(set.intersection(*(set(s) for s in scores.values())))
-    pairs = [("sft", "base")] + [(f"grpo-{arm}", "sft") for arm in recipe.grpo_arms] + [("grpo-turn", "grpo-outcome")]
+    pairs = [("sft", "base")] + [(f"grpo-{arm}", "sft") for arm in recipe.grpo_arms]
+    pairs += [("grpo-turn", "grpo-outcome"), ("grpo-rebn", "grpo-outcome"), ("grpo-rebn", "grpo-turn")]
     return {
         "benchmark": "wordle_agent",
         "command": "python benchmarks/wordle_agent.py",
@@ -229,12 +265,39 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
         "held_out_seeds": len(seeds),
         "models": {name: summarize(per_seed, seeds) for name, per_seed in scores.items()},
         "paired": {f"{a} - {b}": paired(scores[a], scores[b], seeds) for a, b in pairs if a in scores and b in scores},
+        "every_answer": _every_answer_report(out),
+        "diagnosis": {
+            path.name.removeprefix("eval-"): diagnose(path / "episodes.jsonl")
+            for path in sorted(out.glob("eval-*"))
+            if (path / "summary.json").exists()
+        },
         "sft_curve": _curve(out / "sft", ("loss", "val_loss", "epoch")),
         "grpo_curves": {name: _curve(out / name, ("reward", "time/step")) for name in recipe.grpo_runs()},
         "stage_wall_s": walls,
         "total_wall_s": sum(walls.values()),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def _every_answer_report(out: Path) -> dict[str, Any]:
+    """The ``all400-*`` evaluations (one game per held-out answer): each model's metrics, and each trained
+    run minus SFT answer by answer."""
+    scores = {
+        path.name.removeprefix("all400-"): episode_scores(path / "episodes.jsonl")
+        for path in sorted(out.glob("all400-*"))
+        if (path / "summary.json").exists()
+    }
+    if not scores:
+        return {}
+    answers = sorted(set.intersection(*(set(s) for s in scores.values())))
+    trained = [name for name in scores if name.startswith("grpo-")]
+    return {
+        "answers": len(answers),
+        "models": {name: summarize(per_answer, answers) for name, per_answer in scores.items()},
+        "paired": {
+            f"{name} - sft": paired(scores[name], scores["sft"], answers) for name in trained if "sft" in scores
+        },
     }
 
 
@@ -335,6 +398,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name:>16}: " + "  ".join(f"{m} {stats[m]['mean']:.3f}±{stats[m]['ci95']:.3f}" for m in METRICS))
     for pair, stats in results["paired"].items():
         print(f"{pair:>28}: " + "  ".join(f"{m} {stats[m]['mean']:+.3f}±{stats[m]['ci95']:.3f}" for m in stats))
+    every = results["every_answer"]
+    for name, stats in every.get("models", {}).items():
+        print(f"{name:>16} on all {every['answers']} held-out answers: solved {stats['solved']['mean']:.3f}")
     print(f"total {results['total_wall_s'] / 60:.1f} min; results in {args.results}")
     if args.ship:
         print(f"shipped {best_run(args.out.resolve())}'s adapter to {ship(args.out.resolve())}")

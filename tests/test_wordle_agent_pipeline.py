@@ -15,8 +15,9 @@ pytest.importorskip("peft")
 pytest.importorskip("matplotlib")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wordle_agent.py"
-GRPO = ["grpo-outcome-s0", "grpo-turn-s0"]
+GRPO = ["grpo-outcome-s0", "grpo-turn-s0", "grpo-rebn-s0"]
 STAGES = ["teacher", "sft", *GRPO, "eval-random", "eval-teacher", "eval-base", "eval-sft"] + [f"eval-{g}" for g in GRPO]
+STAGES += ["all400-sft"]  # the tiny recipe's every-answer evaluation: as many games as its eval_episodes
 
 
 def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -35,10 +36,13 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
     for name in GRPO:
         assert (out / name / "final" / "adapter_config.json").is_file()
     results = json.loads((out / "results.json").read_text())
-    models = {"random", "teacher", "base", "sft", *GRPO, "grpo-outcome", "grpo-turn"}
+    models = {"random", "teacher", "base", "sft", *GRPO, "grpo-outcome", "grpo-turn", "grpo-rebn"}
     assert set(results["models"]) == models and results["held_out_seeds"] == 2
     assert set(results["models"]["sft"]) >= {"solved", "consistent", "repeats", "valid", "guesses_when_solved"}
-    assert set(results["paired"]) == {"sft - base", "grpo-outcome - sft", "grpo-turn - sft", "grpo-turn - grpo-outcome"}
+    arms = {"grpo-outcome - sft", "grpo-turn - sft", "grpo-rebn - sft"}
+    arms |= {"grpo-turn - grpo-outcome", "grpo-rebn - grpo-outcome", "grpo-rebn - grpo-turn"}
+    assert set(results["paired"]) == {"sft - base"} | arms
+    assert results["every_answer"]["answers"] == 2 and set(results["every_answer"]["models"]) == {"sft"}
     assert any("val_loss" in row for row in results["sft_curve"])
     assert all(results["grpo_curves"][name] for name in GRPO) and set(results["stage_wall_s"]) == set(STAGES)
     assert (out / "results.png").stat().st_size > 1000
