@@ -40,3 +40,12 @@ def test_list_names_the_extra_a_multiagent_game_needs(monkeypatch):
         monkeypatch.delitem(sys.modules, module)
     monkeypatch.setattr(builtins, "__import__", no_pettingzoo)
     assert _describe_multiagent("llmgym/ma-TicTacToe-v0") == '(needs pettingzoo (pip install "llmgym[multiagent]"))'
+
+
+def test_each_openspiel_game_has_its_own_description(capsys):
+    """The curated OpenSpiel ids share one module, so each factory carries its own line for the list."""
+    pytest.importorskip("pyspiel")
+    assert main(["list", "--json"]) == 0
+    rows = {row["id"]: row["description"] for row in json.loads(capsys.readouterr().out)}
+    assert rows["llmgym/ma-os-KuhnPoker-v0"].startswith("OpenSpiel's kuhn_poker")
+    assert "Parallel" in rows["llmgym/ma-os-Goofspiel-v0"] and "AEC" in rows["llmgym/ma-os-LeducPoker-v0"]

@@ -192,6 +192,10 @@ class CuratedGame:
         self.game, self.params, kind = OPENSPIEL_GAMES[name]
         self.parallel = kind == "parallel"
         self.__name__ = self.game
+        params = ", ".join(f"{key}={value}" for key, value in self.params.items())
+        turns = "simultaneous moves, PettingZoo Parallel" if self.parallel else "turn-based, PettingZoo AEC"
+        self.description = f"OpenSpiel's {self.game}{f' ({params})' if params else ''}: {turns}"
+        """What ``llmgym list`` shows for the game's id."""
 
     def __call__(self, params: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         build = parallel_env if self.parallel else env

@@ -41,16 +41,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _describe_multiagent(env_id: str) -> str:
-    """The first line of the docstring of the module that holds a multi-agent game."""
+    """The factory's ``description`` where it has one (one module may hold many games), else the first line
+    of the docstring of the module that holds the game."""
     from llmgym.envs.multiagent import MULTIAGENT_ENVS
 
+    module_name, _, factory = MULTIAGENT_ENVS[env_id].partition(":")
     try:
-        module = importlib.import_module(MULTIAGENT_ENVS[env_id].partition(":")[0])
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:  # the extra is not installed: say which one
         missing = (err.name or "").partition(".")[0]
         extra = f' (pip install "llmgym[{EXTRA_FOR_MODULE[missing]}]")' if missing in EXTRA_FOR_MODULE else ""
         return f"(needs {missing or 'a module that is not installed'}{extra})"
     except Exception as err:  # one game that cannot load must not hide the list
         return f"(cannot load: {type(err).__name__})"
+    described = getattr(getattr(module, factory, None), "description", None)
+    if isinstance(described, str):
+        return described
     text = (module.__doc__ or "").strip()
     return text.splitlines()[0] if text else ""
