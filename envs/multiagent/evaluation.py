@@ -3,8 +3,9 @@
 Holds :func:`evaluate` / :func:`aevaluate` (what ``llmgym eval --opponent``
 runs), the :class:`Evaluation` they return (its :meth:`~Evaluation.summary`
 is the JSON ``summary.json`` holds), :func:`seat_orders` and
-:func:`unique_names`, and the games' built-in scripted opponents:
-:func:`scripted_players` and :class:`RandomPlayer`.
+:func:`unique_names`, the games' built-in scripted opponents:
+:func:`scripted_players` and :class:`RandomPlayer`, and :class:`MultiAgentGame`,
+a multi-agent id as a self-play trainer plays and rates it.
 
 The evaluated player meets each opponent in both seats (itself once, in
 self-play), ``group_size`` games per seed, each a GRPO group; with
@@ -39,7 +40,16 @@ from llmgym.episode import Episode
 from llmgym.policy import SamplingParams
 from llmgym.rollout import run_sync, summarize
 
-__all__ = ["evaluate", "aevaluate", "Evaluation", "seat_orders", "unique_names", "scripted_players", "RandomPlayer"]
+__all__ = [
+    "evaluate",
+    "aevaluate",
+    "Evaluation",
+    "seat_orders",
+    "unique_names",
+    "scripted_players",
+    "RandomPlayer",
+    "MultiAgentGame",
+]
 
 
 class RandomPlayer:
@@ -90,13 +100,27 @@ class RandomPlayer:
 def scripted_players(env_id: str) -> dict[str, Callable[[], Any]]:
     """The built-in scripted players of a multi-agent game: name -> factory.
 
-    Connect Four also takes ``negamax-DEPTH`` and negotiation ``haggler-START-FLOOR``.
+    Connect Four also takes ``negamax-DEPTH`` and negotiation ``haggler-START-FLOOR``. A curated
+    OpenSpiel game (``llmgym/ma-os-<Name>-v0``) has OpenSpiel's bots: ``random`` (a uniformly random
+    legal action), and ``mcts`` where the game is turn-based with perfect information (the search
+    reads the true state, so a game with hidden cards or simultaneous moves gets none).
 
     Example:
         >>> sorted(scripted_players("llmgym/ma-TicTacToe-v0"))
         ['minimax', 'random']
     """
-    from llmgym.envs.multiagent import connect_four, negotiation, prisoners_dilemma, tictactoe
+    from llmgym.envs.multiagent import (
+        OPENSPIEL_GAMES,
+        connect_four,
+        negotiation,
+        openspiel_ids,
+        prisoners_dilemma,
+        tictactoe,
+    )
+
+    by_id = {openspiel_ids(name)[0]: name for name in OPENSPIEL_GAMES}
+    if env_id in by_id:
+        return _openspiel_bots(by_id[env_id])
 
     table: dict[str, dict[str, Callable[[], Any]]] = {
         "llmgym/ma-TicTacToe-v0": {"minimax": tictactoe.MinimaxPlayer, "random": RandomPlayer},
@@ -110,6 +134,114 @@ def scripted_players(env_id: str) -> dict[str, Callable[[], Any]]:
         },
     }
     return table.get(env_id, {})
+
+
+def _openspiel_bots(name: str) -> dict[str, Callable[[], Any]]:
+    """OpenSpiel's bots for the curated game ``name``: ``random``, and ``mcts`` where it plays fairly."""
+    from llmgym.envs.multiagent import OPENSPIEL_GAMES
+    from llmgym.envs.multiagent.openspiel_text import OpenSpielText
+    from llmgym.envs.multiagent.openspiel_versus import MCTSBot, RandomBot
+
+    game, params, _ = OPENSPIEL_GAMES[name]
+    text = OpenSpielText(game, params)
+    bots: dict[str, Callable[[], Any]] = {"random": RandomBot}
+    if text.perfect_information and not text.simultaneous:
+        bots["mcts"] = lambda: MCTSBot(text)
+    return bots
+
+
+class MultiAgentGame:
+    """A multi-agent id as a self-play trainer plays it: its agents, one game of given players, its scripted
+    players, a rated league and, in Kuhn and Leduc poker, a model's NashConv.
+
+    The trainers never import the envs (docs/architecture.md): ``llmgym train grpo`` builds this for a
+    multi-agent id and hands it to the trainer (``GRPOTrainer(config, game=MultiAgentGame(...))``).
+
+    Args:
+        env_id: a multi-agent id (:data:`llmgym.envs.multiagent.MULTIAGENT_ENVS`).
+        env_kwargs: the env's keyword arguments.
+
+    Raises:
+        ValueError: an unknown id; or the env refuses ``env_kwargs`` (``TypeError`` for an unknown argument).
+
+    Example:
+        >>> from llmgym.envs.multiagent import tictactoe
+        >>> game = MultiAgentGame("llmgym/ma-TicTacToe-v0")
+        >>> game.agents, sorted(game.scripted)
+        (['player_0', 'player_1'], ['minimax', 'random'])
+        >>> episodes = run_sync(game.play({"player_0": RandomPlayer(), "player_1": tictactoe.MinimaxPlayer()}, 0))
+        >>> episodes["player_1"].metadata["outcome"], episodes["player_0"].metadata["illegal_moves"]
+        ('win', 0)
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        env = self.make()
+        #: The game's agents (its seats), in seat order.
+        self.agents: list[str] = list(env.unwrapped.possible_agents)
+        #: The env's ``max_turns`` where it has one, else 1.
+        self.max_turns = int(getattr(env.unwrapped, "max_turns", 1))
+        env.close()
+        #: The game's scripted players: name -> factory (:func:`scripted_players`).
+        self.scripted = scripted_players(env_id)
+
+    def make(self) -> Any:
+        """A fresh env of the game."""
+        from llmgym.envs.multiagent import make_multiagent
+
+        return make_multiagent(self.env_id, **self.env_kwargs)
+
+    async def play(
+        self, players: dict[str, Any], seed: int, sampling: SamplingParams | None = None
+    ) -> dict[str, Episode]:
+        """One game (:func:`~llmgym.envs.multiagent.rollout.aplay_match`); each agent's episode records in
+        ``metadata["illegal_moves"]`` how many of its replies the env refused (the envs count them per agent)."""
+        built: list[Any] = []
+
+        def make() -> Any:
+            built.append(self.make())
+            return built[-1]
+
+        [episodes] = await aplay_match(make, players, [seed], sampling=sampling, env_id=self.env_id)
+        counted = getattr(built[-1].unwrapped, "illegal_attempts", None) if built else None
+        for agent, episode in episodes.items():
+            episode.metadata["illegal_moves"] = int((counted or {}).get(agent, 0))
+        return episodes
+
+    def league(
+        self, players: dict[str, Any], games_per_pair: int, seed: int, sampling: SamplingParams, max_concurrency: int
+    ) -> Any:
+        """:func:`~llmgym.envs.multiagent.league.run_league` of ``players`` on this game."""
+        from llmgym.envs.multiagent.league import run_league
+
+        return run_league(
+            self.make,
+            players,
+            games_per_pair,
+            seed,
+            sampling=sampling,
+            max_concurrency=max_concurrency,
+            env_id=self.env_id,
+        )
+
+    def nash_conv(self, model: Any, tokenizer: Any) -> float:
+        """The NashConv of a causal LM's policy in this game, read by
+        :class:`~llmgym.envs.multiagent.exploitability.LLMScorer` at every information state.
+
+        Raises:
+            ValueError: the game is not a curated OpenSpiel game small enough to score (Kuhn, Leduc poker).
+        """
+        from llmgym.envs.multiagent import OPENSPIEL_GAMES, openspiel_ids
+
+        small = {openspiel_ids(name)[0]: name for name in ("KuhnPoker", "LeducPoker")}
+        if self.env_id not in small:
+            raise ValueError(f"NashConv is computed for {', '.join(small)}, not {self.env_id}")
+        from llmgym.envs.multiagent.exploitability import LLMScorer, nash_conv, scored_policy
+        from llmgym.envs.multiagent.openspiel_text import OpenSpielText
+
+        game, params, _ = OPENSPIEL_GAMES[small[self.env_id]]
+        text = OpenSpielText(game, {**params, **self.env_kwargs.get("params", {})})
+        return nash_conv(text.game, scored_policy(text, LLMScorer(model, tokenizer)))
 
 
 def unique_names(players: list[Any]) -> list[str]:
