@@ -43,6 +43,7 @@ from llmgym.trainers.config_checks import (
     check_field_types,
     check_field_values,
 )
+from llmgym.trainers.opponents import check_self_play_settings
 
 __all__ = [
     "GRPOConfig",
@@ -89,11 +90,14 @@ RESUMABLE_CHANGES = frozenset(
         "async_generation",
         "learning_rate",
         "weight_decay",
+        "rate_every",
+        "rate_games",
+        "exploitability_every",
     }
 )
 """The :class:`GRPOConfig` fields a resumed run may change: the number of steps (to train on), how the run is
-logged, saved and computed, and the learning rate and weight decay (their configured values replace those in the
-checkpoint's optimizer state). Every other field defines the run and must match its ``config.json``."""
+logged, saved, computed and rated, and the learning rate and weight decay (their configured values replace those
+in the checkpoint's optimizer state). Every other field defines the run and must match its ``config.json``."""
 
 
 @dataclass
@@ -146,6 +150,23 @@ class GRPOConfig:
     """Groups played at a level before its solve rate is judged (and the window a change empties)."""
     solve_threshold: float = 1.0
     """An episode counts as solved when its total reward is at least this (curriculum and ``groups/all_*`` counts)."""
+
+    # -- self-play (a multi-agent env id; docs/training.md, "Self-play") ------------
+    opponents: dict[str, float] = field(default_factory=lambda: {"self": 1.0})
+    """Who the trained policy plays, as weights of a mix drawn per game: ``self`` (itself in every seat), ``pool``
+    (a frozen snapshot) or a scripted player of the game (``random``, ``mcts``, ``minimax``...)."""
+    snapshot_every: int = 0
+    """Snapshot the LoRA adapter into ``out/pool/step-<n>`` every this many steps (the pool starts with the
+    initial weights); 0 = no pool."""
+    pool_size: int = 4
+    """Snapshots the pool keeps (the newest)."""
+    rate_every: int = 0
+    """Rate the current policy in a league against the scripted players and the pool every this many steps
+    (``out/ratings.jsonl``); 0 = never."""
+    rate_games: int = 8
+    """Seeds each pair of the rating league plays in each seat."""
+    exploitability_every: int = 0
+    """Log the trained model's NashConv (Kuhn and Leduc poker) every this many steps; 0 = never."""
 
     # -- advantages -----------------------------------------------------------
     scale_rewards: str = "group"
@@ -276,6 +297,7 @@ class GRPOConfig:
         if self.seed_pool < self.prompts_per_step:
             raise ValueError(f"seed_pool ({self.seed_pool}) must be >= prompts_per_step ({self.prompts_per_step})")
         _check_curriculum(self)
+        check_self_play_settings(self)
         _check_rollout_precision(self)
         _check_init_adapter(self)
         _check_generation_server(self)

@@ -24,7 +24,9 @@ Three variants are branches of the loop you can see: ``fsdp`` (gather the full
 weights around generation), ``base_url`` (a server generator, chosen in
 :meth:`GRPOTrainer.__init__`) and ``async_generation`` (a
 :class:`~llmgym.trainers.overlap.RolloutPrefetcher` plays the next step's first
-round while this one trains).
+round while this one trains). A multi-agent game given as ``game`` is trained by self-play: a
+:class:`~llmgym.trainers.self_play.SelfPlayGenerator` plays the step's games against the opponent
+mix, groups the episodes by (seed, seat), and snapshots and rates the policy between steps.
 
 Data parallelism: every rank holds the whole model; after its micro-batches
 each rank's gradients are summed with one flat ``all_reduce`` (the loss is
@@ -85,9 +87,11 @@ from llmgym.trainers.generation import Generator, InProcessGenerator, ServerGene
 from llmgym.trainers.losses import LossSums, TokenScorer, grpo_loss
 from llmgym.trainers.metrics import MetricsLogger, StepClock, peak_memory_mb, plot_metrics
 from llmgym.trainers.model import add_lora, load_policy_model, resolve_device
+from llmgym.trainers.opponents import check_game
 from llmgym.trainers.overlap import Prefetched, RolloutPrefetcher
 from llmgym.trainers.precision import choose_precision
 from llmgym.trainers.samples import SampleLogger, with_advantages
+from llmgym.trainers.self_play import SelfPlayGenerator
 
 __all__ = ["GRPOTrainer", "main", "resolve_env_id"]
 
@@ -121,14 +125,20 @@ class GRPOTrainer:
         model: an already loaded model to train (default: ``config.model``).
         tokenizer: its tokenizer (required with ``model``).
         resume: continue from the newest checkpoint in ``config.out`` (same run).
+        game: a multi-agent game to train by self-play (``config.env_id``'s
+            :class:`~llmgym.envs.multiagent.evaluation.MultiAgentGame`, which ``llmgym train grpo`` makes;
+            :mod:`llmgym.trainers.self_play`); ``None`` for a single-agent env.
 
     Example (a 2-step run of a tiny random model; see ``tests/trainers/test_grpo.py``)::
 
         GRPOTrainer(GRPOConfig(env_id="llmgym/Wordle-v0", model="tiny-random", steps=2)).train()
     """
 
-    def __init__(self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False):
+    def __init__(
+        self, config: GRPOConfig, model: Any = None, tokenizer: Any = None, resume: bool = False, game: Any = None
+    ):
         self.config = config
+        check_game(config, game)  # self-play settings need a game, and the kinds of its mix must exist
         self.rank, self.world = init_distributed(need_group=config.fsdp)
         if config.fsdp and config.prompts_per_step < self.world:
             # a rank without seeds never generates inside full_weights() and its FSDP collectives then mismatch (a hang)
@@ -141,6 +151,7 @@ class GRPOTrainer:
             torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)
         self.env_id = resolve_env_id(config.env_id)
+        self.game, self.self_play = game, game is not None  # self-play: one policy in every seat of a game
         self.curriculum = Curriculum.from_config(config) if config.curriculum_kwarg is not None else None
         self.max_turns = self._check_env()
         self.max_loss_tokens = config.max_loss_tokens or config.max_new_tokens * self.max_turns
@@ -172,6 +183,10 @@ class GRPOTrainer:
             self.generator = InProcessGenerator(self.model, self.tokenizer, **shared)
         else:
             self.generator = ServerGenerator(self.model, self.tokenizer, out=self.out, **shared)
+        if self.self_play:  # the trained policy's games against the opponent mix (trainers/self_play.py)
+            self.generator = SelfPlayGenerator(
+                self.generator, game, self.model, self.tokenizer, self.out, saved, **shared
+            )
         # FSDP with in-process generation: the full weights are gathered once around each step's generation
         self.gathers_weights = config.fsdp and config.base_url is None
         # async generation: a thread plays the next step's first round on the server (no collectives, no model)
@@ -195,6 +210,8 @@ class GRPOTrainer:
         So a bad level is a config error now, not after a promotion.
         """
         config, kwarg = self.config, self.config.curriculum_kwarg
+        if self.self_play:  # the game made its env (and so checked its kwargs) when it was made
+            return self.game.max_turns
         levels = config.curriculum_levels if self.curriculum is not None else [None]
         max_turns = 1
         for index, level in enumerate(levels):
@@ -293,6 +310,8 @@ class GRPOTrainer:
                 self.generator.after_update(self.step)
                 # 5. log: the whole batch's numbers, every rank's summed (collectives: every rank calls this)
                 metrics = self._step_metrics(rollouts, advantages, losses, clock, prefetched)
+                if self.self_play:  # results by seat and opponent; the rating league and NashConv when due
+                    metrics.update(self.generator.step_metrics(self.step))
                 if self.rank == 0:
                     self._log(metrics, rollouts.episodes, advantages)
                     history.append(metrics)
@@ -440,11 +459,15 @@ class GRPOTrainer:
         state = {"episodes_seen": self.episodes_seen, "seed_sampler": seed_state or self.collector.sampler_state()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state_dict()
+        if self.self_play:
+            state["self_play"] = self.generator.state_dict()
         save = save_sharded_checkpoint if self.config.fsdp else save_checkpoint
         if self.config.fsdp or self.rank == 0:  # under FSDP every rank writes its shards
             folder = save(
                 self.out / "checkpoints", self.step, self.model, self.optimizer, state, self.config.keep_checkpoints
             )
+        if self.self_play:  # snapshots this checkpoint no longer lists
+            self.generator.tidy_pool()
         if self.rank == 0 and self.config.plot:
             try:
                 plot_metrics(self.metrics.path, self.out / "rewards.png")

@@ -23,7 +23,7 @@ from typing import Any
 
 import tomllib
 
-from llmgym.cli import CLIError, check_output_path
+from llmgym.cli import CLIError, check_output_path, multiagent_ids
 
 __all__ = ["add_parser", "run_grpo", "run_sft"]
 
@@ -48,6 +48,12 @@ _GRPO_FLAGS = {
     "micro_batch_size": "micro_batch_size",
     "device": "device",
     "init_adapter": "init_adapter",
+    "opponents": "opponents",
+    "snapshot_every": "snapshot_every",
+    "pool_size": "pool_size",
+    "rate_every": "rate_every",
+    "rate_games": "rate_games",
+    "exploitability_every": "exploitability_every",
 }
 
 _GRPO_PRECEDENCE = (
@@ -111,6 +117,7 @@ def _add_grpo_parser(commands: argparse._SubParsersAction) -> None:
     grpo.add_argument(
         "--base-url", help="generate on this OpenAI-compatible server, pushing the LoRA adapter each step"
     )
+    _add_self_play_flags(grpo)
     grpo.add_argument(
         "--env-kwargs",
         metavar="JSON",
@@ -127,6 +134,32 @@ def _add_grpo_parser(commands: argparse._SubParsersAction) -> None:
     grpo.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     grpo.add_argument("--no-progress", action="store_true", help="no progress bar")
     grpo.set_defaults(func=run_grpo)
+
+
+def _add_self_play_flags(grpo: argparse.ArgumentParser) -> None:
+    """The self-play settings of a multi-agent ENV_ID (docs/training.md, "Self-play")."""
+    grpo.add_argument(
+        "--opponents",
+        type=_opponents_value,
+        metavar="KIND=W,...",
+        help="self-play opponent mix, drawn per game: self, pool, or the game's scripted players "
+        "(random, mcts, minimax...), e.g. self=0.5,pool=0.3,random=0.2 (default self=1)",
+    )
+    grpo.add_argument("--snapshot-every", type=int, help="snapshot the LoRA adapter into OUT/pool every N steps")
+    grpo.add_argument("--pool-size", type=int, help="snapshots the pool keeps (default 4)")
+    grpo.add_argument("--rate-every", type=int, help="rate the policy in a league every N steps (OUT/ratings.jsonl)")
+    grpo.add_argument("--rate-games", type=int, help="seeds per pair and seat of the rating league (default 8)")
+    grpo.add_argument("--exploitability-every", type=int, help="log the NashConv every N steps (Kuhn and Leduc poker)")
+
+
+def _opponents_value(text: str) -> dict[str, float]:
+    """``--opponents self=0.5,pool=0.5`` as a mix (argparse reports a malformed one as a usage error)."""
+    from llmgym.trainers.opponents import parse_opponents
+
+    try:
+        return parse_opponents(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _add_sft_parser(commands: argparse._SubParsersAction) -> None:
@@ -311,7 +344,11 @@ def run_grpo(args: argparse.Namespace) -> int:
         raise CLIError(f'training needs the train extra ({err.name} is missing): pip install "llmgym[train]"') from None
     try:
         # finds the checkpoint to resume and makes one env before loading the model
-        trainer = GRPOTrainer(config, resume=args.resume)
+        game = _self_play_game(config)  # a multi-agent id: the game the trainer plays by self-play
+        if game is None:
+            trainer = GRPOTrainer(config, resume=args.resume)
+        else:
+            trainer = GRPOTrainer(config, resume=args.resume, game=game)
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError, ServerConfigError) as err:
         raise CLIError(str(err)) from None
     except gym.error.Error as err:  # an unknown env id; gymnasium's message has its own "did you mean"
@@ -329,6 +366,16 @@ def run_grpo(args: argparse.Namespace) -> int:
             "raise --steps to train on"
         )
     return 0
+
+
+def _self_play_game(config: Any) -> Any:
+    """The game a multi-agent ENV_ID is trained on by self-play (the trainer itself never imports the envs);
+    ``None`` for a single-agent id."""
+    if config.env_id not in multiagent_ids():
+        return None
+    from llmgym.envs.multiagent.evaluation import MultiAgentGame
+
+    return MultiAgentGame(config.env_id, config.env_kwargs)
 
 
 def run_sft(args: argparse.Namespace) -> int:
