@@ -19,7 +19,7 @@ from llmgym.trainers.advantages import compute_advantages  # noqa: E402
 from llmgym.trainers.config import GRPOConfig  # noqa: E402
 from llmgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from llmgym.trainers.opponents import SnapshotPool, draw_opponent, parse_opponents  # noqa: E402
-from llmgym.trainers.self_play import role_group  # noqa: E402
+from llmgym.trainers.self_play import GameCounts, ScheduledGame, role_group  # noqa: E402
 from tests.trainers import toy_game  # noqa: E402
 
 
@@ -241,3 +241,39 @@ def test_snapshot_pool_tidy_removes_only_the_snapshots_it_no_longer_lists(tmp_pa
     pool.tidy()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "step-3", "step-6"]
     assert pool.state_dict() == {"steps": [3, 6]}
+
+
+def test_a_game_the_env_broke_is_counted_and_left_out_of_the_loss(tmp_path, vowel_duel):
+    # seed 0 draws env seeds 850623 (whose games break at the second move) and 636961 (whose games finish)
+    config = small_config(tmp_path, vowel_duel, steps=1, env_kwargs={"broken": True})
+    _, [metrics] = train(config)
+    assert metrics["games/failed"] == 2 and metrics["games/finished"] == 2
+    assert metrics["episodes/errors"] == 4  # both seats of each broken game
+    assert metrics["episodes_seen"] == 4  # the finished games' episodes trained
+
+
+def test_game_counts_give_rates_by_seat_and_opponent():
+    counts = GameCounts(["player_0", "player_1"], ["self", "random"])
+
+    def played(kind, trained, outcomes, turns=(2, 2), illegal=(0, 0), error=False):
+        game = ScheduledGame(0, 0, 0, kind, trained)
+        episodes = {}
+        for index, agent in enumerate(["player_0", "player_1"]):
+            reward = {"win": 1.0, "draw": 0.0, "loss": -1.0}[outcomes[index]]
+            rewards = [0.0] * (turns[index] - 1) + [reward]
+            metadata = {"outcome": outcomes[index], "illegal_moves": illegal[index]}
+            episodes[agent] = Episode("g", turn_rewards=rewards, metadata=metadata | ({"error": "x"} if error else {}))
+        counts.add_game(game, episodes)
+
+    played("self", ("player_0", "player_1"), ("win", "loss"), illegal=(1, 0))
+    played("random", ("player_1",), ("loss", "win"))
+    played("random", ("player_0",), ("draw", "draw"), turns=(4, 4), illegal=(2, 0))
+    played("random", ("player_0",), ("loss", "win"), error=True)
+    metrics = counts.metrics(counts.take())
+    assert metrics["games/finished"] == 3 and metrics["games/failed"] == 1
+    assert metrics["seat/player_0/reward"] == pytest.approx(0.5) and metrics["seat/player_1/reward"] == 0.0
+    assert metrics["opponent/self/games"] == 2 and metrics["opponent/self/win_rate"] == 0.5
+    assert metrics["opponent/random/games"] == 2
+    assert metrics["opponent/random/win_rate"] == 0.5 and metrics["opponent/random/draw_rate"] == 0.5
+    assert metrics["legal_action_rate"] == pytest.approx(1 - 3 / 10)  # 3 illegal of the trained seats' 10 turns
+    assert counts.take()["games/finished"] == 0  # take() starts the counts again

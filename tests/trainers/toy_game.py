@@ -4,7 +4,9 @@
 :data:`llmgym.envs.multiagent.MULTIAGENT_ENVS` (:data:`ENV_ID`, built by :func:`env`). A
 reply with at least one letter is a legal move; one without is an illegal attempt. The
 winner gets +1, the loser -1, a tie 0. Random tokens are mostly letters, so a tiny random
-model plays it legally and its games differ: the trainer gets signal to learn from.
+model plays it legally and its games differ: the trainer gets signal to learn from. With
+``broken=True`` the env raises while applying the second move in the games whose seed draws
+below one half (an env bug that must end only those games).
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ class VowelDuel(TextGameEnv):
 
     system_prompt = "Write one word with as many vowels as you can."
 
+    def __init__(self, broken: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.broken = broken
+
     def new_game(self, options: dict[str, Any] | None) -> str:
         self.shares: dict[str, float] = {}
+        self.fails = self.broken and self.np_random.random() < 0.5
         return "player_0"
 
     def rules(self, agent: str) -> str:
@@ -44,6 +51,8 @@ class VowelDuel(TextGameEnv):
         return sum(c in "aeiou" for c in letters) / len(letters)
 
     def apply(self, agent: str, move: float) -> str:
+        if self.fails and agent == "player_1":
+            raise RuntimeError("the duel's scoreboard broke")
         self.shares[agent] = move
         return f"{agent} wrote a word."
 
