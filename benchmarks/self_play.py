@@ -17,10 +17,9 @@ Every stage is one of llmgym's public commands, run as a subprocess and printed 
    in both seats, rated with openskill (the rating curve: each checkpoint's ordinal).
 
 The bots: in Kuhn poker :class:`CFRBot`, which samples OpenSpiel's CFR average policy (300
-iterations, NashConv 0.006: a near-Nash player no strategy beats on average over both seats); in
-Tic-Tac-Toe :class:`MCTSPlayer`, OpenSpiel's MCTS (200 simulations). Both are scripted players the
-stages import from this file (``scripted:self_play:CFRBot``; the script puts its folder on the
-stages' ``PYTHONPATH``).
+iterations, NashConv 0.006: a near-Nash player no strategy beats on average over both seats; the
+stages import it from this file, ``scripted:self_play:CFRBot``, with the script's folder on their
+``PYTHONPATH``); in Tic-Tac-Toe the game's own ``scripted:mcts`` (OpenSpiel's MCTS, 200 simulations).
 
 The report, per game and per point (base, each checkpoint): the legal-action rate (the model's
 replies that named one legal action, of all it wrote), the win rate and mean return against random
@@ -28,6 +27,15 @@ and against the bot, each with a 95% CI over the 200 games (1.96 x standard erro
 beside uniform random's (0.9167 in Kuhn) and CFR's, and the league's mu, sigma and ordinal; the
 paired difference final - base against random (game by game, paired by seed and seat), and each
 stage's wall time. ``benchmarks/results/self_play.json`` and a PNG beside it.
+
+Budget (the defaults: 90 minutes on the shared 2-core machine at 2 torch threads). Measured with
+two other GRPO runs on the same cores (load average 5): a smollm2 self-play step on Kuhn (8 games x
+2 seeds from the opponent mix, at most 8 new tokens a reply) took 254 s, 218 s of it generating
+(the base model's replies were 2.3% legal; 3 of 4 role groups had no reward spread); with 32 new
+tokens a step took 449 s and no reply was legal. An evaluation point (400 games on llama.cpp, 16 at
+a time) takes about 6.5 min at that load (16 games in 15.5 s), an exploitability 2.3 min, the league
+(200 games) about 3.5 min. So: 12 steps x 254 s = 51 min, 3 points x (6.5 + 2.3) = 26 min and the
+league 3.5 min: 81 minutes. On an idle machine the same run is shorter; ``--steps`` trains on.
 
 Run (``--tiny --model tiny-random`` exercises every stage in about two minutes)::
 
@@ -59,12 +67,12 @@ from stages import flags, mean_ci, run_stage  # benchmarks/stages.py: the script
 
 from llmgym.episode import iter_jsonl
 
-__all__ = ["CFRBot", "MCTSPlayer", "GAMES", "Recipe", "stages", "run", "report", "main"]
+__all__ = ["CFRBot", "GAMES", "Recipe", "stages", "run", "report", "main"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = ROOT / "benchmarks" / "results" / "self_play.json"
-RANDOM = "scripted:llmgym.envs.multiagent.openspiel_versus:RandomBot"
+RANDOM = "scripted:random"  # OpenSpiel's uniformly random legal move
 
 
 class CFRBot:
@@ -105,26 +113,6 @@ def _cfr_policy(game: str, iterations: int) -> Any:
     return cfr_policy(pyspiel.load_game(game), iterations)
 
 
-class MCTSPlayer:
-    """OpenSpiel's MCTS (:class:`~llmgym.envs.multiagent.openspiel_versus.MCTSBot`) built for the game it is seated in.
-
-    Args:
-        seed: seeds the search.
-    """
-
-    name = "mcts"
-
-    def __init__(self, seed: int = 0):
-        self.seed, self.bot = seed, None
-
-    def act(self, env: Any, agent: str) -> str:
-        from llmgym.envs.multiagent.openspiel_versus import MCTSBot
-
-        if self.bot is None:  # the game is known only once seated
-            self.bot = MCTSBot(env.unwrapped.text, seed=self.seed)
-        return self.bot.act(env, agent)
-
-
 @dataclasses.dataclass(frozen=True)
 class Game:
     """A game of the experiment: its id, its bot, and whether its NashConv can be computed."""
@@ -136,7 +124,7 @@ class Game:
 
 GAMES = {
     "kuhn": Game("llmgym/ma-os-KuhnPoker-v0", "scripted:self_play:CFRBot", exploitability=True),
-    "tictactoe": Game("llmgym/ma-os-TicTacToe-v0", "scripted:self_play:MCTSPlayer", exploitability=False),
+    "tictactoe": Game("llmgym/ma-os-TicTacToe-v0", "scripted:mcts", exploitability=False),
 }
 
 
@@ -146,10 +134,13 @@ class Recipe:
 
     model: str = "smollm2"
     games: tuple[str, ...] = ("kuhn",)
-    steps: int = 40
-    snapshot_every: int = 10
+    steps: int = 12
+    snapshot_every: int = 6
     """Steps between frozen snapshots: the pool's opponents and the evaluated checkpoints."""
     opponents: str = "self=0.5,pool=0.3,random=0.2"
+    pool_size: int = 8
+    """Snapshots the pool keeps: every one up to 42 steps, the initial weights too, so each checkpoint stays on disk
+    for its evaluation (a run trained on with ``--steps`` keeps its command, which only ``--steps`` may change)."""
     group_size: int = 8
     prompts_per_step: int = 2
     lr: float = 1e-4
@@ -163,7 +154,8 @@ class Recipe:
     eval_seed: int = 100_000
     eval_temperature: float = 1.0
     """Sampling temperature of the evaluations and the league: the policy as it trained."""
-    league_seeds: int = 20
+    league_seeds: int = 10
+    """Seeds per pair and seat in the league: 5 players, 10 pairs, 200 games."""
     backend: str = "llama.cpp"
     """The evaluations' and the league's backend: the shipped GGUF with each adapter as GGUF LoRA, decoded 16 games
     at a time in bf16 on the torch engine (4.5x faster than ``transformers`` on 8 Kuhn games: 16 s against 72 s)."""
@@ -187,10 +179,6 @@ class Recipe:
     def checkpoints(self) -> list[int]:
         """The evaluated steps: every snapshot, and the last step."""
         return sorted({*range(self.snapshot_every, self.steps + 1, self.snapshot_every), self.steps})
-
-    def pool_size(self) -> int:
-        """Snapshots the pool keeps: all of them (the initial weights too), so every checkpoint stays on disk."""
-        return self.steps // self.snapshot_every + 1
 
 
 def adapter(out: Path, recipe: Recipe, step: int) -> Path:
@@ -248,7 +236,7 @@ def _grpo(recipe: Recipe, game: Game, folder: Path) -> list[str]:
     args = flags(model=recipe.model, lora=True, steps=recipe.steps, group_size=recipe.group_size)
     args += flags(prompts_per_step=recipe.prompts_per_step, lr=recipe.lr, temperature=recipe.temperature)
     args += flags(max_new_tokens=recipe.max_new_tokens, opponents=recipe.opponents)
-    args += flags(snapshot_every=recipe.snapshot_every, pool_size=recipe.pool_size())
+    args += flags(snapshot_every=recipe.snapshot_every, pool_size=recipe.pool_size)
     args += flags(rate_every=recipe.rate_every, rate_games=recipe.rate_games)
     args += flags(exploitability_every=recipe.snapshot_every if game.exploitability else 0)
     args += flags(set=f"torch_threads={recipe.torch_threads}")
