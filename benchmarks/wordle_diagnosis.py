@@ -13,7 +13,10 @@ and returns, over every reply after the first:
   letter back where it was yellow);
 - ``candidates_median``: the median number of common answers (all 2,000) still possible when the
   player guessed, for its consistent and for its inconsistent guesses: whether it fails where
-  few words remain or everywhere.
+  few words remain or everywhere;
+- ``consistent_by_candidates``: per range of that number (``"1"``, ``"2-3"``, ... ``">100"``), how
+  many replies were made there and the share that fit the feedback (non-words and repeats count as
+  not fitting).
 
 Run: ``python benchmarks/wordle_diagnosis.py runs/wordle_agent/eval-sft/episodes.jsonl [...]``.
 """
@@ -33,6 +36,8 @@ from llmgym.episode import iter_jsonl
 __all__ = ["broken_clues", "diagnose", "game_of"]
 
 CLUES = ("grey", "green", "yellow_missing", "yellow_spot")
+#: The ranges of ``consistent_by_candidates``: (label, fewest, most) common answers still possible.
+RANGES = (("1", 1, 1), ("2-3", 2, 3), ("4-10", 4, 10), ("11-30", 11, 30), ("31-100", 31, 100), (">100", 101, 10**6))
 
 
 def game_of(messages: list[dict[str, Any]]) -> tuple[str | None, list[str | None]]:
@@ -66,6 +71,7 @@ def diagnose(path: Path) -> dict[str, Any]:
     counts = {"replies": 0, "invalid": 0, "repeated": 0, "consistent": 0, "inconsistent": 0}
     clues = dict.fromkeys(CLUES, 0)
     remaining: dict[str, list[int]] = {"consistent": [], "inconsistent": []}
+    by_range = {label: [0, 0] for label, _, _ in RANGES}  # replies made there, of them fitting
     for episode in iter_jsonl(path):
         answer, words = game_of(episode.messages)
         if answer is None:
@@ -77,8 +83,12 @@ def diagnose(path: Path) -> dict[str, Any]:
                 kind = _kind(word, valid, history)
                 counts["replies"] += 1
                 counts[kind] += 1
+                possible = sum(fits_feedback(a, history) for a in answers)
+                label = next(label for label, low, high in RANGES if low <= possible <= high)
+                by_range[label][0] += 1
+                by_range[label][1] += kind == "consistent"
                 if kind in remaining:
-                    remaining[kind].append(sum(fits_feedback(a, history) for a in answers))
+                    remaining[kind].append(possible)
                 if kind == "inconsistent":
                     for clue in broken_clues(word, history):
                         clues[clue] += 1
@@ -90,6 +100,10 @@ def diagnose(path: Path) -> dict[str, Any]:
         **{kind: counts[kind] / replies for kind in ("invalid", "repeated", "consistent", "inconsistent")},
         "inconsistent_breaking": {clue: clues[clue] / inconsistent for clue in CLUES},
         "candidates_median": {kind: statistics.median(v) if v else None for kind, v in remaining.items()},
+        "consistent_by_candidates": {
+            label: {"replies": made, "consistent": fitting / made if made else None}
+            for label, (made, fitting) in by_range.items()
+        },
     }
 
 

@@ -54,3 +54,5 @@ def test_replies_after_the_first_are_sorted_by_kind(diagnosis, tmp_path):
     assert found["inconsistent"] == pytest.approx(0.2) and found["consistent"] == pytest.approx(0.4)
     assert found["inconsistent_breaking"]["grey"] == 1.0 and found["inconsistent_breaking"]["green"] == 0.0
     assert found["candidates_median"]["consistent"] >= 1
+    ranges = found["consistent_by_candidates"]
+    assert sum(r["replies"] for r in ranges.values()) == 5 and ranges["1"]["consistent"] in (None, 1.0)
