@@ -34,6 +34,7 @@ SCRIPTED_ACTORS: dict[str, str] = {
     "multiply-mixed": "llmgym.envs.multiply:MixedMultiplyTeacher",
     "code-tests": "llmgym.envs.code_tests.solver:CodeTestsSolver",
     "code-tests-flawed": "llmgym.envs.code_tests.solver:FlawedCodeTestsSolver",
+    "legal-random": "llmgym.envs.multiagent.legal_random:LegalRandom",
 }
 
 

@@ -207,7 +207,8 @@ def list_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
 
 def scripted_player(env_id: str, name: str) -> Any:
     """A scripted player for ``env_id``: one of the game's own by name
-    (:func:`~llmgym.envs.multiagent.evaluation.scripted_players`), or ``module:Class``.
+    (:func:`~llmgym.envs.multiagent.evaluation.scripted_players`), a text actor of
+    :data:`~llmgym.wrappers.scripted.SCRIPTED_ACTORS` by name (``legal-random``), or ``module:Class``.
 
     Raises:
         CLIError: an unknown name, a path that does not import, a class without ``act``.
@@ -224,6 +225,9 @@ def scripted_player(env_id: str, name: str) -> Any:
             return players[head](*numbers)
         except (ValueError, TypeError) as err:
             raise CLIError(f"bad scripted player {name!r}: {err}") from None
+    from llmgym.wrappers.scripted import SCRIPTED_ACTORS
+
+    name = SCRIPTED_ACTORS.get(name, name)  # a text actor by its short name: it plays from its chat, as a model
     if ":" not in name:
         known = ", ".join(sorted(players)) or "none"
         raise CLIError(
