@@ -189,10 +189,14 @@ class SnapshotPool:
         folder: ``<out>/pool``.
         size: how many snapshots the pool keeps.
         base: the model name recorded in the adapters (``base_model_name_or_path``).
+        rollout_precision: how a snapshot's policy decodes, as the trained policy does (the trainer's
+            ``rollout_precision``): ``"bf16"`` gives each snapshot a bf16 copy with a KV cache slot per
+            episode, so its later turns evaluate only their new tokens, not the whole chat again.
     """
 
-    def __init__(self, folder: Path, size: int, base: str):
+    def __init__(self, folder: Path, size: int, base: str, rollout_precision: str = "fp32"):
         self.folder, self.size, self.base = Path(folder), size, base
+        self.rollout_precision = rollout_precision
         self.steps: list[int] = []
         self._policies: dict[int, Any] = {}
 
@@ -249,14 +253,20 @@ class SnapshotPool:
         """A policy that decodes with the snapshot of ``step`` (made once, kept while the snapshot is in the pool).
 
         A copy of ``model`` shares its frozen base weights (LoRA never changes them) and gets the snapshot's
-        adapter weights: one adapter's memory per snapshot, not a model's.
+        adapter weights: one adapter's memory per snapshot, not a model's (with ``rollout_precision="bf16"``
+        also the bf16 copy it decodes, built once: a snapshot's weights never change).
         """
         if step not in self._policies:
             from llmgym.wrappers.transformers_policy import TransformersPolicy
 
             frozen = _frozen_copy(model, self.path(step))
             self._policies[step] = TransformersPolicy(
-                frozen, tokenizer, batch_size=batch_size, name=self.name(step), generate_inline=True
+                frozen,
+                tokenizer,
+                batch_size=batch_size,
+                name=self.name(step),
+                rollout_precision=self.rollout_precision,
+                generate_inline=True,
             )
         return self._policies[step]
 

@@ -15,6 +15,13 @@ every seat and every seat's episode trains; against anything else it takes seat 
 the seed and seat 1 in the next, and only its own episodes train. Each player's chat already says
 which seat it plays (the envs tell it), so one policy can learn every role.
 
+A step's games are played at once (up to ``concurrency``): the trained policy decodes every seat it
+plays through its one batched policy, each pool snapshot through its own. Generation is dominated by
+the prompts, not the replies: an OpenSpiel game's chat starts with some 400 tokens of rules, for a
+reply of a few tokens. With ``rollout_precision="bf16"`` the trained policy and the snapshots keep a
+KV cache slot per episode, so a turn evaluates only what no slot holds yet (the rules are shared by
+every chat); with ``fp32`` every turn evaluates the whole chat again (docs/self-play.md, The budget).
+
 Role-conditioned advantages (SPIRAL, arXiv 2506.24119): a trained episode's GRPO group is its
 (seed, seat) pair, :func:`role_group`, so each seat is compared with the same seat's other games.
 A baseline shared by the seats would credit the seat's own expected return (Kuhn poker's second
@@ -185,7 +192,11 @@ class SelfPlayGenerator(Generator):
         self.agents: list[str] = list(game.agents)
         self.counts = GameCounts(self.agents, list(config.opponents))
         self.scripted = {kind: game.scripted[kind]() for kind in config.opponents if kind in game.scripted}
-        self.pool = SnapshotPool(self.out / "pool", config.pool_size, config.model) if config.snapshot_every else None
+        self.pool = (
+            SnapshotPool(self.out / "pool", config.pool_size, config.model, config.rollout_precision)
+            if config.snapshot_every
+            else None
+        )
         self.batch_size = min(config.concurrency, config.prompts_per_step * config.group_size)
         self._start(saved)
 
