@@ -1,4 +1,4 @@
-"""Self-play GRPO, measured: SmolLM2-135M trains by playing itself, and every checkpoint is evaluated.
+"""Self-play GRPO, measured: SmolLM2-135M, warmed up on legal moves, plays itself; every checkpoint is evaluated.
 
 Every stage is one of llmgym's public commands, run as a subprocess and printed before it runs
 (``benchmarks/stages.py``), in ``OUT/<game>/`` for each of ``--games`` (Kuhn poker by default;
@@ -8,44 +8,45 @@ Every stage is one of llmgym's public commands, run as a subprocess and printed 
    a uniformly random player and against the game's bot, ``eval_seeds`` seeds in each seat
    (200 games per opponent), the same seeds for every model;
 2. ``exploitability-base`` (Kuhn): ``llmgym exploitability``: the base model's NashConv;
-3. ``grpo``: ``llmgym train grpo <ma-id> --lora --opponents ...``: one policy on both seats from the
-   base model, a frozen snapshot of its LoRA weights every ``snapshot_every`` steps into
-   ``grpo/pool/step-<n>`` (the pool keeps them all, so every checkpoint can be evaluated);
-4. ``eval-step<N>`` and ``exploitability-step<N>`` for each snapshot (and the final adapter):
-   the same evaluations;
-5. ``league``: ``llmgym league`` of the base model, every checkpoint, random and the bot, round robin
-   in both seats, rated with openskill (the rating curve: each checkpoint's ordinal).
+3. ``teacher``: ``llmgym eval <ma-id> --policy scripted:legal-random --opponent scripted:random``,
+   ``teacher_seeds`` seeds in each seat: games in which both players answer with one legal action;
+4. ``sft``: ``llmgym train sft --lora`` on every teacher episode, ``sft_epochs`` epochs. The base
+   model answers with a legal move about 2% of the time, so in most GRPO groups every game ends the
+   same way (the first mover forfeits) and self-play has no signal; the warm-up teaches the format
+   of a legal move, not which move is good (no ``--min-reward``: that is GRPO's to learn);
+5. ``eval-sft`` and ``exploitability-sft``: the evaluations of the SFT adapter;
+6. ``grpo``: ``llmgym train grpo <ma-id> --lora --init-adapter sft/final --opponents ...``: one policy
+   on both seats from the SFT adapter, a frozen snapshot of its LoRA weights every ``snapshot_every``
+   steps into ``grpo/pool/step-<n>`` (the pool keeps them all, so every checkpoint can be evaluated),
+   decoding on bf16 copies with a KV cache slot per episode (``rollout_precision``);
+7. ``eval-step<N>`` and ``exploitability-step<N>`` for each snapshot (and the final adapter);
+8. ``league``: ``llmgym league`` of the base model, the SFT adapter, every checkpoint, random and the
+   bot, round robin in both seats, rated with openskill (the rating curve: each checkpoint's ordinal).
 
 The bots: in Kuhn poker :class:`CFRBot`, which samples OpenSpiel's CFR average policy (300
 iterations, NashConv 0.006: a near-Nash player no strategy beats on average over both seats; the
 stages import it from this file, ``scripted:self_play:CFRBot``, with the script's folder on their
 ``PYTHONPATH``); in Tic-Tac-Toe the game's own ``scripted:mcts`` (OpenSpiel's MCTS, 200 simulations).
 
-The report, per game and per point (base, each checkpoint): the legal-action rate (the model's
+The report, per game and per point (base, SFT, each checkpoint): the legal-action rate (the model's
 replies that named one legal action, of all it wrote), the win rate and mean return against random
 and against the bot, each with a 95% CI over the 200 games (1.96 x standard error), the NashConv
 beside uniform random's (0.9167 in Kuhn) and CFR's, and the league's mu, sigma and ordinal; the
-paired difference final - base against random (game by game, paired by seed and seat), and each
-stage's wall time. ``benchmarks/results/self_play.json`` and a PNG beside it.
+paired differences against random (game by game, paired by seed and seat) final - base, sft - base
+and final - sft, and each stage's wall time. ``benchmarks/results/self_play.json`` and a PNG beside it.
 
-Budget (the defaults: 90 minutes on the shared 2-core machine at 2 torch threads). Measured with
-two other GRPO runs on the same cores (load average 5): a smollm2 self-play step on Kuhn (8 games x
-2 seeds from the opponent mix, at most 8 new tokens a reply) took 254 s, 218 s of it generating
-(the base model's replies were 2.3% legal; 3 of 4 role groups had no reward spread); with 32 new
-tokens a step took 449 s and no reply was legal. An evaluation point (400 games on llama.cpp, 16 at
-a time) takes about 6.5 min at that load (16 games in 15.5 s), an exploitability 2.3 min, the league
-(200 games) about 3.5 min. So: 12 steps x 254 s = 51 min, 3 points x (6.5 + 2.3) = 26 min and the
-league 3.5 min: 81 minutes. On an idle machine the same run is shorter; ``--steps`` trains on.
+The defaults are sized to 90 minutes on the shared 2-core machine at 2 torch threads; the
+arithmetic, from what was measured there, is in docs/self-play.md (The budget).
 
-Run (``--tiny --model tiny-random`` exercises every stage in about two minutes)::
+Run (``--tiny --model tiny-random`` exercises every stage in about three minutes)::
 
     python benchmarks/self_play.py [--out runs/self_play] [--games kuhn tictactoe]
     python benchmarks/self_play.py --tiny --model tiny-random --out /tmp/sp --results /tmp/sp.json
 
 Each stage leaves ``stage.json`` when it finishes and a rerun skips it; a killed GRPO run resumes with
-its snapshot pool (``--resume``), a killed evaluation, exploitability or league starts over (a
-multi-agent evaluation has no ``--resume``). ``--steps`` above a finished run's trains on from its
-last checkpoint; the stages after it run again.
+its snapshot pool (``--resume``), a killed teacher, SFT, evaluation, exploitability or league starts
+over (a multi-agent evaluation has no ``--resume``). ``--steps`` above a finished run's trains on from
+its last checkpoint; when the teacher, SFT or GRPO stage runs again, every stage after it runs again.
 """
 
 from __future__ import annotations
@@ -134,6 +135,14 @@ class Recipe:
 
     model: str = "smollm2"
     games: tuple[str, ...] = ("kuhn",)
+    teacher_seeds: int = 50
+    """Seeds in each seat of the teacher's games against random: 100 games, each seat's replies all legal (in Kuhn
+    poker about 115 of the teacher's and as many of random's, every episode kept for SFT)."""
+    teacher_seed: int = 0
+    sft_epochs: int = 2
+    """Short: the replies are single words, and the format is what the warm-up is for."""
+    sft_lr: float = 5e-4
+    sft_batch_size: int = 8
     steps: int = 12
     snapshot_every: int = 6
     """Steps between frozen snapshots: the pool's opponents and the evaluated checkpoints."""
@@ -146,6 +155,9 @@ class Recipe:
     lr: float = 1e-4
     temperature: float = 1.0
     max_new_tokens: int = 8
+    rollout_precision: str = "bf16"
+    """How GRPO decodes (``GRPOConfig.rollout_precision``): a bf16 copy with a KV cache slot per episode, so a turn
+    evaluates only what the slots do not hold (the rules every chat shares, the chat so far), not the whole chat."""
     rate_every: int = 0
     """Steps between the trainer's own rating rounds (0: off; the final league rates every checkpoint)."""
     rate_games: int = 4
@@ -164,9 +176,11 @@ class Recipe:
 
     @classmethod
     def tiny(cls, model: str) -> Recipe:
-        """Budgets that run every stage in about two minutes (for tests and trying the script)."""
+        """Budgets that run every stage in about three minutes (for tests and trying the script)."""
         return cls(
             model=model,
+            teacher_seeds=2,
+            sft_epochs=1,
             steps=2,
             snapshot_every=1,
             group_size=2,
@@ -189,18 +203,20 @@ def adapter(out: Path, recipe: Recipe, step: int) -> Path:
 def stages(recipe: Recipe, game_name: str, out: Path) -> dict[str, list[str]]:
     """Each stage's ``llmgym`` arguments for one game, in order."""
     game = GAMES[game_name]
+    warm = out / "sft" / "final"  # the SFT adapter: where GRPO starts
     runs = {"eval-base": _evaluation(recipe, game, recipe.model, out / "eval-base")}
     if game.exploitability:
         runs["exploitability-base"] = _exploitability(recipe, game, None, out / "exploitability-base")
-    runs["grpo"] = _grpo(recipe, game, out / "grpo")
-    for step in recipe.checkpoints():
-        weights = adapter(out, recipe, step)
-        runs[f"eval-step{step}"] = _evaluation(recipe, game, str(weights), out / f"eval-step{step}")
+    runs["teacher"] = _teacher(recipe, game, out / "teacher")
+    runs["sft"] = _sft(recipe, out / "teacher" / "episodes.jsonl", out / "sft")
+    checkpoints = {"sft": warm, **{f"step{step}": adapter(out, recipe, step) for step in recipe.checkpoints()}}
+    for name, weights in checkpoints.items():
+        runs[f"eval-{name}"] = _evaluation(recipe, game, str(weights), out / f"eval-{name}")
         if game.exploitability:
-            runs[f"exploitability-step{step}"] = _exploitability(
-                recipe, game, weights, out / f"exploitability-step{step}"
-            )
-    players = {"base": recipe.model, **{f"step{s}": str(adapter(out, recipe, s)) for s in recipe.checkpoints()}}
+            runs[f"exploitability-{name}"] = _exploitability(recipe, game, weights, out / f"exploitability-{name}")
+        if name == "sft":
+            runs["grpo"] = _grpo(recipe, game, warm, out / "grpo")
+    players = {"base": recipe.model, **{name: str(weights) for name, weights in checkpoints.items()}}
     league = [f"--player={name}=local:{recipe.backend}:{model}" for name, model in players.items()]
     league += [f"--player=random={RANDOM}", f"--player=bot={game.bot}"]
     league += flags(games_per_pair=recipe.league_seeds, seed=recipe.eval_seed, **_sampling(recipe))
@@ -231,15 +247,31 @@ def _exploitability(recipe: Recipe, game: Game, weights: Path | None, folder: Pa
     return ["exploitability", game.env_id, "--model", recipe.model, *extra, "--device", "cpu", "--out", str(folder)]
 
 
-def _grpo(recipe: Recipe, game: Game, folder: Path) -> list[str]:
-    """``llmgym train grpo`` by self-play, snapshots every ``snapshot_every`` steps."""
-    args = flags(model=recipe.model, lora=True, steps=recipe.steps, group_size=recipe.group_size)
+def _teacher(recipe: Recipe, game: Game, folder: Path) -> list[str]:
+    """``llmgym eval`` of ``scripted:legal-random`` against random in both seats: the SFT episodes."""
+    players = ["--policy", "scripted:legal-random", "--opponent", RANDOM]
+    budget = flags(num_seeds=recipe.teacher_seeds, seed=recipe.teacher_seed)
+    return ["eval", game.env_id, *players, *budget, "--no-progress", "--out", str(folder)]
+
+
+def _sft(recipe: Recipe, episodes: Path, folder: Path) -> list[str]:
+    """``llmgym train sft --lora`` on every teacher episode: both players' replies are legal moves, and the format of
+    a legal move is what it teaches (no ``--min-reward``: which move wins is for GRPO)."""
+    args = flags(episodes=episodes, model=recipe.model, lora=True, epochs=recipe.sft_epochs, lr=recipe.sft_lr)
+    args += flags(batch_size=recipe.sft_batch_size)
+    return ["train", "sft", *args, "--no-progress", "--out", str(folder)]
+
+
+def _grpo(recipe: Recipe, game: Game, warm: Path, folder: Path) -> list[str]:
+    """``llmgym train grpo`` by self-play from the SFT adapter ``warm``, snapshots every ``snapshot_every`` steps."""
+    args = flags(model=recipe.model, lora=True, init_adapter=warm, steps=recipe.steps, group_size=recipe.group_size)
     args += flags(prompts_per_step=recipe.prompts_per_step, lr=recipe.lr, temperature=recipe.temperature)
     args += flags(max_new_tokens=recipe.max_new_tokens, opponents=recipe.opponents)
     args += flags(snapshot_every=recipe.snapshot_every, pool_size=recipe.pool_size)
     args += flags(rate_every=recipe.rate_every, rate_games=recipe.rate_games)
     args += flags(exploitability_every=recipe.snapshot_every if game.exploitability else 0)
     args += flags(set=f"torch_threads={recipe.torch_threads}")
+    args += flags(set=f"rollout_precision={recipe.rollout_precision}")
     return ["train", "grpo", game.env_id, *args, "--no-progress", "--out", str(folder)]
 
 
@@ -250,18 +282,18 @@ def run(recipe: Recipe, out: Path, only: tuple[str, ...] = ()) -> dict[str, dict
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), path]))
     walls: dict[str, dict[str, float]] = {}
     for game_name in recipe.games:
-        folder, walls[game_name], trained = out / game_name, {}, False
+        folder, walls[game_name], stale = out / game_name, {}, False
         folder.mkdir(parents=True, exist_ok=True)
         for name, args in stages(recipe, game_name, folder).items():
             if only and not name.startswith(only):
                 continue
             stage = folder / name
             unfinished = stage.exists() and not (stage / "stage.json").exists()
-            if (trained or unfinished) and name != "grpo" and stage.exists():
-                shutil.rmtree(stage)  # made from an older training run, or killed: a game evaluation starts over
+            if stage.exists() and (stale or (unfinished and name != "grpo")):
+                shutil.rmtree(stage)  # made from older teacher, SFT or GRPO output, or killed (GRPO resumes)
             record = run_stage(name, args, stage, folder / "logs", recipe.torch_threads)
             walls[game_name][name] = record["wall_s"]
-            trained |= name == "grpo" and record["ran"]
+            stale |= name in ("teacher", "sft", "grpo") and record["ran"]
     return walls
 
 
@@ -336,7 +368,7 @@ def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], opponent: str) -> d
 def game_report(recipe: Recipe, game_name: str, out: Path) -> dict[str, Any]:
     """One game's points (base, each checkpoint), the paired final - base difference, NashConv references, the
     league and the training metrics."""
-    names = {"base": 0, **{f"step{s}": s for s in recipe.checkpoints()}}
+    names = {"base": 0, "sft": 0, **{f"step{s}": s for s in recipe.checkpoints()}}
     games = {
         name: model_games(out / f"eval-{name}") for name in names if (out / f"eval-{name}" / "summary.json").exists()
     }
@@ -348,14 +380,15 @@ def game_report(recipe: Recipe, game_name: str, out: Path) -> dict[str, Any]:
         point["rating"] = standings.get(name)
         points.append(point)
     final = f"step{recipe.checkpoints()[-1]}"
+    pairs = [(final, "base"), ("sft", "base"), (final, "sft")]  # the whole recipe, the warm-up, GRPO
     references = _nash_conv(out / "exploitability-base" / "exploitability.json")
     return {
         "env_id": GAMES[game_name].env_id,
         "bot": GAMES[game_name].bot,
         "points": points,
-        "paired": {f"{final} - base vs random": paired(games[final], games["base"], "random")}
-        if final in games and "base" in games
-        else {},
+        "paired": {
+            f"{a} - {b} vs random": paired(games[a], games[b], "random") for a, b in pairs if a in games and b in games
+        },
         "nash_conv_uniform": references.get("uniform"),
         "nash_conv_cfr": references.get("cfr"),
         "league": standings,
@@ -475,7 +508,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "self_play", help="run folder")
     parser.add_argument("--model", default="smollm2", help="base model (tiny-random to try the pipeline)")
     parser.add_argument("--games", nargs="+", choices=sorted(GAMES), help="games to train on (default kuhn)")
-    parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in about two minutes")
+    parser.add_argument("--tiny", action="store_true", help="tiny budgets: every stage in about three minutes")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON (a PNG is written beside it)")
     parser.add_argument("--steps", type=int, help="GRPO steps (more than a finished run's: it trains on)")
     parser.add_argument(

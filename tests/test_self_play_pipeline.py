@@ -1,6 +1,7 @@
-"""benchmarks/self_play.py: how it reads a game (illegal replies, pairs by seed and seat), its CFR bot, and, with tiny
-budgets on tiny-random, every stage (evaluations, exploitability, self-play GRPO, the league) running once, the results
-JSON holding every point's fields, and a rerun skipping the finished stages. No numbers asserted."""
+"""benchmarks/self_play.py: how it reads a game (illegal replies, pairs by seed and seat), its CFR bot, the warm-up's
+stages (teacher, SFT, GRPO from the SFT adapter) and what a stage that ran again makes stale, and, with tiny budgets on
+tiny-random, every stage (teacher, SFT, evaluations, exploitability, self-play GRPO, the league) running once, the
+results JSON holding every point's fields, and a rerun skipping the finished stages. No numbers asserted."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ pytest.importorskip("openskill")
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "self_play.py"
 sys.path.insert(0, str(SCRIPT.parent))  # the script imports benchmarks/stages.py as ``stages``, as when it runs
 self_play = importlib.import_module("self_play")
-STAGES = ["eval-base", "exploitability-base", "grpo", "eval-step1", "exploitability-step1"]
-STAGES += ["eval-step2", "exploitability-step2", "league"]
+STAGES = ["eval-base", "exploitability-base", "teacher", "sft", "eval-sft", "exploitability-sft", "grpo"]
+STAGES += ["eval-step1", "exploitability-step1", "eval-step2", "exploitability-step2", "league"]
 
 
 def test_illegal_replies_are_those_the_game_answers_with_illegal_move():
@@ -62,6 +63,40 @@ def test_cfr_bot_plays_a_legal_action_the_same_for_the_same_seed():
     assert choices[0] == choices[1] and set(choices[0]) <= {"Pass", "Bet"}
 
 
+def test_the_warm_up_teaches_legal_moves_and_grpo_starts_from_its_adapter(tmp_path):
+    recipe = self_play.Recipe()
+    runs = self_play.stages(recipe, "kuhn", tmp_path)
+    assert list(runs)[:7] == STAGES[:7] and list(runs)[-1] == "league"
+    teacher, sft, grpo = runs["teacher"], runs["sft"], runs["grpo"]
+    assert teacher[:2] == ["eval", "llmgym/ma-os-KuhnPoker-v0"] and "--round-robin" not in teacher
+    assert teacher[teacher.index("--policy") + 1] == "scripted:legal-random"
+    assert sft[:2] == ["train", "sft"] and "--min-reward" not in sft and "--lora" in sft
+    assert sft[sft.index("--episodes") + 1] == str(tmp_path / "teacher" / "episodes.jsonl")
+    assert grpo[grpo.index("--init-adapter") + 1] == str(tmp_path / "sft" / "final")
+    assert "rollout_precision=bf16" in grpo
+    assert runs["eval-sft"][runs["eval-sft"].index("--model") + 1] == str(tmp_path / "sft" / "final")
+    assert f"--player=sft=local:llama.cpp:{tmp_path / 'sft' / 'final'}" in runs["league"]
+
+
+def test_a_stage_that_ran_again_makes_the_stages_after_it_start_over(tmp_path, monkeypatch):
+    recipe = self_play.Recipe(games=("kuhn",))
+    names = list(self_play.stages(recipe, "kuhn", tmp_path / "kuhn"))
+    for name in names:
+        (tmp_path / "kuhn" / name).mkdir(parents=True)
+        (tmp_path / "kuhn" / name / "stage.json").write_text("{}")
+    found = {}
+
+    def fake_stage(name, args, folder, logs, threads):
+        found[name] = folder.exists()  # still there: it is skipped; removed: it runs again
+        return {"wall_s": 1.0, "ran": not found[name]}
+
+    (tmp_path / "kuhn" / "sft" / "stage.json").unlink()  # killed during SFT
+    monkeypatch.setattr(self_play, "run_stage", fake_stage)
+    self_play.run(recipe, tmp_path)
+    after = names.index("sft")
+    assert all(found[name] for name in names[:after]) and not any(found[name] for name in names[after:])
+
+
 def run(out: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, str(SCRIPT), "--tiny", "--model", "tiny-random", "--out", str(out)]
     return subprocess.run(
@@ -81,13 +116,17 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
 
     results = json.loads((out / "results.json").read_text())
     kuhn = results["games"]["kuhn"]
-    assert [p["name"] for p in kuhn["points"]] == ["base", "step1", "step2"]
+    assert [p["name"] for p in kuhn["points"]] == ["base", "sft", "step1", "step2"]
     for point in kuhn["points"]:
         assert set(point) >= {"legal", "random", "bot", "nash_conv", "rating", "step", "failed_games"}
         assert point["random"]["win"]["n"] + point["failed_games"] >= 1 and point["nash_conv"] is not None
         assert set(point["rating"]) == {"mu", "sigma", "ordinal", "score", "games"}
-    assert set(kuhn["league"]) == {"base", "step1", "step2", "random", "bot"}
-    assert set(kuhn["paired"]["step2 - base vs random"]) == {"win", "reward"}
+    assert set(kuhn["league"]) == {"base", "sft", "step1", "step2", "random", "bot"}
+    assert set(kuhn["paired"]) == {"step2 - base vs random", "sft - base vs random", "step2 - sft vs random"}
+    assert set(kuhn["paired"]["step2 - sft vs random"]) == {"win", "reward"}
+    teacher = self_play.model_games(out / "kuhn" / "teacher")
+    assert teacher and sum(g["replies"] for g in teacher) > 0 and sum(g["illegal"] for g in teacher) == 0
+    assert (out / "kuhn" / "sft" / "final" / "adapter_config.json").is_file()
     assert kuhn["nash_conv_uniform"] > kuhn["nash_conv_cfr"] and kuhn["training"]
     assert set(results["stage_wall_s"]["kuhn"]) == set(STAGES)
     assert (out / "results.png").stat().st_size > 1000
