@@ -96,8 +96,9 @@ class Recipe:
     max_new_tokens: int = 8
     eval_episodes: int = 200
     eval_seed: int = 100_000
-    every_answer: tuple[str, ...] = ("random", "teacher", "sft", "grpo-turn-s0", "grpo-outcome-s0", "grpo-rebn-s0")
-    """The models also evaluated once on each of the 400 held-out answers (``all400-<model>`` stages)."""
+    every_answer: tuple[str, ...] | None = None
+    """The models also evaluated once on each of the 400 held-out answers (``all400-<model>`` stages);
+    ``None``: every model (random, teacher, base, SFT and each GRPO run)."""
     eval_backend: str = "llama.cpp"  # the adapters as GGUF LoRA on the Q4_1 base: what --model smollm2-wordle runs
     torch_threads: int = 1
 
@@ -168,9 +169,8 @@ def _every_answer_stages(recipe: Recipe, out: Path, model_eval: list[str]) -> di
     players["base"] = [*model_eval, "--model", recipe.model]
     players["sft"] = [*model_eval, "--model", str(out / "sft" / "final")]
     players.update({name: [*model_eval, "--model", str(out / name / "final")] for name in recipe.grpo_runs()})
-    return {
-        f"all400-{name}": [*base, *players[name], "--out", str(out / f"all400-{name}")] for name in recipe.every_answer
-    }
+    names = recipe.every_answer if recipe.every_answer is not None else tuple(players)
+    return {f"all400-{name}": [*base, *players[name], "--out", str(out / f"all400-{name}")] for name in names}
 
 
 def _arms_and_seeds(recipe: Recipe) -> list[tuple[str, int]]:
