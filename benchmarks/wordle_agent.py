@@ -245,11 +245,8 @@ def pooled(runs: list[dict[int, dict[str, float]]]) -> dict[int, dict[str, float
 
 def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]:
     """Each evaluated model's metrics with CIs, paired differences, the SFT and GRPO curves, stage times."""
-    scores = {
-        path.name.removeprefix("eval-"): episode_scores(path / "episodes.jsonl")
-        for path in sorted(out.glob("eval-*"))
-        if (path / "summary.json").exists()
-    }
+    evaluations = finished_evaluations(out, "eval-")
+    scores = {name: episode_scores(episodes) for name, episodes in evaluations.items()}
     for arm in recipe.grpo_arms:  # an arm's score on a game: the mean over its training seeds
         runs = [scores[name] for name in recipe.grpo_runs() if name.startswith(f"grpo-{arm}-") and name in scores]
         if runs:
@@ -266,11 +263,7 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
         "models": {name: summarize(per_seed, seeds) for name, per_seed in scores.items()},
         "paired": {f"{a} - {b}": paired(scores[a], scores[b], seeds) for a, b in pairs if a in scores and b in scores},
         "every_answer": _every_answer_report(out),
-        "diagnosis": {
-            path.name.removeprefix("eval-"): diagnose(path / "episodes.jsonl")
-            for path in sorted(out.glob("eval-*"))
-            if (path / "summary.json").exists()
-        },
+        "diagnosis": {name: diagnose(episodes) for name, episodes in evaluations.items()},
         "sft_curve": _curve(out / "sft", ("loss", "val_loss", "epoch")),
         "grpo_curves": {name: _curve(out / name, ("reward", "time/step")) for name in recipe.grpo_runs()},
         "stage_wall_s": walls,
@@ -280,14 +273,19 @@ def report(recipe: Recipe, out: Path, walls: dict[str, float]) -> dict[str, Any]
     }
 
 
+def finished_evaluations(out: Path, prefix: str) -> dict[str, Path]:
+    """The ``episodes.jsonl`` of every finished evaluation stage named ``<prefix><model>``, by model."""
+    return {
+        path.name.removeprefix(prefix): path / "episodes.jsonl"
+        for path in sorted(out.glob(f"{prefix}*"))
+        if (path / "summary.json").exists()
+    }
+
+
 def _every_answer_report(out: Path) -> dict[str, Any]:
     """The ``all400-*`` evaluations (one game per held-out answer): each model's metrics, and each trained
     run minus SFT answer by answer."""
-    scores = {
-        path.name.removeprefix("all400-"): episode_scores(path / "episodes.jsonl")
-        for path in sorted(out.glob("all400-*"))
-        if (path / "summary.json").exists()
-    }
+    scores = {name: episode_scores(episodes) for name, episodes in finished_evaluations(out, "all400-").items()}
     if not scores:
         return {}
     answers = sorted(set.intersection(*(set(s) for s in scores.values())))
