@@ -143,12 +143,12 @@ class Recipe:
     """Short: the replies are single words, and the format is what the warm-up is for."""
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
-    steps: int = 12
-    snapshot_every: int = 6
+    steps: int = 96
+    snapshot_every: int = 16
     """Steps between frozen snapshots: the pool's opponents and the evaluated checkpoints."""
     opponents: str = "self=0.5,pool=0.3,random=0.2"
     pool_size: int = 8
-    """Snapshots the pool keeps: every one up to 42 steps, the initial weights too, so each checkpoint stays on disk
+    """Snapshots the pool keeps: every one up to 112 steps, the initial weights too, so each checkpoint stays on disk
     for its evaluation (a run trained on with ``--steps`` keeps its command, which only ``--steps`` may change)."""
     group_size: int = 8
     prompts_per_step: int = 2

@@ -54,9 +54,10 @@ _FOLD = re.compile(r"\s+")
 #: How to read a curated game's text (formatted with the game's parameters), and each player's mark or piece.
 GAME_NOTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kuhn_poker": (
-        "Three cards: 0 (Jack) < 1 (Queen) < 2 (King). Each player antes 1 chip and gets one private card. "
-        "Pass or Bet 1 chip; after a bet the other player must Bet (call) or Pass (fold). At a showdown the higher "
-        "card takes the pot. Your information state is your card, then the actions so far (p = pass, b = bet).",
+        "Three cards: Jack < Queen < King (OpenSpiel's 0, 1 and 2). Each player antes 1 chip and gets one private "
+        "card. Pass or Bet 1 chip; after a bet the other player must Bet (call) or Pass (fold). At a showdown the "
+        "higher card takes the pot. Your view shows your card, the moves so far, and OpenSpiel's information state "
+        "(your card, then p = pass, b = bet).",
         (),
     ),
     "leduc_poker": (
@@ -119,6 +120,29 @@ GAME_NOTES: dict[str, tuple[str, tuple[str, ...]]] = {
         (),
     ),
 }
+
+
+def kuhn_view(information_state: str, players: int = 2) -> str:
+    """Kuhn poker's information state (``"2pb"``: the king, then pass, bet) in words, the state itself kept.
+
+    A small model conditions on ``Your card: King`` far more easily than on a leading digit (SmolLM2-135M
+    warmed up on the bare string played the same mix of Pass and Bet whatever its card).
+
+    Example:
+        >>> print(kuhn_view("2pb"))
+        Your card: King
+        Moves so far: player 0 Pass, player 1 Bet
+        Information state: 2pb
+    """
+    card, moves = information_state[0], information_state[1:]
+    names = {"0": "Jack", "1": "Queen", "2": "King", "3": "Ace"}
+    said = [f"player {turn % players} {'Pass' if move == 'p' else 'Bet'}" for turn, move in enumerate(moves)]
+    lines = [f"Your card: {names.get(card, card)}", f"Moves so far: {', '.join(said) or 'none'}"]
+    return "\n".join([*lines, f"Information state: {information_state}"])
+
+
+#: A curated game's information state in words: ``(information state, number of players) -> view``.
+VIEWS = {"kuhn_poker": kuhn_view}
 
 
 def load_game(name: str, params: dict[str, Any] | None = None) -> pyspiel.Game:
@@ -241,6 +265,8 @@ class OpenSpielText:
             text = state.observation_string(player)
         else:
             text = state.information_state_string(player)
+            if self.name in VIEWS:
+                return VIEWS[self.name](text, self.num_players)
         return text.rstrip() or "(nothing has happened yet)"
 
     def acting(self, state: pyspiel.State) -> list[int]:

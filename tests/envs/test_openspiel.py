@@ -86,10 +86,15 @@ def test_kuhn_each_player_sees_only_its_own_card():
         for player, agent in enumerate(game.possible_agents):
             texts = [*seen[agent], game.observe(agent)["text"]]
             views = [
-                part.split("\n")[0] for text in texts for part in text.split(f"Your view (player {player}):\n")[1:]
+                part.split("\n")[:3] for text in texts for part in text.split(f"Your view (player {player}):\n")[1:]
             ]
+            names = ["Jack", "Queen", "King"]
             assert len(views) >= 2 and all(
-                view[0] == str(cards[player]) and str(cards[1 - player]) not in view for view in views
+                card == f"Your card: {names[cards[player]]}"
+                and state.startswith(f"Information state: {cards[player]}")
+                and names[cards[1 - player]] not in "".join(view)
+                for view in views
+                for card, _, state in [view]
             )
             assert all(f"{cards[0]} {cards[1]}" not in text for text in texts)  # OpenSpiel's whole-state string
 
