@@ -377,6 +377,7 @@ def game_report(recipe: Recipe, game_name: str, out: Path) -> dict[str, Any]:
     for name, step in names.items():
         point = {"name": name, "step": step, **(point_summary(games[name]) if name in games else {})}
         point["nash_conv"] = _nash_conv(out / f"exploitability-{name}" / "exploitability.json").get("model")
+        point["policy"] = _policy(out / f"exploitability-{name}" / "exploitability.json")
         point["rating"] = standings.get(name)
         points.append(point)
     final = f"step{recipe.checkpoints()[-1]}"
@@ -404,6 +405,14 @@ def _nash_conv(path: Path) -> dict[str, float]:
     values = data["nash_conv"]
     cfr = next(value for name, value in values.items() if name.startswith("cfr-"))
     return {"model": values[data["run"]["model"]], "uniform": values["uniform"], "cfr": cfr}
+
+
+def _policy(path: Path) -> dict[str, dict[str, float]] | None:
+    """An ``exploitability.json``'s table of the model's policy: information state -> action -> probability."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return data.get("policies", {}).get(data["run"]["model"])
 
 
 def _standings(path: Path) -> dict[str, dict[str, float]]:
@@ -456,12 +465,28 @@ def table(results: dict[str, Any]) -> str:
             )
         if game["nash_conv_uniform"] is not None:
             lines.append(f"NashConv of uniform random {game['nash_conv_uniform']:.4f}, CFR {game['nash_conv_cfr']:.4f}")
+        lines += policy_lines(game["points"])
         for pair, stats in game["paired"].items():
             lines.append(f"{pair}: win {_cell(stats['win'], True)}, reward {_cell(stats['reward'], True)}")
         references = {k: v["ordinal"] for k, v in game["league"].items() if k in ("random", "bot")}
         if references:
             lines.append("league ordinal: " + ", ".join(f"{k} {v:.2f}" for k, v in references.items()))
     return "\n".join(lines)
+
+
+def policy_lines(points: list[dict[str, Any]]) -> list[str]:
+    """Each scored point's probability of its first legal action at every information state (Kuhn: Pass), so a
+    reader sees whether the policy depends on the card."""
+    scored = [p for p in points if p.get("policy")]
+    if not scored:
+        return []
+    states = list(scored[0]["policy"])
+    first = next(iter(scored[0]["policy"][states[0]]))
+    lines = [f"P({first}) at each information state", f"{'state':<9}" + " ".join(f"{s:>5}" for s in states)]
+    for point in scored:
+        cells = " ".join(f"{next(iter(point['policy'][state].values())):>5.2f}" for state in states)
+        lines.append(f"{point['name']:<9}{cells}")
+    return lines
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -51,6 +51,19 @@ def test_paired_compares_the_same_seed_and_seat_against_one_opponent():
     assert difference["reward"]["mean"] == 1.5
 
 
+def test_policy_lines_show_the_first_action_at_every_information_state():
+    points = [
+        {"name": "base", "policy": {"0": {"Pass": 0.25, "Bet": 0.75}, "2pb": {"Pass": 1.0, "Bet": 0.0}}},
+        {"name": "step16", "policy": None},  # not scored: left out
+        {"name": "step32", "policy": {"0": {"Pass": 0.5, "Bet": 0.5}, "2pb": {"Pass": 0.0, "Bet": 1.0}}},
+    ]
+    lines = self_play.policy_lines(points)
+    assert lines[0] == "P(Pass) at each information state"
+    assert lines[1].split() == ["state", "0", "2pb"]
+    assert lines[2].split() == ["base", "0.25", "1.00"] and lines[3].split() == ["step32", "0.50", "0.00"]
+    assert self_play.policy_lines([{"name": "base", "policy": None}]) == []
+
+
 def test_cfr_bot_plays_a_legal_action_the_same_for_the_same_seed():
     pytest.importorskip("pyspiel")
     from llmgym.envs.multiagent.openspiel_game import env
@@ -121,6 +134,7 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
         assert set(point) >= {"legal", "random", "bot", "nash_conv", "rating", "step", "failed_games"}
         assert point["random"]["win"]["n"] + point["failed_games"] >= 1 and point["nash_conv"] is not None
         assert set(point["rating"]) == {"mu", "sigma", "ordinal", "score", "games"}
+        assert len(point["policy"]) == 12 and all(set(p) == {"Pass", "Bet"} for p in point["policy"].values())
     assert set(kuhn["league"]) == {"base", "sft", "step1", "step2", "random", "bot"}
     assert set(kuhn["paired"]) == {"step2 - base vs random", "sft - base vs random", "step2 - sft vs random"}
     assert set(kuhn["paired"]["step2 - sft vs random"]) == {"win", "reward"}
@@ -131,6 +145,7 @@ def test_every_stage_runs_and_a_rerun_skips_them(tmp_path):
     assert set(results["stage_wall_s"]["kuhn"]) == set(STAGES)
     assert (out / "results.png").stat().st_size > 1000
     assert "win vs random" in done.stdout and "NashConv of uniform random" in done.stdout
+    assert "P(Pass) at each information state" in done.stdout
 
     again = run(out)
     assert again.returncode == 0 and again.stdout.count("skipped") == len(STAGES)
