@@ -500,32 +500,45 @@ def plot(results: dict[str, Any], path: Path) -> None:
     games = results["games"]
     figure, axes = plt.subplots(len(games), 4, figsize=(18, 4 * len(games)), squeeze=False)
     for (name, game), (legal, wins, nash, rating) in zip(games.items(), axes):
-        points = [p for p in game["points"] if "legal" in p]
+        # the curve starts at the warm-up (step 0); the base model, also step 0, is a line of its own
+        base = next((p for p in game["points"] if p["name"] == "base"), {})
+        points = [p for p in game["points"] if "legal" in p and p["name"] != "base"]
         steps = [p["step"] for p in points]
         legal.errorbar(steps, [p["legal"]["mean"] for p in points], [p["legal"]["ci95"] for p in points], fmt="o-")
-        legal.set(xlabel="GRPO step", ylabel="legal replies", title=f"{name}: legal-action rate (95% CI)")
-        for opponent in OPPONENTS:
+        _base_line(legal, base.get("legal", {}).get("mean"))
+        legal.set(xlabel="GRPO step (0: the SFT warm-up)", ylabel="legal replies", title=f"{name}: legal-action rate")
+        for opponent, colour in zip(OPPONENTS, ("C0", "C1")):
             stats = [p[opponent]["win"] for p in points]
-            wins.errorbar(steps, [s["mean"] for s in stats], [s["ci95"] for s in stats], fmt="o-", label=opponent)
-        wins.set(xlabel="GRPO step", ylabel="win rate", title=f"{name}: win rate, both seats (95% CI)")
+            means, errors = [s["mean"] for s in stats], [s["ci95"] for s in stats]
+            wins.errorbar(steps, means, errors, fmt="o-", color=colour, label=f"vs {opponent}")
+            _base_line(wins, base.get(opponent, {}).get("win", {}).get("mean"), colour, f"base vs {opponent}")
+        wins.set(xlabel="GRPO step (0: the SFT warm-up)", ylabel="win rate", title=f"{name}: win rate, both seats")
         wins.legend()
-        scored = [p for p in game["points"] if p["nash_conv"] is not None]
+        scored = [p for p in points if p["nash_conv"] is not None]
         nash.plot([p["step"] for p in scored], [p["nash_conv"] for p in scored], "o-", label="model")
         for label, value, style in (("uniform", game["nash_conv_uniform"], "--"), ("CFR", game["nash_conv_cfr"], ":")):
             if value is not None:
                 nash.axhline(value, linestyle=style, color="grey", label=label)
-        nash.set(xlabel="GRPO step", ylabel="NashConv", title=f"{name}: NashConv (0 = Nash)")
+        _base_line(nash, base.get("nash_conv"))
+        nash.set(xlabel="GRPO step (0: the SFT warm-up)", ylabel="NashConv", title=f"{name}: NashConv (0 = Nash)")
         nash.legend()
-        rated = [p for p in game["points"] if p["rating"] is not None]
+        rated = [p for p in points if p["rating"] is not None]
         rating.plot([p["step"] for p in rated], [p["rating"]["ordinal"] for p in rated], "o-", label="checkpoint")
         for label, style in (("random", "--"), ("bot", ":")):
             if label in game["league"]:
                 rating.axhline(game["league"][label]["ordinal"], linestyle=style, color="grey", label=label)
-        rating.set(xlabel="GRPO step", ylabel="ordinal (mu - 3 sigma)", title=f"{name}: league rating")
+        _base_line(rating, (base.get("rating") or {}).get("ordinal"))
+        rating.set(xlabel="GRPO step (0: the SFT warm-up)", ylabel="ordinal (mu - 3 sigma)", title=f"{name}: league")
         rating.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _base_line(axis: Any, value: float | None, colour: str = "C3", label: str = "base model") -> None:
+    """The base model's value as a thin dash-dot line across ``axis`` (nothing when it was not measured)."""
+    if value is not None:
+        axis.axhline(value, linestyle="-.", linewidth=1, color=colour, alpha=0.6, label=label)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -540,6 +553,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--only", nargs="+", default=(), metavar="PREFIX", help="run only the stages starting with these (eval-base...)"
     )
     parser.add_argument("--threads", type=int, help="torch threads per stage (default 2)")
+    parser.add_argument("--opponents", help=f"GRPO's opponent mix (default {Recipe.opponents})")
+    parser.add_argument("--lr", type=float, help=f"GRPO's learning rate (default {Recipe.lr:g})")
     args = parser.parse_args(argv)
     recipe = Recipe.tiny(args.model) if args.tiny else Recipe(model=args.model)
     if args.games:
@@ -548,6 +563,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         recipe.steps = args.steps
     if args.threads is not None:
         recipe.torch_threads = args.threads
+    recipe.opponents = args.opponents or recipe.opponents
+    recipe.lr = args.lr or recipe.lr
     walls = run(recipe, args.out.resolve(), tuple(args.only))
     results = report(recipe, args.out.resolve(), walls)
     args.results.parent.mkdir(parents=True, exist_ok=True)
