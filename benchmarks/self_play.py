@@ -59,7 +59,7 @@ import platform
 import shutil
 import time
 import zlib
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ class Recipe:
     """Short: the replies are single words, and the format is what the warm-up is for."""
     sft_lr: float = 5e-4
     sft_batch_size: int = 8
-    steps: int = 96
+    steps: int = 32
     snapshot_every: int = 16
     """Steps between frozen snapshots: the pool's opponents and the evaluated checkpoints."""
     opponents: str = "self=0.5,pool=0.3,random=0.2"
@@ -155,9 +155,11 @@ class Recipe:
     lr: float = 1e-4
     temperature: float = 1.0
     max_new_tokens: int = 8
-    rollout_precision: str = "bf16"
-    """How GRPO decodes (``GRPOConfig.rollout_precision``): a bf16 copy with a KV cache slot per episode, so a turn
-    evaluates only what the slots do not hold (the rules every chat shares, the chat so far), not the whole chat."""
+    rollout_precision: str = "auto"
+    """How GRPO decodes (``GRPOConfig.rollout_precision``): ``bf16`` is a bf16 copy with a KV cache slot per episode,
+    so a turn evaluates only what the slots do not hold (the rules every chat shares, the chat so far), not the whole
+    chat; ``auto`` takes it where a probe of this machine (:func:`~llmgym.wrappers.hardware.matmul_rates`) finds bf16
+    products faster than fp32's, else ``fp32`` (on a CPU without bf16 units bf16 products ran 60x slower)."""
     rate_every: int = 0
     """Steps between the trainer's own rating rounds (0: off; the final league rates every checkpoint)."""
     rate_games: int = 4
@@ -271,8 +273,25 @@ def _grpo(recipe: Recipe, game: Game, warm: Path, folder: Path) -> list[str]:
     args += flags(rate_every=recipe.rate_every, rate_games=recipe.rate_games)
     args += flags(exploitability_every=recipe.snapshot_every if game.exploitability else 0)
     args += flags(set=f"torch_threads={recipe.torch_threads}")
-    args += flags(set=f"rollout_precision={recipe.rollout_precision}")
+    args += flags(set=f"rollout_precision={rollout_precision(recipe)}")
     return ["train", "grpo", game.env_id, *args, "--no-progress", "--out", str(folder)]
+
+
+def rollout_precision(recipe: Recipe) -> str:
+    """The recipe's ``rollout_precision``, ``auto`` resolved by the machine's matrix-product rates at its threads."""
+    if recipe.rollout_precision != "auto":
+        return recipe.rollout_precision
+    return "bf16" if _matmul_rates(recipe.torch_threads).bf16_is_faster() else "fp32"
+
+
+@cache
+def _matmul_rates(threads: int) -> Any:
+    import torch
+
+    from llmgym.wrappers.hardware import matmul_rates
+
+    torch.set_num_threads(threads)
+    return matmul_rates()
 
 
 def run(recipe: Recipe, out: Path, only: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
@@ -439,7 +458,13 @@ def report(recipe: Recipe, out: Path, walls: dict[str, dict[str, float]]) -> dic
         "games": {name: game_report(recipe, name, out / name) for name in recipe.games},
         "stage_wall_s": walls,
         "total_wall_s": sum(sum(stages.values()) for stages in walls.values()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "matmul": _matmul_rates(recipe.torch_threads).as_dict(),
+            "rollout_precision": rollout_precision(recipe),
+        },
         "date": time.strftime("%Y-%m-%d"),
     }
 

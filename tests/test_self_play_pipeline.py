@@ -77,7 +77,7 @@ def test_cfr_bot_plays_a_legal_action_the_same_for_the_same_seed():
 
 
 def test_the_warm_up_teaches_legal_moves_and_grpo_starts_from_its_adapter(tmp_path):
-    recipe = self_play.Recipe()
+    recipe = self_play.Recipe(rollout_precision="bf16")
     runs = self_play.stages(recipe, "kuhn", tmp_path)
     assert list(runs)[:7] == STAGES[:7] and list(runs)[-1] == "league"
     teacher, sft, grpo = runs["teacher"], runs["sft"], runs["grpo"]
@@ -89,6 +89,20 @@ def test_the_warm_up_teaches_legal_moves_and_grpo_starts_from_its_adapter(tmp_pa
     assert "rollout_precision=bf16" in grpo
     assert runs["eval-sft"][runs["eval-sft"].index("--model") + 1] == str(tmp_path / "sft" / "final")
     assert f"--player=sft=local:llama.cpp:{tmp_path / 'sft' / 'final'}" in runs["league"]
+
+
+def test_grpo_decodes_in_bf16_only_where_this_machine_multiplies_bf16_faster(tmp_path, monkeypatch):
+    """On a 2-core AMD EPYC with AVX2 and no bf16 units the probe read 54 GFLOP/s in fp32 and 0.9 in bf16, and the
+    recipe's fixed ``rollout_precision=bf16`` would have decoded GRPO's games 60x slower than fp32."""
+    from llmgym.wrappers.hardware import MatmulRates
+
+    recipe = self_play.Recipe()
+    for fp32, bf16, expected in [(54.0, 0.9, "fp32"), (200.0, 840.0, "bf16")]:
+        rates = MatmulRates(fp32_gflops=fp32, bf16_gflops=bf16, threads=2, size=1024)
+        monkeypatch.setattr(self_play, "_matmul_rates", lambda threads, rates=rates: rates)
+        assert self_play.rollout_precision(recipe) == expected
+        assert f"rollout_precision={expected}" in self_play.stages(recipe, "kuhn", tmp_path)["grpo"]
+    assert self_play.rollout_precision(self_play.Recipe(rollout_precision="fp32")) == "fp32"
 
 
 def test_a_stage_that_ran_again_makes_the_stages_after_it_start_over(tmp_path, monkeypatch):
