@@ -26,8 +26,8 @@ Example:
     >>> game.agent_selection, game.observe("player_0")["text"].splitlines()[-3:]
     ('player_0', ['Pass', 'Bet', 'Your move (player 0): reply with exactly one of the legal actions.'])
     >>> game.step("I bet")
-    >>> game.observe("player_1")["text"].splitlines()[-8:-4]
-    ['player 0 moved; your view shows what you can know of it.', '', 'Your view (player 1):', '0b']
+    >>> game.observe("player_1")["text"].splitlines()[-7:-4]
+    ['Your card: Jack', 'Moves so far: player 0 Bet', 'Information state: 0b']
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ The measurements behind these choices are in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -325,18 +326,31 @@ class _Weight:
     """A Linear layer's weight (no bias) as the CPU multiplies it fastest: ``weight(x) == F.linear(x, weight)``.
 
     A bf16 weight is reordered once into oneDNN's blocked layout, which ``F.linear`` otherwise does at every
-    call: the same numbers, bit for bit, in less time for the few rows of a step. Other dtypes, or a torch
-    without oneDNN, keep the plain weight.
+    call: the same numbers, bit for bit, in less time for the few rows of a step. Other dtypes, a torch
+    without oneDNN, or a CPU whose oneDNN has no bf16 path (:func:`_packs_bf16`) keep the plain weight.
     """
 
     def __init__(self, weight: torch.Tensor) -> None:
-        self.packed = weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+        self.packed = weight.dtype == torch.bfloat16 and _packs_bf16()
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach()) if self.packed else weight.detach()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
         return F.linear(x, self.weight)
+
+
+@functools.cache
+def _packs_bf16() -> bool:
+    """Whether this machine's oneDNN reorders bf16 weights: it needs AVX512 (BW, VL, DQ) or AVX-NE-CONVERT, and
+    refuses elsewhere (an AVX2-only CPU), where ``F.linear`` multiplies the plain bf16 weight instead."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _additive(hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
