@@ -1,5 +1,8 @@
 """benchmarks/wordle_agent.py with tiny budgets on tiny-random: every stage runs, its outputs load, a rerun skips
-finished stages, and a stage folder made by another command is refused rather than reused. No numbers asserted."""
+finished stages, and a stage folder made by another command is refused rather than reused. No numbers asserted.
+
+Slow-marked: every stage is a subprocess that loads torch and trains or plays, 5.6 min on a 2-core AVX2-only CPU
+(past the default run's 300 s timeout there); ``.ci/run`` runs it explicitly."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("matplotlib")
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wordle_agent.py"
 GRPO = ["grpo-outcome-s0", "grpo-turn-s0", "grpo-rebn-s0"]
