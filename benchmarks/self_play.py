@@ -278,20 +278,22 @@ def _grpo(recipe: Recipe, game: Game, warm: Path, folder: Path) -> list[str]:
 
 
 def rollout_precision(recipe: Recipe) -> str:
-    """The recipe's ``rollout_precision``, ``auto`` resolved by the machine's matrix-product rates at its threads."""
+    """The recipe's ``rollout_precision``, ``auto`` resolved as the trainers resolve ``precision="auto"`` on this CPU
+    at the stages' threads (bf16 where its products are at least 1.2x as fast as fp32's)."""
     if recipe.rollout_precision != "auto":
         return recipe.rollout_precision
-    return "bf16" if _matmul_rates(recipe.torch_threads).bf16_is_faster() else "fp32"
+    return _cpu_precision(recipe.torch_threads).dtype
 
 
 @cache
-def _matmul_rates(threads: int) -> Any:
+def _cpu_precision(threads: int) -> Any:
+    """:func:`~llmgym.trainers.precision.choose_precision` of ``auto`` on this CPU at ``threads`` torch threads."""
     import torch
 
-    from llmgym.wrappers.hardware import matmul_rates
+    from llmgym.trainers.precision import choose_precision
 
     torch.set_num_threads(threads)
-    return matmul_rates()
+    return choose_precision("auto", torch.device("cpu"))
 
 
 def run(recipe: Recipe, out: Path, only: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
@@ -462,7 +464,7 @@ def report(recipe: Recipe, out: Path, walls: dict[str, dict[str, float]]) -> dic
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),
-            "matmul": _matmul_rates(recipe.torch_threads).as_dict(),
+            "matmul": _cpu_precision(recipe.torch_threads).as_dict()["matmul"],
             "rollout_precision": rollout_precision(recipe),
         },
         "date": time.strftime("%Y-%m-%d"),

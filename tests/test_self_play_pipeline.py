@@ -94,15 +94,18 @@ def test_the_warm_up_teaches_legal_moves_and_grpo_starts_from_its_adapter(tmp_pa
 def test_grpo_decodes_in_bf16_only_where_this_machine_multiplies_bf16_faster(tmp_path, monkeypatch):
     """On a 2-core AMD EPYC with AVX2 and no bf16 units the probe read 54 GFLOP/s in fp32 and 0.9 in bf16, and the
     recipe's fixed ``rollout_precision=bf16`` would have decoded GRPO's games 60x slower than fp32."""
+    from llmgym.trainers import precision
     from llmgym.wrappers.hardware import MatmulRates
 
     recipe = self_play.Recipe()
     for fp32, bf16, expected in [(54.0, 0.9, "fp32"), (200.0, 840.0, "bf16")]:
         rates = MatmulRates(fp32_gflops=fp32, bf16_gflops=bf16, threads=2, size=1024)
-        monkeypatch.setattr(self_play, "_matmul_rates", lambda threads, rates=rates: rates)
+        monkeypatch.setattr(precision, "matmul_rates", lambda rates=rates: rates)
+        self_play._cpu_precision.cache_clear()
         assert self_play.rollout_precision(recipe) == expected
         assert f"rollout_precision={expected}" in self_play.stages(recipe, "kuhn", tmp_path)["grpo"]
     assert self_play.rollout_precision(self_play.Recipe(rollout_precision="fp32")) == "fp32"
+    self_play._cpu_precision.cache_clear()  # the next caller probes this machine
 
 
 def test_a_stage_that_ran_again_makes_the_stages_after_it_start_over(tmp_path, monkeypatch):
